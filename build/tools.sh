@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds the pinned Kubernetes and etcd binaries from source into a cache folder keyed by version, and installs
+# the Debian tools the tests use. Work already done is skipped, so a warm run takes well under a second.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cache=${FLEET_TOOLS_CACHE:-$root/.cache/tools}
+kube_version=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$root/build/tools/kube/go.mod")
+etcd_version=$(awk '$1 == "require" && $2 == "go.etcd.io/etcd/server/v3" {print $3}' "$root/build/tools/etcd/go.mod")
+kube_dir=$cache/kubernetes-$kube_version
+etcd_dir=$cache/etcd-$etcd_version
+
+# build DIR MODULE_DIR OUT PKG: builds PKG in MODULE_DIR into DIR/OUT unless it is already there.
+build() {
+	local dir=$1 moddir=$2 out=$3 pkg=$4
+	[ -x "$dir/$out" ] && return 0
+	mkdir -p "$dir"
+	echo "tools: building $out into $dir (a cold build takes minutes)" >&2
+	(cd "$moddir" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$dir/$out.tmp" "$pkg")
+	mv "$dir/$out.tmp" "$dir/$out"
+}
+
+build "$etcd_dir" "$root/build/tools/etcd" etcd .
+build "$kube_dir" "$root/build/tools/kube" kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
+build "$kube_dir" "$root/build/tools/kube" kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
+build "$kube_dir" "$root/build/tools/kube" kubectl k8s.io/kubernetes/cmd/kubectl
+
+# envtest looks for etcd, kube-apiserver and kubectl in one folder: link them together.
+assets=$cache/assets-$kube_version-etcd-$etcd_version
+mkdir -p "$assets"
+for b in kube-apiserver kube-controller-manager kubectl; do ln -sf "$kube_dir/$b" "$assets/$b"; done
+ln -sf "$etcd_dir/etcd" "$assets/etcd"
+ln -sfn "$assets" "$cache/current"
+
+missing=()
+command -v dig >/dev/null || missing+=(dnsutils)
+command -v dnsperf >/dev/null || missing+=(dnsperf)
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "tools: installing ${missing[*]}" >&2
+	sudo=""
+	[ "$(id -u)" = 0 ] || sudo=sudo
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,260 @@
+package clusterset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	mcscrd "sigs.k8s.io/mcs-api/config/crd"
+	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+	"sigs.k8s.io/yaml"
+
+	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
+)
+
+// Scheme knows the built-in types, both mcs-api versions and ClusterProperty.
+var Scheme = runtime.NewScheme()
+
+func init() {
+	for _, add := range []func(*runtime.Scheme) error{
+		clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, mcsv1alpha1.AddToScheme, mcsv1beta1.AddToScheme,
+		aboutv1alpha1.AddToScheme,
+	} {
+		if err := add(Scheme); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// Cluster is one running control plane of the clusterset: a member, or the broker.
+type Cluster struct {
+	// Name is the cluster's name and kubeconfig context.
+	Name string
+	// ID is the member's cluster id (its cluster.clusterset.k8s.io ClusterProperty); empty for the broker.
+	ID string
+	// Config reaches the API server as an administrator.
+	Config *rest.Config
+	// Client is a controller-runtime client using Scheme.
+	Client client.Client
+	// Kube is a client-go clientset.
+	Kube kubernetes.Interface
+	// KubeconfigPath is a kubeconfig file for this cluster alone, with administrator credentials.
+	KubeconfigPath string
+	// PodCIDRs are the member's pod ranges (IPv4, IPv6); empty for the broker.
+	PodCIDRs []netip.Prefix
+	// ServiceCIDRs are the ranges ClusterIPs are allocated from (IPv4, IPv6).
+	ServiceCIDRs []netip.Prefix
+	// NodeName is the member's one virtual Node; empty for the broker.
+	NodeName string
+	// Zone is the virtual Node's topology.kubernetes.io/zone label; empty for the broker.
+	Zone string
+
+	member bool
+	dir    string
+	env    *envtest.Environment
+	kcm    *controllerManager
+	pods   *podLoop
+}
+
+// clusterSpec is what plan decided for one cluster.
+type clusterSpec struct {
+	name, id, setName string
+	member            bool
+	index             int
+	log               io.Writer
+}
+
+// startCluster starts one cluster. On error it stops whatever it started.
+func startCluster(ctx context.Context, spec clusterSpec, assets string) (c *Cluster, err error) {
+	dir, err := os.MkdirTemp("", "fleet-"+spec.name+"-")
+	if err != nil {
+		return nil, err
+	}
+	c = &Cluster{Name: spec.name, ID: spec.id, member: spec.member, dir: dir, ServiceCIDRs: serviceCIDRs(spec.index)}
+	defer func() {
+		if err != nil {
+			err = errors.Join(fmt.Errorf("clusterset: starting %s: %w", spec.name, err), c.stop())
+			c = nil
+		}
+	}()
+	crds, err := crdsFor(spec.member)
+	if err != nil {
+		return c, err
+	}
+	c.env = &envtest.Environment{
+		BinaryAssetsDirectory:    assets,
+		CRDs:                     crds,
+		Scheme:                   Scheme,
+		ControlPlaneStartTimeout: 90 * time.Second,
+		ControlPlaneStopTimeout:  20 * time.Second,
+	}
+	c.env.ControlPlane.Etcd = &envtest.Etcd{Out: spec.log, Err: spec.log}
+	// The etcd data is thrown away at stop: skipping fsync makes every write much faster on a shared disk.
+	c.env.ControlPlane.Etcd.Configure().Set("unsafe-no-fsync", "true")
+	api := c.env.ControlPlane.GetAPIServer()
+	api.Out, api.Err = spec.log, spec.log
+	api.Configure().Set("service-cluster-ip-range", joinPrefixes(c.ServiceCIDRs))
+	cfg, err := c.env.Start()
+	if err != nil {
+		return c, err
+	}
+	// Tests create thousands of objects: client-side throttling would measure the client, not the system.
+	cfg.QPS, cfg.Burst = 1000, 2000
+	c.Config = cfg
+	if c.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return c, err
+	}
+	if c.Client, err = client.New(cfg, client.Options{Scheme: Scheme}); err != nil {
+		return c, err
+	}
+	if c.KubeconfigPath, err = c.writeKubeconfig(); err != nil {
+		return c, err
+	}
+	if !spec.member {
+		return c, nil
+	}
+	c.PodCIDRs = podCIDRs(spec.index)
+	c.NodeName = spec.name + "-node"
+	c.Zone = spec.name + "-zone"
+	if err := c.createClusterProperties(ctx, spec.id, spec.setName); err != nil {
+		return c, err
+	}
+	if err := c.createNode(ctx, spec.index); err != nil {
+		return c, err
+	}
+	if c.kcm, err = startControllerManager(ctx, assets, c.dir, c.KubeconfigPath, spec.log); err != nil {
+		return c, err
+	}
+	c.pods = startPodLoop(c.Kube, c.NodeName, nodeIP(spec.index), newIPAllocator(c.PodCIDRs))
+	return c, nil
+}
+
+// stop stops the cluster's processes and removes its folder; it tolerates a partly started cluster.
+func (c *Cluster) stop() error {
+	var errs []error
+	if c.pods != nil {
+		c.pods.stop()
+	}
+	if c.kcm != nil {
+		errs = append(errs, c.kcm.stop())
+	}
+	if c.env != nil {
+		errs = append(errs, c.env.Stop())
+	}
+	errs = append(errs, os.RemoveAll(c.dir))
+	return errors.Join(errs...)
+}
+
+func (c *Cluster) writeKubeconfig() (string, error) {
+	cs := &ClusterSet{Members: []*Cluster{c}}
+	b, err := cs.Kubeconfig()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(c.dir, "kubeconfig")
+	return path, os.WriteFile(path, b, 0o600)
+}
+
+// crdsFor returns the CRDs a cluster gets: members get the mcs-api and ClusterProperty CRDs; the broker gets
+// the mcs-api CRDs, since any API server, including a member's, may serve as broker.
+func crdsFor(member bool) ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	docs := [][]byte{mcscrd.ServiceExportCRD, mcscrd.ServiceImportCRD}
+	if member {
+		docs = append(docs, aboutv1alpha1.CRD)
+	}
+	crds := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(docs))
+	for _, d := range docs {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.UnmarshalStrict(d, crd); err != nil {
+			return nil, fmt.Errorf("parsing an embedded CRD: %w", err)
+		}
+		crds = append(crds, crd)
+	}
+	return crds, nil
+}
+
+func (c *Cluster) createClusterProperties(ctx context.Context, id, setName string) error {
+	for name, value := range map[string]string{aboutv1alpha1.ClusterIDName: id, aboutv1alpha1.ClusterSetName: setName} {
+		cp := &aboutv1alpha1.ClusterProperty{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:       aboutv1alpha1.ClusterPropertySpec{Value: value},
+		}
+		if err := c.Client.Create(ctx, cp); err != nil {
+			return fmt.Errorf("creating ClusterProperty %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// createNode registers the member's one virtual Node, Ready, with a zone label and the member's pod CIDRs.
+func (c *Cluster) createNode(ctx context.Context, index int) error {
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: c.NodeName,
+			Labels: map[string]string{
+				corev1.LabelHostname:       c.NodeName,
+				corev1.LabelTopologyZone:   c.Zone,
+				corev1.LabelTopologyRegion: c.Name + "-region",
+				corev1.LabelOSStable:       "linux",
+			},
+		},
+		Spec: corev1.NodeSpec{PodCIDR: c.PodCIDRs[0].String(), PodCIDRs: prefixStrings(c.PodCIDRs)},
+	}
+	created, err := c.Kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating node: %w", err)
+	}
+	now := metav1.Now()
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("1000"),
+		corev1.ResourceMemory: resource.MustParse("1Ti"),
+		corev1.ResourcePods:   resource.MustParse("100000"),
+	}
+	created.Status = corev1.NodeStatus{
+		Capacity:    capacity,
+		Allocatable: capacity,
+		Phase:       corev1.NodeRunning,
+		Conditions: []corev1.NodeCondition{{
+			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+			Message: "virtual node of the local clusterset", LastHeartbeatTime: now, LastTransitionTime: now,
+		}},
+		Addresses: []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: nodeIP(index)},
+			{Type: corev1.NodeHostName, Address: c.NodeName},
+		},
+	}
+	if _, err := c.Kube.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("setting node status: %w", err)
+	}
+	return nil
+}
+
+// nodeIP is the virtual node's address: recorded in pod status as hostIP, never dialled.
+func nodeIP(index int) string { return fmt.Sprintf("192.0.2.%d", index+1) }
+
+func prefixStrings(ps []netip.Prefix) []string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return s
+}
+
+func joinPrefixes(ps []netip.Prefix) string { return strings.Join(prefixStrings(ps), ",") }

@@ -1,0 +1,217 @@
+package clusterset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// DefaultMembers are the member clusters a clusterset has when Options.Members is empty.
+var DefaultMembers = []string{"cluster-a", "cluster-b", "cluster-c"}
+
+// BrokerName is the broker's name and kubeconfig context.
+const BrokerName = "broker"
+
+// maxMembers bounds the member count so that every member's CIDRs stay distinct (see cidrs.go).
+const maxMembers = 100
+
+// Options say what clusterset to start. The zero value starts DefaultMembers and a broker.
+type Options struct {
+	// Members are the member clusters' names, which are also their kubeconfig contexts.
+	Members []string
+	// ClusterIDs maps a member name to the cluster id in its cluster.clusterset.k8s.io ClusterProperty. A member
+	// missing from the map gets its name as id. Ids may contain dots (KEP-2149), such as "east.prod".
+	ClusterIDs map[string]string
+	// ClusterSetName is the value of every member's clusterset.k8s.io ClusterProperty; default "clusterset".
+	ClusterSetName string
+	// NoBroker leaves out the broker API server.
+	NoBroker bool
+	// AssetsDir is the folder holding etcd, kube-apiserver, kube-controller-manager and kubectl; default
+	// $FLEET_ASSETS, else the repository's .cache/tools/current that `make tools` fills.
+	AssetsDir string
+	// Log receives the output of every control-plane process; default: discarded.
+	Log io.Writer
+}
+
+// ClusterSet is a running local clusterset.
+type ClusterSet struct {
+	// Broker is the broker API server, nil with Options.NoBroker. It runs no controller-manager.
+	Broker *Cluster
+	// Members are the member clusters, in Options.Members order.
+	Members []*Cluster
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start starts a clusterset: every cluster concurrently, each ready for use when Start returns. On error,
+// whatever was started is stopped again.
+func Start(ctx context.Context, opts Options) (*ClusterSet, error) {
+	specs, assets, err := plan(opts)
+	if err != nil {
+		return nil, err
+	}
+	clusters := make([]*Cluster, len(specs))
+	errs := make([]error, len(specs))
+	var wg sync.WaitGroup
+	for i, spec := range specs {
+		wg.Go(func() { clusters[i], errs[i] = startCluster(ctx, spec, assets) })
+	}
+	wg.Wait()
+	cs := &ClusterSet{}
+	for _, c := range clusters {
+		switch {
+		case c == nil:
+		case c.Name == BrokerName && !c.member:
+			cs.Broker = c
+		default:
+			cs.Members = append(cs.Members, c)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, errors.Join(err, cs.Stop())
+	}
+	return cs, nil
+}
+
+// plan validates the options and turns them into one spec per cluster.
+func plan(opts Options) ([]clusterSpec, string, error) {
+	members := opts.Members
+	if len(members) == 0 {
+		members = DefaultMembers
+	}
+	if len(members) > maxMembers {
+		return nil, "", fmt.Errorf("clusterset: %d members requested, at most %d are supported", len(members), maxMembers)
+	}
+	setName := opts.ClusterSetName
+	if setName == "" {
+		setName = "clusterset"
+	}
+	assets, err := assetsDir(opts.AssetsDir)
+	if err != nil {
+		return nil, "", err
+	}
+	logw := opts.Log
+	if logw == nil {
+		logw = io.Discard
+	}
+	seen := map[string]bool{}
+	var specs []clusterSpec
+	for i, name := range members {
+		if name == BrokerName {
+			return nil, "", fmt.Errorf("clusterset: %q is reserved for the broker", BrokerName)
+		}
+		if seen[name] {
+			return nil, "", fmt.Errorf("clusterset: member %q is listed twice", name)
+		}
+		seen[name] = true
+		id := name
+		if v, ok := opts.ClusterIDs[name]; ok {
+			id = v
+		}
+		specs = append(specs, clusterSpec{name: name, id: id, setName: setName, member: true, index: i, log: logw})
+	}
+	if !opts.NoBroker {
+		specs = append(specs, clusterSpec{name: BrokerName, index: maxMembers, log: logw})
+	}
+	return specs, assets, nil
+}
+
+// assetsDir finds the folder with the control-plane binaries and checks that each one is there.
+func assetsDir(dir string) (string, error) {
+	if dir == "" {
+		dir = os.Getenv("FLEET_ASSETS")
+	}
+	if dir == "" {
+		root, err := repoRoot()
+		if err != nil {
+			return "", err
+		}
+		dir = filepath.Join(root, ".cache", "tools", "current")
+	}
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kubectl"} {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			return "", fmt.Errorf("clusterset: %s not found in %s: run `make tools` first (or set FLEET_ASSETS)", b, dir)
+		}
+	}
+	return dir, nil
+}
+
+// repoRoot walks up from the working directory to the folder holding the project's go.mod.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && isProjectModule(b) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("clusterset: not inside the vksfleet.dev/fleet module; set FLEET_ASSETS")
+		}
+		dir = parent
+	}
+}
+
+func isProjectModule(goMod []byte) bool {
+	const want = "module vksfleet.dev/fleet\n"
+	return len(goMod) >= len(want) && string(goMod[:len(want)]) == want
+}
+
+// Member returns the member with the given name, or nil.
+func (cs *ClusterSet) Member(name string) *Cluster {
+	for _, c := range cs.Members {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// All returns the members followed by the broker, if any.
+func (cs *ClusterSet) All() []*Cluster {
+	all := append([]*Cluster(nil), cs.Members...)
+	if cs.Broker != nil {
+		all = append(all, cs.Broker)
+	}
+	return all
+}
+
+// Kubeconfig returns one kubeconfig with a context per member (named after it) and one named "broker", all with
+// administrator credentials. The current context is the first member's.
+func (cs *ClusterSet) Kubeconfig() ([]byte, error) {
+	cfg := clientcmdapi.NewConfig()
+	for _, c := range cs.All() {
+		cfg.Clusters[c.Name] = &clientcmdapi.Cluster{Server: c.Config.Host, CertificateAuthorityData: c.Config.CAData}
+		cfg.AuthInfos[c.Name] = &clientcmdapi.AuthInfo{ClientCertificateData: c.Config.CertData, ClientKeyData: c.Config.KeyData}
+		cfg.Contexts[c.Name] = &clientcmdapi.Context{Cluster: c.Name, AuthInfo: c.Name, Namespace: "default"}
+	}
+	if len(cs.Members) > 0 {
+		cfg.CurrentContext = cs.Members[0].Name
+	}
+	return clientcmd.Write(*cfg)
+}
+
+// Stop stops every cluster and removes their folders. It is safe to call more than once and from t.Cleanup.
+func (cs *ClusterSet) Stop() error {
+	cs.stopOnce.Do(func() {
+		all := cs.All()
+		errs := make([]error, len(all))
+		var wg sync.WaitGroup
+		for i, c := range all {
+			wg.Go(func() { errs[i] = c.stop() })
+		}
+		wg.Wait()
+		cs.stopErr = errors.Join(errs...)
+	})
+	return cs.stopErr
+}
