@@ -94,7 +94,7 @@ func plan(opts Options) ([]clusterSpec, string, error) {
 	if setName == "" {
 		setName = "clusterset"
 	}
-	assets, err := assetsDir(opts.AssetsDir)
+	assets, err := AssetsDir(opts.AssetsDir)
 	if err != nil {
 		return nil, "", err
 	}
@@ -124,8 +124,9 @@ func plan(opts Options) ([]clusterSpec, string, error) {
 	return specs, assets, nil
 }
 
-// assetsDir finds the folder with the control-plane binaries and checks that each one is there.
-func assetsDir(dir string) (string, error) {
+// AssetsDir resolves the folder with the control-plane binaries (dir, else $FLEET_ASSETS, else the repository's
+// tools cache) and checks that each binary is there.
+func AssetsDir(dir string) (string, error) {
 	if dir == "" {
 		dir = os.Getenv("FLEET_ASSETS")
 	}
@@ -214,4 +215,17 @@ func (cs *ClusterSet) Stop() error {
 		cs.stopErr = errors.Join(errs...)
 	})
 	return cs.stopErr
+}
+
+// MemberNames returns n member names: cluster-a, cluster-b, ... and, past 26, cluster-27, cluster-28, ...
+func MemberNames(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		if i < 26 {
+			names[i] = "cluster-" + string(rune('a'+i))
+		} else {
+			names[i] = fmt.Sprintf("cluster-%d", i+1)
+		}
+	}
+	return names
 }

@@ -1,0 +1,35 @@
+# VKS Fleet. `make help` lists the targets.
+
+GO             ?= go
+MEMBERS        ?= 3
+STATICCHECK_VERSION := v0.8.2
+TOOLS_CACHE    := $(CURDIR)/.cache/tools
+STATICCHECK    := $(TOOLS_CACHE)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
+# Integration tests start real control planes; on 2 cores a whole run takes several minutes.
+TEST_TIMEOUT   ?= 30m
+
+.PHONY: help tools build test lint up down
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+
+tools: ## build etcd, kube-apiserver, kube-controller-manager and kubectl from source (cached); install dig and dnsperf
+	@bash build/tools.sh
+
+build: ## build every command into bin/
+	$(GO) build -o bin/ ./cmd/...
+
+test: tools ## unit and integration tests against real control planes
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+lint: ## gofmt, go vet and staticcheck
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	@test -x $(STATICCHECK) || GOBIN=$(dir $(STATICCHECK)) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	$(STATICCHECK) ./...
+
+up: tools build ## start a local clusterset in the background (MEMBERS=3 members + broker); writes .fleet/
+	@bin/localfleet up -members $(MEMBERS)
+
+down: ## stop the local clusterset
+	@if [ -x bin/localfleet ]; then bin/localfleet down; else $(GO) run ./cmd/localfleet down; fi

@@ -1,0 +1,231 @@
+// Command localfleet runs a local clusterset on this machine: `localfleet up` starts it in the background and
+// returns once it is usable, `localfleet down` stops it, `localfleet run` runs it in the foreground.
+//
+// State lives in one folder (default .fleet): kubeconfig (a context per member and "broker"), env (a
+// shell-sourceable file starting with KUBECONFIG=), pid and log.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"vksfleet.dev/fleet/test/clusterset"
+)
+
+const usage = `usage: localfleet up|down|run [flags]
+  up     start a local clusterset in the background and wait until it is usable
+  down   stop the clusterset that up started
+  run    run a local clusterset in the foreground until interrupted
+flags:
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	fs := flag.NewFlagSet("localfleet", flag.ExitOnError)
+	fs.Usage = func() { fmt.Fprint(os.Stderr, usage); fs.PrintDefaults() }
+	dir := fs.String("dir", ".fleet", "folder for the kubeconfig, env, pid and log files")
+	members := fs.Int("members", 3, "number of member clusters (1-100), named cluster-a, cluster-b, ...")
+	timeout := fs.Duration("timeout", 3*time.Minute, "how long up waits for the clusterset to become usable")
+	_ = fs.Parse(os.Args[2:])
+	if fs.NArg() > 0 {
+		fs.Usage()
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "up":
+		err = up(*dir, *members, *timeout)
+	case "down":
+		err = down(*dir)
+	case "run":
+		err = run(*dir, *members)
+	default:
+		fs.Usage()
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "localfleet:", err)
+		os.Exit(1)
+	}
+}
+
+// files names the state files in the state folder.
+type files struct{ dir string }
+
+func (f files) pid() string        { return filepath.Join(f.dir, "pid") }
+func (f files) env() string        { return filepath.Join(f.dir, "env") }
+func (f files) kubeconfig() string { return filepath.Join(f.dir, "kubeconfig") }
+func (f files) log() string        { return filepath.Join(f.dir, "log") }
+
+// running returns the pid of the clusterset process recorded in the state folder, or 0 if none is alive.
+func (f files) running() int {
+	b, err := os.ReadFile(f.pid())
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 || syscall.Kill(pid, 0) != nil {
+		return 0
+	}
+	return pid
+}
+
+func up(dir string, members int, timeout time.Duration) error {
+	if members < 1 {
+		return fmt.Errorf("-members must be at least 1, got %d", members)
+	}
+	f := files{dir}
+	if pid := f.running(); pid != 0 {
+		fmt.Printf("A local clusterset is already running (pid %d). Use it with:\n  source %s\n`make down` stops it.\n", pid, f.env())
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	_ = os.Remove(f.env())
+	logf, err := os.Create(f.log())
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	cmd := exec.Command(self, "run", "-dir", dir, "-members", strconv.Itoa(members))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // outlives the shell that ran `make up`
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	if err := os.WriteFile(f.pid(), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
+		return err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case err := <-exited:
+			_ = os.Remove(f.pid())
+			return fmt.Errorf("the clusterset process exited (%v); its log, %s, ends with:\n%s", err, f.log(), tail(f.log(), 20))
+		case <-deadline:
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			return fmt.Errorf("not usable after %s; see %s", timeout, f.log())
+		case <-tick.C:
+		}
+		if _, err := os.Stat(f.env()); err == nil {
+			break
+		}
+	}
+	abs, _ := filepath.Abs(f.env())
+	fmt.Printf(`Local clusterset up in %s: %s + broker (pid %d, log %s).
+Use it with:
+  source %s
+  kubectl --context %s get nodes
+Contexts: %s, broker. Stop it with: make down
+`, time.Since(start).Round(100*time.Millisecond), strings.Join(clusterset.MemberNames(members), ", "), cmd.Process.Pid,
+		f.log(), abs, clusterset.MemberNames(members)[0], strings.Join(clusterset.MemberNames(members), ", "))
+	return nil
+}
+
+func down(dir string) error {
+	f := files{dir}
+	pid := f.running()
+	if pid == 0 {
+		fmt.Println("No local clusterset is running.")
+		_ = os.Remove(f.pid())
+		_ = os.Remove(f.env())
+		return nil
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(time.Minute)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			// Its children die with it (Pdeathsig); the process group catches the rest.
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			return fmt.Errorf("pid %d did not stop within a minute and was killed", pid)
+		}
+		time.Sleep(100 * time.Millisecond) // waiting on a process that is not our child: nothing to block on
+	}
+	_ = os.Remove(f.pid())
+	fmt.Println("Local clusterset stopped.")
+	return nil
+}
+
+func run(dir string, members int) error {
+	f := files{dir}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	start := time.Now()
+	cs, err := clusterset.Start(ctx, clusterset.Options{Members: clusterset.MemberNames(members), Log: os.Stderr})
+	if err != nil {
+		return err
+	}
+	err = writeState(f, cs)
+	if err == nil {
+		fmt.Printf("clusterset up in %s\n", time.Since(start).Round(time.Millisecond))
+		<-ctx.Done()
+	}
+	fmt.Println("stopping")
+	_ = os.Remove(f.env())
+	return errors.Join(err, cs.Stop())
+}
+
+// writeState writes the kubeconfig, then the env file, whose appearance tells `up` that the clusterset is usable.
+func writeState(f files, cs *clusterset.ClusterSet) error {
+	kc, err := cs.Kubeconfig()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(f.kubeconfig(), kc, 0o600); err != nil {
+		return err
+	}
+	kcPath, _ := filepath.Abs(f.kubeconfig())
+	assets, err := clusterset.AssetsDir("")
+	if err != nil {
+		return err
+	}
+	names := make([]string, len(cs.Members))
+	for i, m := range cs.Members {
+		names[i] = m.Name
+	}
+	env := fmt.Sprintf("KUBECONFIG=%s\nexport KUBECONFIG\nFLEET_MEMBERS=%q\nexport FLEET_MEMBERS\n"+
+		"# kubectl of the pinned Kubernetes release\nPATH=%s:$PATH\nexport PATH\n", kcPath, strings.Join(names, " "), assets)
+	tmp := f.env() + ".tmp"
+	if err := os.WriteFile(tmp, []byte(env), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, f.env())
+}
+
+// tail returns the last n lines of a file.
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,126 @@
+// Package export turns a local ServiceExport, its Service and the Service's EndpointSlices into what this cluster
+// publishes: the export record that the merge consumes and the endpoints, stripped of everything local to the
+// cluster. It is pure; the controller reads the objects and writes the results.
+package export
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"vksfleet.dev/fleet/controller/merge"
+	"vksfleet.dev/fleet/controller/names"
+)
+
+// MaxEndpointsPerSlice bounds every slice the controller writes, on the broker and in members.
+const MaxEndpointsPerSlice = 100
+
+// Valid is the ServiceExport Valid condition for the Service it names (nil when there is none). Only a valid
+// export is published.
+func Valid(se *mcsv1beta1.ServiceExport, svc *corev1.Service) (metav1.Condition, bool) {
+	c := metav1.Condition{
+		Type: string(mcsv1beta1.ServiceExportConditionValid), Status: metav1.ConditionTrue,
+		Reason: string(mcsv1beta1.ServiceExportReasonValid), Message: "Service is valid for export.",
+		ObservedGeneration: se.Generation,
+	}
+	switch {
+	case svc == nil || !svc.DeletionTimestamp.IsZero():
+		c.Status, c.Reason = metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonNoService)
+		c.Message = fmt.Sprintf("Service %s/%s does not exist.", se.Namespace, se.Name)
+	case svc.Spec.Type == corev1.ServiceTypeExternalName:
+		c.Status, c.Reason = metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonInvalidServiceType)
+		c.Message = fmt.Sprintf("Service %s/%s is of type ExternalName, which cannot be exported.", se.Namespace, se.Name)
+	}
+	return c, c.Status == metav1.ConditionTrue
+}
+
+// Record is the export of a valid Service: ClusterIP, NodePort and LoadBalancer Services export as
+// ClusterSetIP, those with clusterIP None as Headless.
+func Record(clusterID string, se *mcsv1beta1.ServiceExport, svc *corev1.Service) merge.Export {
+	typ := mcsv1beta1.ClusterSetIP
+	if svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		typ = mcsv1beta1.Headless
+	}
+	ports := make([]mcsv1beta1.ServicePort, 0, len(svc.Spec.Ports))
+	for _, p := range svc.Spec.Ports {
+		ports = append(ports, mcsv1beta1.ServicePort{Name: p.Name, Protocol: p.Protocol, AppProtocol: p.AppProtocol, Port: p.Port})
+	}
+	spec := svc.Spec.DeepCopy()
+	return merge.Export{
+		Cluster: clusterID,
+		Created: se.CreationTimestamp.UTC(),
+		Spec: mcsv1beta1.ServiceImportSpec{
+			Type:                  typ,
+			Ports:                 ports,
+			IPFamilies:            spec.IPFamilies,
+			SessionAffinity:       spec.SessionAffinity,
+			SessionAffinityConfig: spec.SessionAffinityConfig,
+			InternalTrafficPolicy: spec.InternalTrafficPolicy,
+			TrafficDistribution:   spec.TrafficDistribution,
+		},
+		Labels:      se.DeepCopy().Spec.ExportedLabels,
+		Annotations: se.DeepCopy().Spec.ExportedAnnotations,
+	}
+}
+
+// Slices are the endpoints of a Service's local EndpointSlices as this cluster publishes them: one slice per
+// source slice (split at MaxEndpointsPerSlice), named for the broker, with address type, ports and, per endpoint,
+// addresses, conditions, hostname and zone. Node names, target references and hints stay local. The result is
+// sorted by name.
+func Slices(namespace, service string, local []discoveryv1.EndpointSlice) []discoveryv1.EndpointSlice {
+	var out []discoveryv1.EndpointSlice
+	for _, s := range local {
+		if !s.DeletionTimestamp.IsZero() {
+			continue
+		}
+		eps := make([]discoveryv1.Endpoint, 0, len(s.Endpoints))
+		for _, e := range s.Endpoints {
+			eps = append(eps, discoveryv1.Endpoint{
+				Addresses:  slices.Clone(e.Addresses),
+				Conditions: *e.Conditions.DeepCopy(),
+				Hostname:   clone(e.Hostname),
+				Zone:       clone(e.Zone),
+			})
+		}
+		slices.SortFunc(eps, func(a, b discoveryv1.Endpoint) int { return strings.Compare(first(a.Addresses), first(b.Addresses)) })
+		for part := 0; part == 0 || part*MaxEndpointsPerSlice < len(eps); part++ {
+			chunk := eps[part*MaxEndpointsPerSlice : min(len(eps), (part+1)*MaxEndpointsPerSlice)]
+			out = append(out, discoveryv1.EndpointSlice{
+				ObjectMeta:  metav1.ObjectMeta{Name: names.BrokerSliceName(namespace, service, s.Name, part)},
+				AddressType: s.AddressType,
+				Endpoints:   chunk,
+				Ports:       clonePorts(s.Ports),
+			})
+		}
+	}
+	slices.SortFunc(out, func(a, b discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+func first(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s[0]
+}
+
+func clone[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+func clonePorts(ps []discoveryv1.EndpointPort) []discoveryv1.EndpointPort {
+	var out []discoveryv1.EndpointPort
+	for _, p := range ps {
+		out = append(out, *p.DeepCopy())
+	}
+	return out
+}

@@ -1,0 +1,290 @@
+// Package merge computes the ServiceImport that a set of exports of one service forms, and the conflicts between
+// them, following KEP-1645: the oldest ServiceExport (ties broken by cluster id) wins every single-valued field,
+// ports are a union, and IP families an intersection. It is pure: no clients, no clock.
+package merge
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+)
+
+// Export is one cluster's export of a service, as its exporter published it.
+type Export struct {
+	// Cluster is the exporting cluster's id.
+	Cluster string
+	// Created is the ServiceExport's creationTimestamp: the oldest export takes precedence.
+	Created time.Time
+	// Spec holds the exported service's properties; IPs is ignored.
+	Spec mcsv1beta1.ServiceImportSpec
+	// Labels and Annotations are the ServiceExport's exportedLabels and exportedAnnotations.
+	Labels, Annotations map[string]string
+}
+
+// Conflict is one way in which the exports disagree.
+type Conflict struct {
+	// Reason is the ServiceExport Conflict condition reason, such as PortConflict.
+	Reason mcsv1beta1.ServiceExportConditionReason
+	// Message says which value was used, from where, and how many clusters disagree.
+	Message string
+}
+
+// Result is the merged import.
+type Result struct {
+	// Spec is the ServiceImport spec without IPs, which the importing cluster allocates.
+	Spec mcsv1beta1.ServiceImportSpec
+	// Labels and Annotations are the winner's exported labels and annotations.
+	Labels, Annotations map[string]string
+	// Clusters are the exporting cluster ids, sorted.
+	Clusters []string
+	// Conflicts are the disagreements, in the order of the SPEC's reason list; empty when all agree.
+	Conflicts []Conflict
+}
+
+// Merge merges the exports of one service. It returns the zero Result for no exports.
+func Merge(exports []Export) Result {
+	if len(exports) == 0 {
+		return Result{}
+	}
+	sorted := slices.Clone(exports)
+	slices.SortStableFunc(sorted, func(a, b Export) int {
+		if c := a.Created.Compare(b.Created); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Cluster, b.Cluster)
+	})
+	w := sorted[0]
+	res := Result{
+		Spec: mcsv1beta1.ServiceImportSpec{
+			Type:                  w.Spec.Type,
+			SessionAffinity:       w.Spec.SessionAffinity,
+			SessionAffinityConfig: w.Spec.SessionAffinityConfig.DeepCopy(),
+			InternalTrafficPolicy: clonePtr(w.Spec.InternalTrafficPolicy),
+			TrafficDistribution:   clonePtr(w.Spec.TrafficDistribution),
+		},
+		Labels:      maps.Clone(w.Labels),
+		Annotations: maps.Clone(w.Annotations),
+	}
+	for _, e := range sorted {
+		res.Clusters = append(res.Clusters, e.Cluster)
+	}
+	slices.Sort(res.Clusters)
+	res.Clusters = slices.Compact(res.Clusters)
+
+	var merged []mergedPort
+	var portClash *clash
+	portDisagree := 0
+	for _, e := range sorted {
+		var c *clash
+		merged, c = mergePorts(merged, e)
+		if c != nil {
+			portDisagree++
+			if portClash == nil {
+				portClash = c
+			}
+		}
+	}
+	for _, m := range merged {
+		res.Spec.Ports = append(res.Spec.Ports, m.port)
+	}
+	families, famDisagree := intersectFamilies(sorted)
+	res.Spec.IPFamilies = families
+
+	n := len(sorted)
+	add := func(reason mcsv1beta1.ServiceExportConditionReason, what, value string, disagree int) {
+		if disagree == 0 {
+			return
+		}
+		res.Conflicts = append(res.Conflicts, Conflict{Reason: reason, Message: fmt.Sprintf(
+			"Conflicting %s. Using %s from oldest service export in %q. %d/%d clusters disagree.",
+			what, value, w.Cluster, disagree, n)})
+	}
+	if portClash != nil {
+		res.Conflicts = append(res.Conflicts, Conflict{Reason: mcsv1beta1.ServiceExportReasonPortConflict, Message: fmt.Sprintf(
+			"Conflicting ports. Using %s from oldest service export in %q. %d/%d clusters disagree.",
+			portClash.kept, portClash.from, portDisagree, n)})
+	}
+	add(mcsv1beta1.ServiceExportReasonTypeConflict, "type", quote(w.Spec.Type),
+		count(sorted, func(e Export) bool { return e.Spec.Type != w.Spec.Type }))
+	add(mcsv1beta1.ServiceExportReasonSessionAffinityConflict, "session affinity", quote(affinity(w.Spec.SessionAffinity)),
+		count(sorted, func(e Export) bool { return affinity(e.Spec.SessionAffinity) != affinity(w.Spec.SessionAffinity) }))
+	add(mcsv1beta1.ServiceExportReasonSessionAffinityConfigConflict, "session affinity config", jsonOf(w.Spec.SessionAffinityConfig),
+		count(sorted, func(e Export) bool {
+			return !equality.Semantic.DeepEqual(e.Spec.SessionAffinityConfig, w.Spec.SessionAffinityConfig)
+		}))
+	add(mcsv1beta1.ServiceExportReasonLabelsConflict, "exported labels", jsonOf(w.Labels),
+		count(sorted, func(e Export) bool { return !maps.Equal(e.Labels, w.Labels) }))
+	add(mcsv1beta1.ServiceExportReasonAnnotationsConflict, "exported annotations", jsonOf(w.Annotations),
+		count(sorted, func(e Export) bool { return !maps.Equal(e.Annotations, w.Annotations) }))
+	add(mcsv1beta1.ServiceExportReasonInternalTrafficPolicyConflict, "internal traffic policy", quotePtr(w.Spec.InternalTrafficPolicy),
+		count(sorted, func(e Export) bool { return deref(e.Spec.InternalTrafficPolicy) != deref(w.Spec.InternalTrafficPolicy) }))
+	add(mcsv1beta1.ServiceExportReasonTrafficDistributionConflict, "traffic distribution", quotePtr(w.Spec.TrafficDistribution),
+		count(sorted, func(e Export) bool { return deref(e.Spec.TrafficDistribution) != deref(w.Spec.TrafficDistribution) }))
+	if famDisagree > 0 {
+		res.Conflicts = append(res.Conflicts, Conflict{Reason: mcsv1beta1.ServiceExportReasonIPFamilyConflict, Message: fmt.Sprintf(
+			"Conflicting IP families. Using %s, the families every service export has. %d/%d clusters disagree.",
+			jsonOf(families), famDisagree, n)})
+	}
+	return res
+}
+
+// Condition is the ServiceExport Conflict condition for the conflicts: False/NoConflicts when there are none,
+// else True with the reasons joined by commas and the messages joined by spaces.
+func Condition(conflicts []Conflict, generation int64) metav1.Condition {
+	if len(conflicts) == 0 {
+		return metav1.Condition{
+			Type: string(mcsv1beta1.ServiceExportConditionConflict), Status: metav1.ConditionFalse,
+			Reason: string(mcsv1beta1.ServiceExportReasonNoConflicts), Message: "All service exports agree.",
+			ObservedGeneration: generation,
+		}
+	}
+	reasons := make([]string, len(conflicts))
+	messages := make([]string, len(conflicts))
+	for i, c := range conflicts {
+		reasons[i], messages[i] = string(c.Reason), c.Message
+	}
+	return metav1.Condition{
+		Type: string(mcsv1beta1.ServiceExportConditionConflict), Status: metav1.ConditionTrue,
+		Reason: strings.Join(reasons, ","), Message: strings.Join(messages, " "), ObservedGeneration: generation,
+	}
+}
+
+// clash records the first port that a younger export could not add, and the export that the kept port came from.
+type clash struct {
+	kept, from string
+}
+
+// mergedPort is a port of the union and the cluster whose export brought it in.
+type mergedPort struct {
+	port mcsv1beta1.ServicePort
+	from string
+}
+
+// mergePorts adds e's ports to the merged ones: a port matching a merged port by name, else by protocol and port,
+// must equal it; one that matches neither is added. On a mismatch the merged port stays, and a clash is returned.
+func mergePorts(merged []mergedPort, e Export) ([]mergedPort, *clash) {
+	var first *clash
+	for _, p := range e.Spec.Ports {
+		p = normalise(p)
+		i := slices.IndexFunc(merged, func(m mergedPort) bool { return p.Name != "" && m.port.Name == p.Name })
+		if i < 0 {
+			i = slices.IndexFunc(merged, func(m mergedPort) bool { return m.port.Protocol == p.Protocol && m.port.Port == p.Port })
+		}
+		switch {
+		case i < 0:
+			merged = append(merged, mergedPort{port: p, from: e.Cluster})
+		case !equality.Semantic.DeepEqual(merged[i].port, p) && first == nil:
+			first = &clash{kept: describePort(merged[i].port), from: merged[i].from}
+		}
+	}
+	return merged, first
+}
+
+// normalise fills in the protocol's default, so that an unset protocol and TCP compare equal.
+func normalise(p mcsv1beta1.ServicePort) mcsv1beta1.ServicePort {
+	if p.Protocol == "" {
+		p.Protocol = corev1.ProtocolTCP
+	}
+	if p.AppProtocol != nil {
+		p.AppProtocol = clonePtr(p.AppProtocol)
+	}
+	return p
+}
+
+func describePort(p mcsv1beta1.ServicePort) string {
+	s := fmt.Sprintf("port %s/%d", p.Protocol, p.Port)
+	if p.Name != "" {
+		s = fmt.Sprintf("port %q (%s/%d)", p.Name, p.Protocol, p.Port)
+	}
+	if p.AppProtocol != nil {
+		s += fmt.Sprintf(" appProtocol %q", *p.AppProtocol)
+	}
+	return s
+}
+
+// intersectFamilies returns the IP families every export has, in the oldest export's order, and how many exports
+// have a family outside that intersection. Exports that publish no families (unknown) are left out.
+func intersectFamilies(sorted []Export) ([]corev1.IPFamily, int) {
+	var known []Export
+	for _, e := range sorted {
+		if len(e.Spec.IPFamilies) > 0 {
+			known = append(known, e)
+		}
+	}
+	if len(known) == 0 {
+		return nil, 0
+	}
+	var families []corev1.IPFamily
+	for _, f := range known[0].Spec.IPFamilies {
+		if !slices.Contains(families, f) && all(known, func(e Export) bool { return slices.Contains(e.Spec.IPFamilies, f) }) {
+			families = append(families, f)
+		}
+	}
+	disagree := count(known, func(e Export) bool {
+		return slices.ContainsFunc(e.Spec.IPFamilies, func(f corev1.IPFamily) bool { return !slices.Contains(families, f) })
+	})
+	return families, disagree
+}
+
+func count(exports []Export, differs func(Export) bool) int {
+	n := 0
+	for _, e := range exports {
+		if differs(e) {
+			n++
+		}
+	}
+	return n
+}
+
+func all(exports []Export, ok func(Export) bool) bool {
+	return count(exports, func(e Export) bool { return !ok(e) }) == 0
+}
+
+// affinity treats an unset session affinity as None, the API default.
+func affinity(a corev1.ServiceAffinity) corev1.ServiceAffinity {
+	if a == "" {
+		return corev1.ServiceAffinityNone
+	}
+	return a
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+func deref[T ~string](p *T) T {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+func quote[T ~string](v T) string { return fmt.Sprintf("%q", string(v)) }
+
+func quotePtr[T ~string](p *T) string {
+	if p == nil {
+		return "unset"
+	}
+	return quote(*p)
+}
+
+// jsonOf renders a value for a message; these values always marshal.
+func jsonOf(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil || string(b) == "null" {
+		return "none"
+	}
+	return string(b)
+}

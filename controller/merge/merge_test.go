@@ -1,0 +1,306 @@
+package merge
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// exp builds an export created `age` seconds after t0 with a ClusterSetIP IPv4 spec and one TCP/80 port "http",
+// then applies the edits.
+func exp(cluster string, age int, edits ...func(*Export)) Export {
+	e := Export{
+		Cluster: cluster,
+		Created: t0.Add(time.Duration(age) * time.Second),
+		Spec: mcsv1beta1.ServiceImportSpec{
+			Type:       mcsv1beta1.ClusterSetIP,
+			Ports:      []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
+			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+		},
+	}
+	for _, edit := range edits {
+		edit(&e)
+	}
+	return e
+}
+
+func ports(p ...mcsv1beta1.ServicePort) func(*Export) { return func(e *Export) { e.Spec.Ports = p } }
+func families(f ...corev1.IPFamily) func(*Export)     { return func(e *Export) { e.Spec.IPFamilies = f } }
+func port(name string, proto corev1.Protocol, n int32) mcsv1beta1.ServicePort {
+	return mcsv1beta1.ServicePort{Name: name, Protocol: proto, Port: n}
+}
+
+func TestMerge(t *testing.T) {
+	headless := func(e *Export) { e.Spec.Type = mcsv1beta1.Headless }
+	clientIP := func(e *Export) { e.Spec.SessionAffinity = corev1.ServiceAffinityClientIP }
+	timeout := func(s int32) func(*Export) {
+		return func(e *Export) {
+			e.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To(s)}}
+		}
+	}
+	labels := func(l map[string]string) func(*Export) { return func(e *Export) { e.Labels = l } }
+	annotations := func(a map[string]string) func(*Export) { return func(e *Export) { e.Annotations = a } }
+	itp := func(p corev1.ServiceInternalTrafficPolicy) func(*Export) {
+		return func(e *Export) { e.Spec.InternalTrafficPolicy = &p }
+	}
+	td := func(v string) func(*Export) { return func(e *Export) { e.Spec.TrafficDistribution = &v } }
+	v4, v6 := corev1.IPv4Protocol, corev1.IPv6Protocol
+
+	cases := []struct {
+		name         string
+		exports      []Export
+		wantSpec     func(*mcsv1beta1.ServiceImportSpec) // edits to the default spec of exp()
+		wantLabels   map[string]string
+		wantClusters []string
+		want         []Conflict
+	}{
+		{
+			name:         "one export is the import",
+			exports:      []Export{exp("c1", 0, labels(map[string]string{"a": "1"}))},
+			wantLabels:   map[string]string{"a": "1"},
+			wantClusters: []string{"c1"},
+		},
+		{
+			name:         "agreeing exports have no conflict",
+			exports:      []Export{exp("c2", 5), exp("c1", 0), exp("c3", 9)},
+			wantClusters: []string{"c1", "c2", "c3"},
+		},
+		{
+			name:    "type: the oldest wins and the younger disagree",
+			exports: []Export{exp("c2", 1, headless), exp("c1", 0), exp("c3", 2, headless)},
+			want: []Conflict{{mcsv1beta1.ServiceExportReasonTypeConflict,
+				`Conflicting type. Using "ClusterSetIP" from oldest service export in "c1". 2/3 clusters disagree.`}},
+			wantClusters: []string{"c1", "c2", "c3"},
+		},
+		{
+			name:    "equal timestamps: the lower cluster id wins",
+			exports: []Export{exp("c2", 0, headless), exp("c1", 0)},
+			want: []Conflict{{mcsv1beta1.ServiceExportReasonTypeConflict,
+				`Conflicting type. Using "ClusterSetIP" from oldest service export in "c1". 1/2 clusters disagree.`}},
+			wantClusters: []string{"c1", "c2"},
+		},
+		{
+			name:     "headless winner",
+			exports:  []Export{exp("b", 0, headless), exp("a", 1)},
+			wantSpec: func(s *mcsv1beta1.ServiceImportSpec) { s.Type = mcsv1beta1.Headless },
+			want: []Conflict{{mcsv1beta1.ServiceExportReasonTypeConflict,
+				`Conflicting type. Using "Headless" from oldest service export in "b". 1/2 clusters disagree.`}},
+			wantClusters: []string{"a", "b"},
+		},
+		{
+			name:    "session affinity and its config",
+			exports: []Export{exp("c1", 0, clientIP, timeout(30)), exp("c2", 1), exp("c3", 2, clientIP, timeout(60))},
+			wantSpec: func(s *mcsv1beta1.ServiceImportSpec) {
+				s.SessionAffinity = corev1.ServiceAffinityClientIP
+				s.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](30)}}
+			},
+			want: []Conflict{
+				{mcsv1beta1.ServiceExportReasonSessionAffinityConflict,
+					`Conflicting session affinity. Using "ClientIP" from oldest service export in "c1". 1/3 clusters disagree.`},
+				{mcsv1beta1.ServiceExportReasonSessionAffinityConfigConflict,
+					`Conflicting session affinity config. Using {"clientIP":{"timeoutSeconds":30}} from oldest service export in "c1". 2/3 clusters disagree.`},
+			},
+			wantClusters: []string{"c1", "c2", "c3"},
+		},
+		{
+			name: "unset session affinity equals None",
+			exports: []Export{exp("c1", 0), exp("c2", 1, func(e *Export) {
+				e.Spec.SessionAffinity = corev1.ServiceAffinityNone
+			})},
+			wantClusters: []string{"c1", "c2"},
+		},
+		{
+			name: "labels and annotations come from the winner",
+			exports: []Export{
+				exp("c1", 0, labels(map[string]string{"team": "a"}), annotations(map[string]string{"note": "x"})),
+				exp("c2", 1, labels(map[string]string{"team": "b"})),
+			},
+			wantLabels: map[string]string{"team": "a"},
+			want: []Conflict{
+				{mcsv1beta1.ServiceExportReasonLabelsConflict,
+					`Conflicting exported labels. Using {"team":"a"} from oldest service export in "c1". 1/2 clusters disagree.`},
+				{mcsv1beta1.ServiceExportReasonAnnotationsConflict,
+					`Conflicting exported annotations. Using {"note":"x"} from oldest service export in "c1". 1/2 clusters disagree.`},
+			},
+			wantClusters: []string{"c1", "c2"},
+		},
+		{
+			name:         "nil and empty labels agree",
+			exports:      []Export{exp("c1", 0, labels(map[string]string{})), exp("c2", 1)},
+			wantLabels:   map[string]string{},
+			wantClusters: []string{"c1", "c2"},
+		},
+		{
+			name:    "internal traffic policy and traffic distribution",
+			exports: []Export{exp("c1", 0, itp(corev1.ServiceInternalTrafficPolicyLocal)), exp("c2", 1, td("PreferClose"))},
+			wantSpec: func(s *mcsv1beta1.ServiceImportSpec) {
+				s.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyLocal)
+			},
+			want: []Conflict{
+				{mcsv1beta1.ServiceExportReasonInternalTrafficPolicyConflict,
+					`Conflicting internal traffic policy. Using "Local" from oldest service export in "c1". 1/2 clusters disagree.`},
+				{mcsv1beta1.ServiceExportReasonTrafficDistributionConflict,
+					`Conflicting traffic distribution. Using unset from oldest service export in "c1". 1/2 clusters disagree.`},
+			},
+			wantClusters: []string{"c1", "c2"},
+		},
+		{
+			name: "ports are a union",
+			exports: []Export{
+				exp("c1", 0),
+				exp("c2", 1, ports(port("http", corev1.ProtocolTCP, 80), port("dns", corev1.ProtocolUDP, 53))),
+				exp("c3", 2, ports(port("", "", 80), port("metrics", corev1.ProtocolTCP, 9090))),
+			},
+			wantSpec: func(s *mcsv1beta1.ServiceImportSpec) {
+				s.Ports = []mcsv1beta1.ServicePort{port("http", corev1.ProtocolTCP, 80), port("dns", corev1.ProtocolUDP, 53),
+					port("metrics", corev1.ProtocolTCP, 9090)}
+			},
+			want: []Conflict{{mcsv1beta1.ServiceExportReasonPortConflict,
+				`Conflicting ports. Using port "http" (TCP/80) from oldest service export in "c1". 1/3 clusters disagree.`}},
+			wantClusters: []string{"c1", "c2", "c3"},
+		},
+		{
+			name: "same name, different port: the oldest wins",
+			exports: []Export{
+				exp("c2", 1, ports(port("http", corev1.ProtocolTCP, 8080))),
+				exp("c1", 0),
+			},
+			want: []Conflict{{mcsv1beta1.ServiceExportReasonPortConflict,
+				`Conflicting ports. Using port "http" (TCP/80) from oldest service export in "c1". 1/2 clusters disagree.`}},
+			wantClusters: []string{"c1", "c2"},
+		},
+		{
+			name: "same protocol and port, different name",
+			exports: []Export{
+				exp("c1", 0, ports(port("", corev1.ProtocolUDP, 53))),
+				exp("c2", 1, ports(port("dns", corev1.ProtocolUDP, 53))),
+			},
+			wantSpec: func(s *mcsv1beta1.ServiceImportSpec) {
+				s.Ports = []mcsv1beta1.ServicePort{port("", corev1.ProtocolUDP, 53)}
+			},
+			want: []Conflict{{mcsv1beta1.ServiceExportReasonPortConflict,
+				`Conflicting ports. Using port UDP/53 from oldest service export in "c1". 1/2 clusters disagree.`}},
+			wantClusters: []string{"c1", "c2"},
+		},
+		{
+			name: "a clash with a port a younger export brought in names that export",
+			exports: []Export{
+				exp("c1", 0),
+				exp("c2", 1, ports(port("grpc", corev1.ProtocolTCP, 9000))),
+				exp("c3", 2, ports(port("grpc", corev1.ProtocolTCP, 9001))),
+			},
+			wantSpec: func(s *mcsv1beta1.ServiceImportSpec) {
+				s.Ports = []mcsv1beta1.ServicePort{port("http", corev1.ProtocolTCP, 80), port("grpc", corev1.ProtocolTCP, 9000)}
+			},
+			want: []Conflict{{mcsv1beta1.ServiceExportReasonPortConflict,
+				`Conflicting ports. Using port "grpc" (TCP/9000) from oldest service export in "c2". 1/3 clusters disagree.`}},
+			wantClusters: []string{"c1", "c2", "c3"},
+		},
+		{
+			name: "appProtocol differs",
+			exports: []Export{
+				exp("c1", 0),
+				exp("c2", 1, ports(mcsv1beta1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, AppProtocol: ptr.To("h2c")})),
+			},
+			want: []Conflict{{mcsv1beta1.ServiceExportReasonPortConflict,
+				`Conflicting ports. Using port "http" (TCP/80) from oldest service export in "c1". 1/2 clusters disagree.`}},
+			wantClusters: []string{"c1", "c2"},
+		},
+		{
+			name:         "dual-stack everywhere",
+			exports:      []Export{exp("c1", 0, families(v6, v4)), exp("c2", 1, families(v4, v6))},
+			wantSpec:     func(s *mcsv1beta1.ServiceImportSpec) { s.IPFamilies = []corev1.IPFamily{v6, v4} },
+			wantClusters: []string{"c1", "c2"},
+		},
+		{
+			name:     "IP families intersect",
+			exports:  []Export{exp("c1", 0, families(v4, v6)), exp("c2", 1, families(v6)), exp("c3", 2, families(v4, v6))},
+			wantSpec: func(s *mcsv1beta1.ServiceImportSpec) { s.IPFamilies = []corev1.IPFamily{v6} },
+			want: []Conflict{{mcsv1beta1.ServiceExportReasonIPFamilyConflict,
+				`Conflicting IP families. Using ["IPv6"], the families every service export has. 2/3 clusters disagree.`}},
+			wantClusters: []string{"c1", "c2", "c3"},
+		},
+		{
+			name:     "disjoint IP families leave none",
+			exports:  []Export{exp("c1", 0, families(v4)), exp("c2", 1, families(v6))},
+			wantSpec: func(s *mcsv1beta1.ServiceImportSpec) { s.IPFamilies = nil },
+			want: []Conflict{{mcsv1beta1.ServiceExportReasonIPFamilyConflict,
+				`Conflicting IP families. Using none, the families every service export has. 2/2 clusters disagree.`}},
+			wantClusters: []string{"c1", "c2"},
+		},
+		{
+			name:         "an export without families is ignored for the intersection",
+			exports:      []Export{exp("c1", 0, families()), exp("c2", 1, families(v6))},
+			wantSpec:     func(s *mcsv1beta1.ServiceImportSpec) { s.IPFamilies = []corev1.IPFamily{v6} },
+			wantClusters: []string{"c1", "c2"},
+		},
+		{
+			name: "several conflicts keep the SPEC order",
+			exports: []Export{
+				exp("c1", 0),
+				exp("c2", 1, headless, ports(port("http", corev1.ProtocolTCP, 81)), families(v6)),
+			},
+			want: []Conflict{
+				{mcsv1beta1.ServiceExportReasonPortConflict,
+					`Conflicting ports. Using port "http" (TCP/80) from oldest service export in "c1". 1/2 clusters disagree.`},
+				{mcsv1beta1.ServiceExportReasonTypeConflict,
+					`Conflicting type. Using "ClusterSetIP" from oldest service export in "c1". 1/2 clusters disagree.`},
+				{mcsv1beta1.ServiceExportReasonIPFamilyConflict,
+					`Conflicting IP families. Using none, the families every service export has. 2/2 clusters disagree.`},
+			},
+			wantSpec:     func(s *mcsv1beta1.ServiceImportSpec) { s.IPFamilies = nil },
+			wantClusters: []string{"c1", "c2"},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := Merge(c.exports)
+			want := exp("", 0).Spec
+			if c.wantSpec != nil {
+				c.wantSpec(&want)
+			}
+			if !reflect.DeepEqual(got.Spec, want) {
+				t.Errorf("spec:\n got %+v\nwant %+v", got.Spec, want)
+			}
+			if !reflect.DeepEqual(got.Labels, c.wantLabels) {
+				t.Errorf("labels = %v, want %v", got.Labels, c.wantLabels)
+			}
+			if !reflect.DeepEqual(got.Clusters, c.wantClusters) {
+				t.Errorf("clusters = %v, want %v", got.Clusters, c.wantClusters)
+			}
+			if !reflect.DeepEqual(got.Conflicts, c.want) {
+				t.Errorf("conflicts:\n got %q\nwant %q", got.Conflicts, c.want)
+			}
+		})
+	}
+}
+
+func TestMergeEmptyAndInputUntouched(t *testing.T) {
+	if got := Merge(nil); !reflect.DeepEqual(got, Result{}) {
+		t.Errorf("Merge(nil) = %+v", got)
+	}
+	in := []Export{exp("c2", 1), exp("c1", 0, ports(port("", "", 80)))}
+	Merge(in)
+	if in[0].Cluster != "c2" || in[1].Spec.Ports[0].Protocol != "" {
+		t.Errorf("Merge changed its input: %+v", in)
+	}
+}
+
+func TestCondition(t *testing.T) {
+	none := Condition(nil, 3)
+	if none.Status != metav1.ConditionFalse || none.Reason != "NoConflicts" || none.ObservedGeneration != 3 {
+		t.Errorf("no conflicts: %+v", none)
+	}
+	two := Condition([]Conflict{{"PortConflict", "a."}, {"TypeConflict", "b."}}, 1)
+	if two.Status != metav1.ConditionTrue || two.Reason != "PortConflict,TypeConflict" || two.Message != "a. b." ||
+		two.Type != "Conflict" {
+		t.Errorf("two conflicts: %+v", two)
+	}
+}

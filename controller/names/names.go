@@ -1,0 +1,95 @@
+// Package names derives every object name and label the controller writes, on the broker and in members, from
+// cluster ids and service keys. Cluster ids may hold dots and run to 127 characters, so they cannot be used as
+// namespace names or label values as they are; the functions here keep the results valid, unique and stable.
+package names
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"strings"
+)
+
+// Labels and annotations the controller reads and writes.
+const (
+	// ManagedBy is the endpointslice.kubernetes.io/managed-by value on imported slices and the
+	// app.kubernetes.io/managed-by value on everything else the controller creates.
+	ManagedBy = "mcs-controller.vksfleet.dev"
+	// LabelManagedBy marks the controller's objects on the broker and its derived Services.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// LabelServiceNamespace carries the exported service's namespace on broker objects, which live in the
+	// member's broker namespace instead.
+	LabelServiceNamespace = "mcs.vksfleet.dev/service-namespace"
+	// AnnotationClusterID carries the full cluster id wherever a label can only hold LabelValue(id).
+	AnnotationClusterID = "mcs.vksfleet.dev/cluster-id"
+	// AnnotationExportCreated is the ServiceExport creationTimestamp (RFC 3339) on a broker export record.
+	AnnotationExportCreated = "mcs.vksfleet.dev/export-created"
+	// AnnotationExportedLabels is the JSON of the ServiceExport's spec.exportedLabels on a broker record.
+	AnnotationExportedLabels = "mcs.vksfleet.dev/exported-labels"
+	// AnnotationExportedAnnotations is the JSON of spec.exportedAnnotations on a broker record.
+	AnnotationExportedAnnotations = "mcs.vksfleet.dev/exported-annotations"
+	// LeaseName is the name of each member's Lease in its broker namespace.
+	LeaseName = "member"
+)
+
+// maxLabel is the longest DNS label and label value.
+const maxLabel = 63
+
+// hash returns n hex digits of the SHA-256 of the parts joined by "/".
+func hash(n int, parts ...string) string {
+	sum := sha256.Sum256([]byte(strings.Join(parts, "/")))
+	return hex.EncodeToString(sum[:])[:n]
+}
+
+// BrokerNamespace is the namespace a member owns on the broker. It keeps a readable prefix of the id and adds a
+// hash of the full id, so that ids differing only in dots or beyond the prefix never share a namespace.
+func BrokerNamespace(clusterID string) string {
+	const prefix = "mcs-member-"
+	readable := strings.ReplaceAll(clusterID, ".", "-")
+	if len(readable) > 30 {
+		readable = readable[:30]
+	}
+	return prefix + strings.Trim(readable, "-") + "-" + hash(10, clusterID)
+}
+
+// LabelValue is the cluster id as a label value: the id itself when it fits in 63 characters (ids are DNS
+// subdomains, whose characters are all valid in label values), else a prefix and a hash of it.
+func LabelValue(clusterID string) string {
+	if len(clusterID) <= maxLabel {
+		return clusterID
+	}
+	return strings.TrimRight(clusterID[:maxLabel-11], "-.") + "-" + hash(10, clusterID)
+}
+
+// RecordName is the name of a service's export record in its exporter's broker namespace. Namespace and service
+// names are DNS labels, so joining them with a dot is unique and a valid object name.
+func RecordName(namespace, service string) string { return namespace + "." + service }
+
+// BrokerSliceName is the name of an exported EndpointSlice on the broker: the record name, the source slice's
+// name and, for the parts of a source slice split at 100 endpoints, the part's index.
+func BrokerSliceName(namespace, service, sourceSlice string, part int) string {
+	name := RecordName(namespace, service) + "." + sourceSlice
+	if part > 0 {
+		name += "." + strconv.Itoa(part)
+	}
+	return name
+}
+
+// DerivedServiceName is the name of the selector-less Service that holds an import's cluster-set IPs. It starts
+// with a prefix of the service name, for operators, and ends with a hash of the service key, for uniqueness.
+func DerivedServiceName(namespace, service string) string {
+	prefix := service
+	if len(prefix) > 40 {
+		prefix = prefix[:40]
+	}
+	return prefix + "-mcs-" + hash(10, namespace, service)
+}
+
+// ImportedSliceName is the name of an EndpointSlice imported from the given cluster's broker slice.
+func ImportedSliceName(service, clusterID, brokerSlice string) string {
+	prefix := service
+	if len(prefix) > 40 {
+		prefix = prefix[:40]
+	}
+	return prefix + "-" + hash(12, clusterID, brokerSlice)
+}

@@ -1,0 +1,87 @@
+package names
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+func TestBrokerNamespace(t *testing.T) {
+	long := strings.Repeat("a", 60) + "." + strings.Repeat("b", 66)
+	cases := []struct{ id, want string }{
+		{"cluster-a", "mcs-member-cluster-a-"},
+		{"east.prod", "mcs-member-east-prod-"},
+		{long, "mcs-member-" + strings.Repeat("a", 30) + "-"},
+	}
+	seen := map[string]string{}
+	for _, c := range cases {
+		got := BrokerNamespace(c.id)
+		if !strings.HasPrefix(got, c.want) {
+			t.Errorf("BrokerNamespace(%q) = %q, want prefix %q", c.id, got, c.want)
+		}
+		if errs := validation.IsDNS1123Label(got); len(errs) > 0 {
+			t.Errorf("BrokerNamespace(%q) = %q is no namespace name: %v", c.id, got, errs)
+		}
+		if prev, dup := seen[got]; dup {
+			t.Errorf("ids %q and %q share namespace %q", prev, c.id, got)
+		}
+		seen[got] = c.id
+	}
+	// Ids that sanitise alike must still get distinct namespaces.
+	if BrokerNamespace("east.prod") == BrokerNamespace("east-prod") {
+		t.Error(`"east.prod" and "east-prod" share a broker namespace`)
+	}
+}
+
+func TestLabelValue(t *testing.T) {
+	long := strings.Repeat("a", 62) + "." + strings.Repeat("b", 60)
+	cases := []struct {
+		id   string
+		same bool
+	}{
+		{"cluster-a", true},
+		{"east.prod", true},
+		{strings.Repeat("x", 63), true},
+		{long, false},
+		{strings.Repeat("a", 52) + "." + strings.Repeat("b", 20), false},
+	}
+	for _, c := range cases {
+		got := LabelValue(c.id)
+		if (got == c.id) != c.same {
+			t.Errorf("LabelValue(%q) = %q, want unchanged = %v", c.id, got, c.same)
+		}
+		if errs := validation.IsValidLabelValue(got); len(errs) > 0 {
+			t.Errorf("LabelValue(%q) = %q is no label value: %v", c.id, got, errs)
+		}
+	}
+}
+
+func TestObjectNames(t *testing.T) {
+	long := strings.Repeat("s", 63)
+	for _, svc := range []string{"web", long} {
+		d := DerivedServiceName("ns", svc)
+		if errs := validation.IsDNS1035Label(d); len(errs) > 0 {
+			t.Errorf("DerivedServiceName(ns, %q) = %q is no service name: %v", svc, d, errs)
+		}
+		if d == DerivedServiceName("ns2", svc) {
+			t.Errorf("DerivedServiceName ignores the namespace: %q", d)
+		}
+		s := ImportedSliceName(svc, "east.prod", BrokerSliceName("ns", svc, "web-abcde", 0))
+		if errs := validation.IsDNS1123Subdomain(s); len(errs) > 0 {
+			t.Errorf("ImportedSliceName = %q is no object name: %v", s, errs)
+		}
+		if s == ImportedSliceName(svc, "west.prod", BrokerSliceName("ns", svc, "web-abcde", 0)) {
+			t.Errorf("ImportedSliceName ignores the cluster: %q", s)
+		}
+	}
+	if got := BrokerSliceName("ns", "web", "web-abcde", 0); got != "ns.web.web-abcde" {
+		t.Errorf("BrokerSliceName part 0 = %q", got)
+	}
+	if got := BrokerSliceName("ns", "web", "web-abcde", 2); got != "ns.web.web-abcde.2" {
+		t.Errorf("BrokerSliceName part 2 = %q", got)
+	}
+	if got := RecordName("ns", "web"); got != "ns.web" {
+		t.Errorf("RecordName = %q", got)
+	}
+}

@@ -1,0 +1,405 @@
+package kubesource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
+	"vksfleet.dev/fleet/plugin/zone"
+)
+
+// Observer receives the source's measurements; the CoreDNS adapter turns them into Prometheus metrics.
+type Observer interface {
+	// Rebuilt reports one index update of n services that took d.
+	Rebuilt(n int, d time.Duration)
+	// Propagated reports the time from an object change reaching the source to the answer changing.
+	Propagated(d time.Duration)
+	// SyncError reports a failed list, watch or discovery of resource.
+	SyncError(resource string, err error)
+	// Sized reports the index sizes after an update.
+	Sized(services, names, reverse int)
+}
+
+// Options configure a Source.
+type Options struct {
+	// Config reaches the API server.
+	Config *rest.Config
+	// Index receives the services.
+	Index *zone.Index
+	// NoEndpoints leaves out the EndpointSlice watch: only ClusterSetIP services answer.
+	NoEndpoints bool
+	// Observer receives measurements; nil discards them.
+	Observer Observer
+}
+
+// Source watches one cluster and keeps an index up to date.
+type Source struct {
+	opts   Options
+	kube   kubernetes.Interface
+	dyn    dynamic.Interface
+	synced atomic.Bool
+
+	imports, slices, namespaces cache.SharedIndexInformer // set once by start
+	registrations               []cache.ResourceEventHandlerRegistration
+
+	mu       sync.Mutex
+	dirty    map[serviceKey]time.Time // service -> when it first changed since the last update
+	nsDirty  bool
+	nsSince  time.Time
+	wake     chan struct{}
+	cancel   context.CancelFunc
+	finished chan struct{}
+}
+
+type serviceKey struct{ namespace, name string }
+
+const (
+	// bySourceService indexes imported slices by "<namespace>/<service-name label>".
+	bySourceService = "multicluster-service"
+	mcsGroup        = "multicluster.x-k8s.io"
+)
+
+// New returns a Source for the cluster that opts.Config reaches. Nothing runs until Start.
+func New(opts Options) (*Source, error) {
+	if opts.Config == nil || opts.Index == nil {
+		return nil, errors.New("kubesource: Config and Index are required")
+	}
+	if opts.Observer == nil {
+		opts.Observer = nopObserver{}
+	}
+	kube, err := kubernetes.NewForConfig(opts.Config)
+	if err != nil {
+		return nil, fmt.Errorf("kubesource: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(opts.Config)
+	if err != nil {
+		return nil, fmt.Errorf("kubesource: %w", err)
+	}
+	return &Source{opts: opts, kube: kube, dyn: dyn, dirty: map[serviceKey]time.Time{}, wake: make(chan struct{}, 1)}, nil
+}
+
+// Start starts the informers and the index worker; they run until Stop. The ServiceImport version is found by
+// discovery, retried until the API server answers.
+func (s *Source) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.finished = make(chan struct{})
+	go func() {
+		defer close(s.finished)
+		gvr, ok := s.serviceImportVersion(ctx)
+		if !ok {
+			return
+		}
+		if err := s.startInformers(ctx, gvr); err != nil {
+			s.opts.Observer.SyncError("informers", err)
+			return
+		}
+		s.work(ctx)
+	}()
+}
+
+// Stop stops everything Start started and waits for the worker to end.
+func (s *Source) Stop() {
+	if s.cancel == nil {
+		return
+	}
+	s.cancel()
+	<-s.finished
+}
+
+// HasSynced reports whether every informer has synced and the index holds everything they listed.
+func (s *Source) HasSynced() bool { return s.synced.Load() }
+
+// serviceImportVersion asks discovery which ServiceImport version the server serves, preferring v1beta1, and
+// retries with backoff while the server cannot tell.
+func (s *Source) serviceImportVersion(ctx context.Context) (schema.GroupVersionResource, bool) {
+	delay := 250 * time.Millisecond
+	for {
+		gvr, err := detectServiceImport(s.kube.Discovery())
+		if err == nil {
+			return gvr, true
+		}
+		s.opts.Observer.SyncError("discovery", err)
+		select {
+		case <-ctx.Done():
+			return gvr, false
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 10*time.Second)
+	}
+}
+
+func detectServiceImport(d discovery.DiscoveryInterface) (schema.GroupVersionResource, error) {
+	var errs []error
+	for _, version := range []string{"v1beta1", "v1alpha1"} {
+		gv := schema.GroupVersion{Group: mcsGroup, Version: version}
+		list, err := d.ServerResourcesForGroupVersion(gv.String())
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, r := range list.APIResources {
+			if r.Name == "serviceimports" {
+				return gv.WithResource("serviceimports"), nil
+			}
+		}
+	}
+	return schema.GroupVersionResource{}, fmt.Errorf("no ServiceImport resource served: %w", errors.Join(errs...))
+}
+
+func (s *Source) startInformers(ctx context.Context, gvr schema.GroupVersionResource) error {
+	s.imports = dynamicinformer.NewFilteredDynamicInformer(s.dyn, gvr, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
+	nsFactory := informers.NewSharedInformerFactory(s.kube, 0)
+	s.namespaces = nsFactory.Core().V1().Namespaces().Informer()
+	informersToRun := []struct {
+		name      string
+		inf       cache.SharedIndexInformer
+		transform cache.TransformFunc
+		handler   cache.ResourceEventHandler
+	}{
+		{"serviceimports", s.imports, slimServiceImport, s.handler(importKey)},
+		{"namespaces", s.namespaces, slimNamespace, cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { s.markNamespaces() },
+			DeleteFunc: func(any) { s.markNamespaces() },
+		}},
+	}
+	if !s.opts.NoEndpoints {
+		sliceFactory := informers.NewSharedInformerFactoryWithOptions(s.kube, 0,
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = mcsv1beta1.LabelServiceName }))
+		s.slices = sliceFactory.Discovery().V1().EndpointSlices().Informer()
+		if err := s.slices.AddIndexers(cache.Indexers{bySourceService: sliceServiceIndex}); err != nil {
+			return err
+		}
+		informersToRun = append(informersToRun, struct {
+			name      string
+			inf       cache.SharedIndexInformer
+			transform cache.TransformFunc
+			handler   cache.ResourceEventHandler
+		}{"endpointslices", s.slices, slimEndpointSlice, s.handler(sliceKey)})
+	}
+	for _, i := range informersToRun {
+		if err := i.inf.SetTransform(i.transform); err != nil {
+			return err
+		}
+		name := i.name
+		if err := i.inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+			s.opts.Observer.SyncError(name, err)
+			cache.DefaultWatchErrorHandler(ctx, r, err)
+		}); err != nil {
+			return err
+		}
+		reg, err := i.inf.AddEventHandler(i.handler)
+		if err != nil {
+			return err
+		}
+		s.registrations = append(s.registrations, reg)
+		go i.inf.RunWithContext(ctx)
+	}
+	return nil
+}
+
+// handler marks the service of every added, changed or deleted object dirty.
+func (s *Source) handler(key func(any) (serviceKey, bool)) cache.ResourceEventHandler {
+	mark := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if k, ok := key(obj); ok {
+			s.markService(k)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    mark,
+		UpdateFunc: func(oldObj, newObj any) { mark(oldObj); mark(newObj) },
+		DeleteFunc: mark,
+	}
+}
+
+func importKey(obj any) (serviceKey, bool) {
+	si, ok := obj.(*mcsv1beta1.ServiceImport)
+	if !ok {
+		return serviceKey{}, false
+	}
+	return serviceKey{si.Namespace, si.Name}, true
+}
+
+func sliceKey(obj any) (serviceKey, bool) {
+	sl, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok || sl.Labels[mcsv1beta1.LabelServiceName] == "" {
+		return serviceKey{}, false
+	}
+	return serviceKey{sl.Namespace, sl.Labels[mcsv1beta1.LabelServiceName]}, true
+}
+
+func sliceServiceIndex(obj any) ([]string, error) {
+	k, ok := sliceKey(obj)
+	if !ok {
+		return nil, nil
+	}
+	return []string{k.namespace + "/" + k.name}, nil
+}
+
+func (s *Source) markService(k serviceKey) {
+	s.mu.Lock()
+	if _, ok := s.dirty[k]; !ok {
+		s.dirty[k] = time.Now()
+	}
+	s.mu.Unlock()
+	s.poke()
+}
+
+func (s *Source) markNamespaces() {
+	s.mu.Lock()
+	if !s.nsDirty {
+		s.nsDirty, s.nsSince = true, time.Now()
+	}
+	s.mu.Unlock()
+	s.poke()
+}
+
+func (s *Source) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// work applies the dirty services to the index until ctx ends. Before the informers have synced it only waits,
+// so that the first update holds every listed object. After the first update that follows the sync, the
+// source reports synced.
+func (s *Source) work(ctx context.Context) {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+		case <-tick.C: // re-checks the sync state, which changes without an event
+		}
+		informersSynced := s.informersSynced()
+		if !informersSynced {
+			continue
+		}
+		wasSynced := s.synced.Load()
+		s.update(wasSynced)
+		if !wasSynced {
+			s.synced.Store(true)
+		}
+	}
+}
+
+func (s *Source) informersSynced() bool {
+	for _, r := range s.registrations {
+		if !r.HasSynced() {
+			return false
+		}
+	}
+	return len(s.registrations) > 0
+}
+
+// update takes the dirty set and applies it as one batch. Latencies are observed only once the source has
+// synced: before that, "changes" are the initial list.
+func (s *Source) update(observeLatency bool) {
+	s.mu.Lock()
+	dirty, nsDirty, nsSince := s.dirty, s.nsDirty, s.nsSince
+	s.dirty, s.nsDirty = map[serviceKey]time.Time{}, false
+	s.mu.Unlock()
+	if len(dirty) == 0 && !nsDirty {
+		return
+	}
+	start := time.Now()
+	if nsDirty {
+		var names []string
+		for _, obj := range s.namespaces.GetStore().List() {
+			if ns, ok := obj.(*corev1.Namespace); ok {
+				names = append(names, ns.Name)
+			}
+		}
+		s.opts.Index.SetNamespaces(names)
+	}
+	changes := make([]zone.Change, 0, len(dirty))
+	for k := range dirty {
+		changes = append(changes, zone.Change{Key: zone.Key(k.namespace, k.name), Service: s.service(k)})
+	}
+	s.opts.Index.Apply(changes...)
+	done := time.Now()
+	s.opts.Observer.Rebuilt(len(changes), done.Sub(start))
+	s.opts.Observer.Sized(s.opts.Index.Snapshot().Sizes())
+	if !observeLatency {
+		return
+	}
+	for _, since := range dirty {
+		s.opts.Observer.Propagated(done.Sub(since))
+	}
+	if nsDirty {
+		s.opts.Observer.Propagated(done.Sub(nsSince))
+	}
+}
+
+// service reads one service from the informer stores; nil when its ServiceImport is gone.
+func (s *Source) service(k serviceKey) *zone.Service {
+	obj, ok, err := s.imports.GetStore().GetByKey(k.namespace + "/" + k.name)
+	if err != nil || !ok {
+		return nil
+	}
+	si, ok := obj.(*mcsv1beta1.ServiceImport)
+	if !ok {
+		return nil
+	}
+	var slices []*discoveryv1.EndpointSlice
+	if s.slices != nil {
+		objs, _ := s.slices.GetIndexer().ByIndex(bySourceService, k.namespace+"/"+k.name)
+		for _, o := range objs {
+			if sl, ok := o.(*discoveryv1.EndpointSlice); ok {
+				slices = append(slices, sl)
+			}
+		}
+	}
+	return toService(si, slices)
+}
+
+// ClusterID reads this cluster's id from the cluster.clusterset.k8s.io ClusterProperty; "" when it does not
+// exist (or its CRD is not installed).
+func ClusterID(ctx context.Context, cfg *rest.Config) (string, error) {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return "", err
+	}
+	gvr := aboutv1alpha1.GroupVersion.WithResource("clusterproperties")
+	obj, err := dyn.Resource(gvr).Get(ctx, aboutv1alpha1.ClusterIDName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading ClusterProperty %s: %w", aboutv1alpha1.ClusterIDName, err)
+	}
+	v, _, err := unstructured.NestedString(obj.Object, "spec", "value")
+	return v, err
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Rebuilt(int, time.Duration) {}
+func (nopObserver) Propagated(time.Duration)   {}
+func (nopObserver) SyncError(string, error)    {}
+func (nopObserver) Sized(_, _, _ int)          {}

@@ -1,0 +1,93 @@
+package zone
+
+import "strings"
+
+// Kind says what part of the zone's namespace a query name falls in.
+type Kind uint8
+
+// The kinds of names in the zone.
+const (
+	// Outside is a name that is not in the zone.
+	Outside Kind = iota
+	// Apex is the zone itself (SOA, NS).
+	Apex
+	// DNSVersion is dns-version.<zone> (TXT).
+	DNSVersion
+	// NameServer is ns.dns.<zone>, the target of the apex NS record.
+	NameServer
+	// Structural is an empty non-terminal that always exists: svc.<zone> and dns.<zone>.
+	Structural
+	// NamespaceName is <ns>.svc.<zone>: it exists while the namespace exists in this cluster.
+	NamespaceName
+	// ServiceName is <svc>.<ns>.svc.<zone> or a name below it; Name.Prefix holds the labels below the service.
+	ServiceName
+	// Absent is a name in the zone that can never exist, such as anything under pod.<zone>.
+	Absent
+)
+
+// Name is a parsed query name. Its strings are slices of the query name, so parsing allocates nothing.
+type Name struct {
+	Kind Kind
+	// Namespace is the namespace label, for NamespaceName and ServiceName.
+	Namespace string
+	// Service is the service label, for ServiceName.
+	Service string
+	// Key identifies the service in an index: "<svc>.<ns>", for ServiceName.
+	Key string
+	// Prefix is what precedes the service name, without its trailing dot: "" for the service itself,
+	// "_http._tcp" for a port, "db-0.east.prod" for an endpoint of cluster east.prod.
+	Prefix string
+}
+
+// Parse splits qname, a lower-case fully qualified name, against zone, a lower-case fully qualified zone name.
+// Callers lower-case once (see Lookup), because parsing runs on the query path and must not allocate.
+func Parse(qname, zone string) Name {
+	if !inZone(qname, zone) {
+		return Name{Kind: Outside}
+	}
+	if len(qname) == len(zone) {
+		return Name{Kind: Apex}
+	}
+	rel := strings.TrimSuffix(qname[:len(qname)-len(zone)], ".") // relative name, no trailing dot
+	switch rel {
+	case "dns-version":
+		return Name{Kind: DNSVersion}
+	case "ns.dns":
+		return Name{Kind: NameServer}
+	case "svc", "dns":
+		return Name{Kind: Structural}
+	}
+	rest, last := cutLast(rel)
+	if last != "svc" || rest == "" {
+		return Name{Kind: Absent} // pod.<zone>, unknown labels, and anything below dns-version or ns.dns
+	}
+	rest, ns := cutLast(rest)
+	if rest == "" {
+		return Name{Kind: NamespaceName, Namespace: ns}
+	}
+	prefix, svc := cutLast(rest)
+	// rest is "<prefix>.<svc>" or "<svc>"; the key "<svc>.<ns>" is the slice of rel that starts at svc.
+	keyStart := len(rest) - len(svc)
+	key := rel[keyStart : len(rel)-len(".svc")]
+	return Name{Kind: ServiceName, Namespace: ns, Service: svc, Key: key, Prefix: prefix}
+}
+
+// inZone reports whether qname is zone or a name below it, at a label boundary.
+func inZone(qname, zone string) bool {
+	if !strings.HasSuffix(qname, zone) {
+		return false
+	}
+	if len(qname) == len(zone) || zone == "." {
+		return true
+	}
+	return qname[len(qname)-len(zone)-1] == '.'
+}
+
+// cutLast splits "a.b.c" into "a.b" and "c"; a single label comes back as "" and the label.
+func cutLast(s string) (rest, last string) {
+	i := strings.LastIndexByte(s, '.')
+	if i < 0 {
+		return "", s
+	}
+	return s[:i], s[i+1:]
+}

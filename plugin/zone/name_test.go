@@ -1,0 +1,100 @@
+package zone
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	const z = "clusterset.local."
+	tests := []struct {
+		qname string
+		want  Name
+	}{
+		{"clusterset.local.", Name{Kind: Apex}},
+		{"example.com.", Name{Kind: Outside}},
+		{"xclusterset.local.", Name{Kind: Outside}},
+		{"local.", Name{Kind: Outside}},
+		{"dns-version.clusterset.local.", Name{Kind: DNSVersion}},
+		{"a.dns-version.clusterset.local.", Name{Kind: Absent}},
+		{"ns.dns.clusterset.local.", Name{Kind: NameServer}},
+		{"dns.clusterset.local.", Name{Kind: Structural}},
+		{"svc.clusterset.local.", Name{Kind: Structural}},
+		{"pod.clusterset.local.", Name{Kind: Absent}},
+		{"db.ns.pod.clusterset.local.", Name{Kind: Absent}},
+		{"other.clusterset.local.", Name{Kind: Absent}},
+		{"ns.svc.clusterset.local.", Name{Kind: NamespaceName, Namespace: "ns"}},
+		{"db.ns.svc.clusterset.local.", Name{Kind: ServiceName, Namespace: "ns", Service: "db", Key: "db.ns"}},
+		{"_http._tcp.db.ns.svc.clusterset.local.",
+			Name{Kind: ServiceName, Namespace: "ns", Service: "db", Key: "db.ns", Prefix: "_http._tcp"}},
+		{"db-0.east.prod.db.ns.svc.clusterset.local.",
+			Name{Kind: ServiceName, Namespace: "ns", Service: "db", Key: "db.ns", Prefix: "db-0.east.prod"}},
+		{"east.db.ns.svc.clusterset.local.",
+			Name{Kind: ServiceName, Namespace: "ns", Service: "db", Key: "db.ns", Prefix: "east"}},
+	}
+	for _, tt := range tests {
+		if got := Parse(tt.qname, z); got != tt.want {
+			t.Errorf("Parse(%q) = %+v, want %+v", tt.qname, got, tt.want)
+		}
+	}
+}
+
+func TestParseRootZone(t *testing.T) {
+	if got := Parse("db.ns.svc.", "."); got.Kind != ServiceName || got.Key != "db.ns" {
+		t.Errorf("Parse in the root zone = %+v", got)
+	}
+}
+
+func TestParseDoesNotAllocate(t *testing.T) {
+	n := testing.AllocsPerRun(100, func() {
+		Parse("db-0.east.prod.db.ns.svc.clusterset.local.", "clusterset.local.")
+	})
+	if n != 0 {
+		t.Errorf("Parse allocates %v times", n)
+	}
+}
+
+func TestAddressHostname(t *testing.T) {
+	tests := map[string]string{
+		"10.1.2.3":         "10-1-2-3",
+		"fd00::1":          "fd00--1",
+		"fd00::":           "fd00--0",
+		"::1":              "0--1",
+		"::":               "0--0",
+		"::ffff:10.0.0.1":  "10-0-0-1",
+		"2001:db8:0:1::a0": "2001-db8-0-1--a0",
+	}
+	for in, want := range tests {
+		got := addressHostname(netip.MustParseAddr(in))
+		if got != want {
+			t.Errorf("addressHostname(%s) = %q, want %q", in, got, want)
+		}
+		if strings.HasPrefix(got, "-") || strings.HasSuffix(got, "-") {
+			t.Errorf("addressHostname(%s) = %q starts or ends with '-'", in, got)
+		}
+	}
+}
+
+func TestValidName(t *testing.T) {
+	label63 := strings.Repeat("a", 63)
+	tests := []struct {
+		name string
+		want bool
+	}{
+		{"a.b.", true},
+		{"a.b", false},
+		{".", false},
+		{"a..b.", false},
+		{label63 + ".b.", true},
+		{label63 + "a.b.", false},
+		{strings.Repeat("a.", 126) + "a.", true},   // 253 octets
+		{strings.Repeat("a.", 127) + "a.", false},  // 255 octets
+		{strings.Repeat("a.", 126) + "ab.", false}, // 254 octets
+	}
+	for _, tt := range tests {
+		if got := validName(tt.name); got != tt.want {
+			t.Errorf("validName(%d octets %.20q) = %v, want %v", len(tt.name), tt.name, got, tt.want)
+		}
+	}
+}
