@@ -34,7 +34,7 @@ var Scheme = runtime.NewScheme()
 
 func init() {
 	for _, add := range []func(*runtime.Scheme) error{
-		clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, mcsv1alpha1.AddToScheme, mcsv1beta1.AddToScheme,
+		clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, mcsv1alpha1.Install, mcsv1beta1.Install,
 		aboutv1alpha1.AddToScheme,
 	} {
 		if err := add(Scheme); err != nil {

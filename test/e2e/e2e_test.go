@@ -1,0 +1,373 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+)
+
+const wait = 30 * time.Second
+
+func TestExportIsImportedEverywhere(t *testing.T) {
+	ns := namespace(t)
+	a := members["cluster-a"]
+	deploy(t, a, ns, app{name: "web", replicas: 2})
+	exportService(t, a, ns, "web")
+
+	eventually(t, wait, "import in every member", func() error {
+		return everywhere(func(m *member) error {
+			imp, err := readImport(m, ns, "web")
+			if err != nil {
+				return err
+			}
+			if err := imp.wantEndpoints(map[string]int{a.ID: 2}); err != nil {
+				return err
+			}
+			si := imp.si
+			if si.Spec.Type != mcsv1beta1.ClusterSetIP || len(si.Spec.Ports) != 1 || si.Spec.Ports[0].Port != 80 {
+				return fmt.Errorf("spec = %+v", si.Spec)
+			}
+			if !slices.Equal(si.Spec.IPFamilies, []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}) || len(si.Spec.IPs) != 2 {
+				return fmt.Errorf("dual-stack import: families %v, ips %v", si.Spec.IPFamilies, si.Spec.IPs)
+			}
+			if imp.derived == nil || !slices.Equal(imp.derived.Spec.ClusterIPs, si.Spec.IPs) || imp.derived.Spec.Selector != nil {
+				return fmt.Errorf("derived Service %v does not hold the ips %v", imp.derived, si.Spec.IPs)
+			}
+			if len(si.Status.Clusters) != 1 || si.Status.Clusters[0].Cluster != a.ID {
+				return fmt.Errorf("status.clusters = %v", si.Status.Clusters)
+			}
+			if !meta.IsStatusConditionTrue(si.Status.Conditions, string(mcsv1beta1.ServiceImportConditionReady)) {
+				return fmt.Errorf("not Ready: %v", si.Status.Conditions)
+			}
+			for _, s := range imp.slices {
+				if s.Labels["endpointslice.kubernetes.io/managed-by"] != "mcs-controller.vksfleet.dev" ||
+					s.Labels["kubernetes.io/service-name"] != imp.derived.Name {
+					return fmt.Errorf("slice %s labels %v", s.Name, s.Labels)
+				}
+				for _, e := range s.Endpoints {
+					if e.NodeName != nil || e.TargetRef != nil || e.Zone == nil || *e.Zone != a.Zone {
+						return fmt.Errorf("endpoint %v: nodeName/targetRef must stay local, zone %q must travel", e.Addresses, a.Zone)
+					}
+				}
+			}
+			return nil
+		})
+	})
+	eventually(t, wait, "export conditions", func() error {
+		for cond, reason := range map[string]string{"Valid": "Valid", "Ready": "Exported"} {
+			if err := wantCondition(a, ns, "web", cond, metav1.ConditionTrue, reason); err != nil {
+				return err
+			}
+		}
+		return wantCondition(a, ns, "web", "Conflict", metav1.ConditionFalse, "NoConflicts")
+	})
+}
+
+func TestTwoExportersThenUnexport(t *testing.T) {
+	ns := namespace(t)
+	a, b, c := members["cluster-a"], members["cluster-b"], members["cluster-c"]
+	deploy(t, a, ns, app{name: "api", replicas: 1})
+	deploy(t, c, ns, app{name: "api", replicas: 3})
+	exportService(t, a, ns, "api")
+	exportService(t, c, ns, "api")
+
+	eventually(t, wait, "both clusters' slices in one import", func() error {
+		return everywhere(func(m *member) error {
+			imp, err := readImport(m, ns, "api")
+			if err != nil {
+				return err
+			}
+			if err := imp.wantEndpoints(map[string]int{a.ID: 1, c.ID: 3}); err != nil {
+				return err
+			}
+			if got := imp.si.Status.Clusters; len(got) != 2 {
+				return fmt.Errorf("status.clusters = %v", got)
+			}
+			return nil
+		})
+	})
+	before, err := readImport(b, ns, "api")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	unexport(t, a, ns, "api")
+	eventually(t, wait, "only C's slices left", func() error {
+		return everywhere(func(m *member) error {
+			imp, err := readImport(m, ns, "api")
+			if err != nil {
+				return err
+			}
+			if err := imp.wantEndpoints(map[string]int{c.ID: 3}); err != nil {
+				return err
+			}
+			if got := imp.si.Status.Clusters; len(got) != 1 || got[0].Cluster != c.ID {
+				return fmt.Errorf("status.clusters = %v", got)
+			}
+			return nil
+		})
+	})
+	after, err := readImport(b, ns, "api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(before.si.Spec.IPs, after.si.Spec.IPs) {
+		t.Errorf("the cluster-set IPs changed while the import lived: %v, then %v", before.si.Spec.IPs, after.si.Spec.IPs)
+	}
+
+	unexport(t, c, ns, "api")
+	eventually(t, wait, "import, derived Service and slices gone everywhere", func() error {
+		return everywhere(func(m *member) error {
+			imp, err := readImport(m, ns, "api")
+			if err != nil {
+				return err
+			}
+			return imp.gone()
+		})
+	})
+}
+
+func TestInvalidExports(t *testing.T) {
+	ns := namespace(t)
+	a := members["cluster-a"]
+	deploy(t, a, ns, app{name: "ext", edit: func(s *corev1.Service) {
+		s.Spec = corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "db.example.com"}
+	}})
+	exportService(t, a, ns, "ext")
+	exportService(t, a, ns, "missing")
+	eventually(t, wait, "Valid=False", func() error {
+		if err := wantCondition(a, ns, "ext", "Valid", metav1.ConditionFalse, "InvalidServiceType"); err != nil {
+			return err
+		}
+		return wantCondition(a, ns, "missing", "Valid", metav1.ConditionFalse, "NoService")
+	})
+	for _, name := range []string{"ext", "missing"} {
+		if err := everywhere(func(m *member) error {
+			imp, err := readImport(m, ns, name)
+			if err != nil {
+				return err
+			}
+			return imp.gone()
+		}); err != nil {
+			t.Errorf("invalid export %s was imported: %v", name, err)
+		}
+	}
+
+	// The Service appearing later makes the export valid.
+	deploy(t, a, ns, app{name: "missing", replicas: 1})
+	eventually(t, wait, "Valid=True once the Service exists", func() error {
+		if err := wantCondition(a, ns, "missing", "Valid", metav1.ConditionTrue, "Valid"); err != nil {
+			return err
+		}
+		imp, err := readImport(members["cluster-c"], ns, "missing")
+		if err != nil {
+			return err
+		}
+		return imp.wantEndpoints(map[string]int{a.ID: 1})
+	})
+}
+
+func TestConflictsOldestWins(t *testing.T) {
+	ns := namespace(t)
+	a, c := members["cluster-a"], members["cluster-c"]
+	deploy(t, a, ns, app{name: "db", replicas: 1})
+	exportService(t, a, ns, "db")
+	eventually(t, wait, "A's export published", func() error {
+		return wantCondition(a, ns, "db", "Ready", metav1.ConditionTrue, "Exported")
+	})
+	// C's export is younger (or, within the same second, loses the tie on cluster id) and disagrees on ports,
+	// type and session affinity.
+	deploy(t, c, ns, app{name: "db", replicas: 1, edit: func(s *corev1.Service) {
+		s.Spec.ClusterIP = corev1.ClusterIPNone
+		s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+		s.Spec.Ports[0].Port = 8080
+	}})
+	exportService(t, c, ns, "db")
+
+	eventually(t, wait, "Conflict on every exporter", func() error {
+		for _, m := range []*member{a, c} {
+			for _, reason := range []string{"PortConflict", "TypeConflict", "SessionAffinityConflict"} {
+				if err := wantCondition(m, ns, "db", "Conflict", metav1.ConditionTrue, reason); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	cond, err := exportCondition(c, ns, "db", "Conflict")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Conflict message: %s", cond.Message)
+	eventually(t, wait, "the oldest export wins everywhere", func() error {
+		return everywhere(func(m *member) error {
+			imp, err := readImport(m, ns, "db")
+			if err != nil {
+				return err
+			}
+			s := imp.si.Spec
+			if s.Type != mcsv1beta1.ClusterSetIP || s.SessionAffinity != corev1.ServiceAffinityNone ||
+				len(s.Ports) != 1 || s.Ports[0].Port != 80 || len(s.IPs) != 2 {
+				return fmt.Errorf("spec = %+v, want A's", s)
+			}
+			return imp.wantEndpoints(map[string]int{a.ID: 1, c.ID: 1})
+		})
+	})
+
+	// Once the conflicting export goes, the conflict clears.
+	unexport(t, c, ns, "db")
+	eventually(t, wait, "NoConflicts", func() error {
+		return wantCondition(a, ns, "db", "Conflict", metav1.ConditionFalse, "NoConflicts")
+	})
+}
+
+func TestIPFamilyConflict(t *testing.T) {
+	ns := namespace(t)
+	a, c := members["cluster-a"], members["cluster-c"]
+	deploy(t, a, ns, app{name: "v6", replicas: 1})
+	exportService(t, a, ns, "v6")
+	deploy(t, c, ns, app{name: "v6", replicas: 1, edit: func(s *corev1.Service) {
+		s.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicySingleStack)
+		s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol}
+	}})
+	exportService(t, c, ns, "v6")
+	eventually(t, wait, "IPv6-only import with IPFamilyConflict", func() error {
+		for _, m := range []*member{a, c} {
+			if err := wantCondition(m, ns, "v6", "Conflict", metav1.ConditionTrue, "IPFamilyConflict"); err != nil {
+				return err
+			}
+		}
+		return everywhere(func(m *member) error {
+			imp, err := readImport(m, ns, "v6")
+			if err != nil || imp.si == nil {
+				return fmt.Errorf("no import: %v", err)
+			}
+			s := imp.si.Spec
+			if !slices.Equal(s.IPFamilies, []corev1.IPFamily{corev1.IPv6Protocol}) || len(s.IPs) != 1 {
+				return fmt.Errorf("families %v, ips %v; want one IPv6", s.IPFamilies, s.IPs)
+			}
+			return nil
+		})
+	})
+}
+
+func TestNamespaceCreatedLater(t *testing.T) {
+	a, b := members["cluster-a"], members["cluster-b"]
+	ns := namespace(t, "cluster-a", "cluster-c")
+	deploy(t, a, ns, app{name: "late", replicas: 1})
+	exportService(t, a, ns, "late")
+	eventually(t, wait, "imported where the namespace exists", func() error {
+		imp, err := readImport(members["cluster-c"], ns, "late")
+		if err != nil {
+			return err
+		}
+		return imp.wantEndpoints(map[string]int{a.ID: 1})
+	})
+	if err := b.Client.Get(context.Background(), types.NamespacedName{Name: ns}, &corev1.Namespace{}); err == nil {
+		t.Fatalf("namespace %s exists in %s", ns, b.Name)
+	}
+	createNamespace(t, b, ns)
+	eventually(t, wait, "imported once the namespace exists", func() error {
+		imp, err := readImport(b, ns, "late")
+		if err != nil {
+			return err
+		}
+		return imp.wantEndpoints(map[string]int{a.ID: 1})
+	})
+}
+
+func TestExportedLabelsAndAnnotations(t *testing.T) {
+	ns := namespace(t)
+	a := members["cluster-a"]
+	deploy(t, a, ns, app{name: "labelled", replicas: 1})
+	exportService(t, a, ns, "labelled", func(se *mcsv1beta1.ServiceExport) {
+		se.Labels = map[string]string{"export-label": "stays"}
+		se.Annotations = map[string]string{"export-annotation": "stays"}
+		se.Spec.ExportedLabels = map[string]string{"team": "blue"}
+		se.Spec.ExportedAnnotations = map[string]string{"example.com/owner": "blue-team"}
+	})
+	eventually(t, wait, "exactly the exported labels and annotations", func() error {
+		return everywhere(func(m *member) error {
+			imp, err := readImport(m, ns, "labelled")
+			if err != nil || imp.si == nil {
+				return fmt.Errorf("no import: %v", err)
+			}
+			if want := map[string]string{"team": "blue"}; !maps.Equal(imp.si.Labels, want) {
+				return fmt.Errorf("labels = %v, want %v", imp.si.Labels, want)
+			}
+			if want := map[string]string{"example.com/owner": "blue-team"}; !maps.Equal(imp.si.Annotations, want) {
+				return fmt.Errorf("annotations = %v, want %v", imp.si.Annotations, want)
+			}
+			return nil
+		})
+	})
+}
+
+func TestScalingIsReflected(t *testing.T) {
+	ns := namespace(t)
+	a, b := members["cluster-a"], members["cluster-b"]
+	deploy(t, a, ns, app{name: "scale", replicas: 1})
+	exportService(t, a, ns, "scale")
+	for _, replicas := range []int32{5, 2} {
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			d := &appsv1.Deployment{}
+			if err := a.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "scale"}, d); err != nil {
+				return err
+			}
+			d.Spec.Replicas = ptr.To(replicas)
+			return a.Client.Update(context.Background(), d)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, wait, fmt.Sprintf("%d endpoints in B", replicas), func() error {
+			imp, err := readImport(b, ns, "scale")
+			if err != nil {
+				return err
+			}
+			return imp.wantEndpoints(map[string]int{a.ID: int(replicas)})
+		})
+	}
+	// A pod turning unready travels as a condition, and back.
+	pods := &corev1.PodList{}
+	if err := a.Client.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{"app": "scale"}); err != nil {
+		t.Fatal(err)
+	}
+	var running []string
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp.IsZero() && p.Status.Phase == corev1.PodRunning {
+			running = append(running, p.Name)
+		}
+	}
+	if len(running) != 2 {
+		t.Fatalf("running pods = %v, want 2", running)
+	}
+	for _, ready := range []bool{false, true} {
+		if err := a.SetPodReady(context.Background(), ns, running[0], ready); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]int{a.ID: 1}
+		if ready {
+			want[a.ID] = 2
+		}
+		eventually(t, wait, fmt.Sprintf("pod ready=%v in B", ready), func() error {
+			imp, err := readImport(b, ns, "scale")
+			if err != nil {
+				return err
+			}
+			return imp.wantEndpoints(want)
+		})
+	}
+}
