@@ -69,7 +69,7 @@ func Record(clusterID string, se *mcsv1beta1.ServiceExport, svc *corev1.Service)
 }
 
 // Slices are the endpoints of a Service's local EndpointSlices as this cluster publishes them: one slice per
-// source slice (split at MaxEndpointsPerSlice), named for the broker, with address type, ports and, per endpoint,
+// non-empty source slice (split at MaxEndpointsPerSlice), named for the broker, with address type, ports and, per endpoint,
 // addresses, conditions, hostname and zone. Node names, target references and hints stay local. The result is
 // sorted by name.
 func Slices(namespace, service string, local []discoveryv1.EndpointSlice) []discoveryv1.EndpointSlice {
@@ -88,7 +88,7 @@ func Slices(namespace, service string, local []discoveryv1.EndpointSlice) []disc
 			})
 		}
 		slices.SortFunc(eps, func(a, b discoveryv1.Endpoint) int { return strings.Compare(first(a.Addresses), first(b.Addresses)) })
-		for part := 0; part == 0 || part*MaxEndpointsPerSlice < len(eps); part++ {
+		for part := 0; part*MaxEndpointsPerSlice < len(eps); part++ {
 			chunk := eps[part*MaxEndpointsPerSlice : min(len(eps), (part+1)*MaxEndpointsPerSlice)]
 			out = append(out, discoveryv1.EndpointSlice{
 				ObjectMeta:  metav1.ObjectMeta{Name: names.BrokerSliceName(namespace, service, s.Name, part)},

@@ -170,12 +170,7 @@ func (s *Source) startInformers(ctx context.Context, gvr schema.GroupVersionReso
 	s.imports = dynamicinformer.NewFilteredDynamicInformer(s.dyn, gvr, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
 	nsFactory := informers.NewSharedInformerFactory(s.kube, 0)
 	s.namespaces = nsFactory.Core().V1().Namespaces().Informer()
-	informersToRun := []struct {
-		name      string
-		inf       cache.SharedIndexInformer
-		transform cache.TransformFunc
-		handler   cache.ResourceEventHandler
-	}{
+	toRun := []watched{
 		{"serviceimports", s.imports, slimServiceImport, s.handler(importKey)},
 		{"namespaces", s.namespaces, slimNamespace, cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { s.markNamespaces() },
@@ -189,14 +184,9 @@ func (s *Source) startInformers(ctx context.Context, gvr schema.GroupVersionReso
 		if err := s.slices.AddIndexers(cache.Indexers{bySourceService: sliceServiceIndex}); err != nil {
 			return err
 		}
-		informersToRun = append(informersToRun, struct {
-			name      string
-			inf       cache.SharedIndexInformer
-			transform cache.TransformFunc
-			handler   cache.ResourceEventHandler
-		}{"endpointslices", s.slices, slimEndpointSlice, s.handler(sliceKey)})
+		toRun = append(toRun, watched{"endpointslices", s.slices, slimEndpointSlice, s.handler(sliceKey)})
 	}
-	for _, i := range informersToRun {
+	for _, i := range toRun {
 		if err := i.inf.SetTransform(i.transform); err != nil {
 			return err
 		}
@@ -215,6 +205,14 @@ func (s *Source) startInformers(ctx context.Context, gvr schema.GroupVersionReso
 		go i.inf.RunWithContext(ctx)
 	}
 	return nil
+}
+
+// watched is one informer with what the source hooks into it.
+type watched struct {
+	name      string
+	inf       cache.SharedIndexInformer
+	transform cache.TransformFunc
+	handler   cache.ResourceEventHandler
 }
 
 // handler marks the service of every added, changed or deleted object dirty.
@@ -287,23 +285,23 @@ func (s *Source) poke() {
 // so that the first update holds every listed object. After the first update that follows the sync, the
 // source reports synced.
 func (s *Source) work(ctx context.Context) {
-	tick := time.NewTicker(50 * time.Millisecond)
+	tick := time.NewTicker(20 * time.Millisecond) // re-checks the sync state, which changes without an event
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.wake:
-		case <-tick.C: // re-checks the sync state, which changes without an event
+		case <-tick.C:
 		}
-		informersSynced := s.informersSynced()
-		if !informersSynced {
+		if !s.informersSynced() {
 			continue
 		}
 		wasSynced := s.synced.Load()
 		s.update(wasSynced)
 		if !wasSynced {
 			s.synced.Store(true)
+			tick.Stop()
 		}
 	}
 }

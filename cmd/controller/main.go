@@ -1,0 +1,158 @@
+// Command controller is the mcs-controller, run once per member cluster: it publishes the member's
+// ServiceExports to the broker and imports every service the clusterset exports.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"vksfleet.dev/fleet/controller"
+	"vksfleet.dev/fleet/controller/clusterid"
+)
+
+// flags are the command line, parsed and checked.
+type flags struct {
+	kubeconfig, brokerKubeconfig string
+	brokerSecret                 types.NamespacedName
+	clusterID                    string
+	leaseGrace                   time.Duration
+	qps                          float64
+	burst                        int
+	workers                      int
+	leaderElect                  bool
+	leaderElectionNamespace      string
+	healthAddr, metricsAddr      string
+}
+
+// parseFlags parses and checks the arguments; every mistake is reported before anything connects.
+func parseFlags(args []string, out io.Writer) (flags, error) {
+	var f flags
+	var secret string
+	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig of the member cluster; default in-cluster config or $KUBECONFIG")
+	fs.StringVar(&f.brokerKubeconfig, "broker-kubeconfig", "", "kubeconfig file of the broker")
+	fs.StringVar(&secret, "broker-secret", "", "namespace/name of a Secret in the member cluster whose key `kubeconfig` reaches the broker")
+	fs.StringVar(&f.clusterID, "cluster-id", "", "override the cluster id of the cluster.clusterset.k8s.io ClusterProperty")
+	fs.DurationVar(&f.leaseGrace, "lease-grace", controller.DefaultLeaseGrace, "how long a member's broker Lease may go unrenewed before its endpoints are withdrawn")
+	fs.Float64Var(&f.qps, "qps", 200, "client queries per second to each API server")
+	fs.IntVar(&f.burst, "burst", 400, "client burst to each API server")
+	fs.IntVar(&f.workers, "workers", 16, "services reconciled concurrently")
+	fs.BoolVar(&f.leaderElect, "leader-elect", false, "elect one active replica through a Lease in the member cluster")
+	fs.StringVar(&f.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease; default the pod's namespace")
+	fs.StringVar(&f.healthAddr, "health-probe-bind-address", ":8081", "address serving /healthz and /readyz; 0 disables")
+	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "address serving Prometheus metrics; 0 disables")
+	if err := fs.Parse(args); err != nil {
+		return f, err
+	}
+	var errs []error
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments: %q", fs.Args()))
+	}
+	switch {
+	case f.brokerKubeconfig == "" && secret == "":
+		errs = append(errs, errors.New("one of --broker-kubeconfig and --broker-secret is required"))
+	case f.brokerKubeconfig != "" && secret != "":
+		errs = append(errs, errors.New("--broker-kubeconfig and --broker-secret exclude each other"))
+	case secret != "":
+		ns, name, ok := strings.Cut(secret, "/")
+		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			errs = append(errs, fmt.Errorf("--broker-secret %q is not namespace/name", secret))
+		}
+		f.brokerSecret = types.NamespacedName{Namespace: ns, Name: name}
+	}
+	if f.clusterID != "" {
+		if err := clusterid.Validate(f.clusterID); err != nil {
+			errs = append(errs, fmt.Errorf("--cluster-id: %w", err))
+		}
+	}
+	if f.leaseGrace < time.Second {
+		errs = append(errs, fmt.Errorf("--lease-grace %v is shorter than 1s", f.leaseGrace))
+	}
+	if f.qps <= 0 || f.burst <= 0 {
+		errs = append(errs, fmt.Errorf("--qps %v and --burst %d must be positive", f.qps, f.burst))
+	}
+	if f.workers <= 0 {
+		errs = append(errs, fmt.Errorf("--workers %d must be positive", f.workers))
+	}
+	return f, errors.Join(errs...)
+}
+
+func main() {
+	ctrl.SetLogger(klog.NewKlogr())
+	f, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err == nil {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		err = run(ctx, f)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mcs-controller:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, f flags) error {
+	local, err := restConfig(f.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("member cluster: %w", err)
+	}
+	local.QPS, local.Burst = float32(f.qps), f.burst
+	brokerCfg, err := brokerConfig(ctx, f, local)
+	if err != nil {
+		return fmt.Errorf("broker: %w", err)
+	}
+	brokerCfg.QPS, brokerCfg.Burst = float32(f.qps), f.burst
+	return controller.Run(ctx, controller.Options{
+		Local: local, Broker: brokerCfg, ClusterID: f.clusterID, LeaseGrace: f.leaseGrace, Workers: f.workers,
+		LeaderElection: f.leaderElect, LeaderElectionNamespace: f.leaderElectionNamespace,
+		HealthProbeBindAddress: f.healthAddr, MetricsBindAddress: f.metricsAddr,
+	})
+}
+
+// restConfig loads a kubeconfig file, or the in-cluster config / $KUBECONFIG when path is empty.
+func restConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		return ctrl.GetConfig()
+	}
+	return clientcmd.BuildConfigFromFlags("", path)
+}
+
+// brokerConfig loads the broker's kubeconfig from its file or from the Secret in the member cluster.
+func brokerConfig(ctx context.Context, f flags, local *rest.Config) (*rest.Config, error) {
+	if f.brokerKubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", f.brokerKubeconfig)
+	}
+	c, err := client.New(local, client.Options{})
+	if err != nil {
+		return nil, err
+	}
+	secret := &corev1.Secret{}
+	if err := c.Get(ctx, f.brokerSecret, secret); err != nil {
+		return nil, fmt.Errorf("reading Secret %s: %w", f.brokerSecret, err)
+	}
+	kubeconfig, ok := secret.Data["kubeconfig"]
+	if !ok {
+		return nil, fmt.Errorf("Secret %s has no key \"kubeconfig\"", f.brokerSecret)
+	}
+	return clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+}

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func TestParseFlags(t *testing.T) {
+	cases := []struct {
+		args    []string
+		wantErr string
+		check   func(flags) bool
+	}{
+		{[]string{"--broker-kubeconfig=/b"}, "", func(f flags) bool {
+			return f.brokerKubeconfig == "/b" && f.leaseGrace == 30*time.Second && f.qps == 200 && f.burst == 400
+		}},
+		{[]string{"--broker-secret=mcs-system/broker", "--cluster-id=east.prod", "--lease-grace=5s"}, "", func(f flags) bool {
+			return f.brokerSecret == types.NamespacedName{Namespace: "mcs-system", Name: "broker"} && f.clusterID == "east.prod" &&
+				f.leaseGrace == 5*time.Second
+		}},
+		{nil, "one of --broker-kubeconfig and --broker-secret is required", nil},
+		{[]string{"--broker-kubeconfig=/b", "--broker-secret=a/b"}, "exclude each other", nil},
+		{[]string{"--broker-secret=broker"}, "is not namespace/name", nil},
+		{[]string{"--broker-secret=a/b/c"}, "is not namespace/name", nil},
+		{[]string{"--broker-kubeconfig=/b", "--cluster-id=Bad_ID"}, "--cluster-id", nil},
+		{[]string{"--broker-kubeconfig=/b", "--lease-grace=100ms"}, "shorter than 1s", nil},
+		{[]string{"--broker-kubeconfig=/b", "--qps=0"}, "must be positive", nil},
+		{[]string{"--broker-kubeconfig=/b", "--workers=-1"}, "must be positive", nil},
+		{[]string{"--broker-kubeconfig=/b", "extra"}, "unexpected arguments", nil},
+		{[]string{"--no-such-flag"}, "not defined", nil},
+	}
+	for _, c := range cases {
+		f, err := parseFlags(c.args, io.Discard)
+		switch {
+		case c.wantErr != "":
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("parseFlags(%q) error = %v, want one containing %q", c.args, err, c.wantErr)
+			}
+		case err != nil:
+			t.Errorf("parseFlags(%q) = %v", c.args, err)
+		case !c.check(f):
+			t.Errorf("parseFlags(%q) = %+v", c.args, f)
+		}
+	}
+}

@@ -1,0 +1,71 @@
+// Package apply makes stored objects equal desired ones with as few writes as possible: it compares before it
+// writes, so that a reconcile with nothing to change makes no request at all.
+package apply
+
+import (
+	"context"
+	"errors"
+	"maps"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Slices makes the EndpointSlices in existing (all the controller's slices of one service, in one namespace)
+// equal desired: it creates missing ones, updates changed ones, recreates those whose immutable address type
+// changed and deletes the rest.
+func Slices(ctx context.Context, c client.Client, existing, desired []discoveryv1.EndpointSlice) error {
+	have := make(map[string]*discoveryv1.EndpointSlice, len(existing))
+	for i := range existing {
+		have[existing[i].Name] = &existing[i]
+	}
+	var errs []error
+	for i := range desired {
+		want := &desired[i]
+		got, ok := have[want.Name]
+		delete(have, want.Name)
+		switch {
+		case !ok:
+			errs = append(errs, c.Create(ctx, want.DeepCopy()))
+		case got.AddressType != want.AddressType:
+			errs = append(errs, Delete(ctx, c, got), c.Create(ctx, want.DeepCopy()))
+		case !SameSlice(got, want):
+			upd := got.DeepCopy()
+			upd.Labels, upd.Annotations, upd.OwnerReferences = want.Labels, want.Annotations, want.OwnerReferences
+			upd.Endpoints, upd.Ports = want.Endpoints, want.Ports
+			errs = append(errs, c.Update(ctx, upd))
+		}
+	}
+	for _, got := range have {
+		errs = append(errs, Delete(ctx, c, got))
+	}
+	return errors.Join(errs...)
+}
+
+// SameSlice says whether a stored slice already has the desired content.
+func SameSlice(got, want *discoveryv1.EndpointSlice) bool {
+	return SameMeta(got, want) && equality.Semantic.DeepEqual(got.OwnerReferences, want.OwnerReferences) &&
+		equality.Semantic.DeepEqual(got.Endpoints, want.Endpoints) && equality.Semantic.DeepEqual(got.Ports, want.Ports)
+}
+
+// SameMeta says whether a stored object already has the desired labels and annotations (nil equals empty).
+func SameMeta(got, want metav1.Object) bool {
+	return maps.Equal(got.GetLabels(), want.GetLabels()) && maps.Equal(got.GetAnnotations(), want.GetAnnotations())
+}
+
+// Delete deletes obj unless it is already gone or going, guarded by its UID so that a newer object of the same
+// name is never deleted by mistake.
+func Delete(ctx context.Context, c client.Client, obj client.Object) error {
+	if !obj.GetDeletionTimestamp().IsZero() {
+		return nil
+	}
+	uid := obj.GetUID()
+	err := c.Delete(ctx, obj, client.Preconditions{UID: &uid})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,97 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"vksfleet.dev/fleet/controller/broker"
+)
+
+// heartbeat renews this member's broker Lease and re-evaluates the other members' Leases, enqueueing the
+// services of every member whose liveness changed. It runs only on the elected leader.
+type heartbeat struct {
+	id     string
+	grace  time.Duration
+	client client.Client // direct: the Lease is read fresh before each renewal
+	cache  cache.Cache   // the broker cache, holding every member's Lease
+	r      *reconciler
+
+	mu        sync.Mutex
+	namespace bool  // the broker namespace is known to exist
+	lastErr   error // the last renewal's error
+}
+
+// run renews every grace/3 and checks Leases every grace/10 (bounded to 100 ms..1 s): the check is an in-memory
+// scan of the cache, and it bounds how late past the grace a withdrawal happens.
+func (h *heartbeat) run(ctx context.Context) error {
+	if !h.cache.WaitForCacheSync(ctx) {
+		return ctx.Err()
+	}
+	renewEvery := h.grace / 3
+	tick := min(time.Second, max(100*time.Millisecond, h.grace/10))
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	var nextRenew time.Time
+	for {
+		now := time.Now()
+		if !now.Before(nextRenew) {
+			err := h.renew(ctx, now)
+			h.r.liveness.SetHealthy(err == nil)
+			nextRenew = now.Add(renewEvery)
+			if err != nil {
+				h.r.log.Error(err, "renewing the broker lease")
+				nextRenew = now.Add(min(renewEvery, time.Second))
+			}
+		}
+		leases := &coordinationv1.LeaseList{}
+		if err := h.cache.List(ctx, leases); err != nil {
+			return err
+		}
+		for _, id := range h.r.liveness.Observe(leases.Items, now) {
+			h.r.log.Info("member liveness changed", "member", id, "alive", h.r.liveness.Alive(id))
+			if err := h.r.enqueueCluster(ctx, id); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+func (h *heartbeat) renew(ctx context.Context, now time.Time) error {
+	h.mu.Lock()
+	ok := h.namespace
+	h.mu.Unlock()
+	err := error(nil)
+	if !ok {
+		err = broker.EnsureNamespace(ctx, h.client, h.id)
+	}
+	if err == nil {
+		err = broker.Renew(ctx, h.client, h.id, h.grace, now)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.namespace = h.namespace || err == nil
+	h.lastErr = err
+	return err
+}
+
+// ready fails while the broker cannot be reached.
+func (h *heartbeat) ready(*http.Request) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lastErr != nil {
+		return errors.Join(errors.New("broker unreachable"), h.lastErr)
+	}
+	return nil
+}

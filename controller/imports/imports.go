@@ -1,0 +1,170 @@
+// Package imports builds what a member writes for one imported service from the merged export and the
+// clusters' exported endpoints: the ServiceImport, the derived Service that holds a ClusterSetIP import's
+// virtual IPs, and the imported EndpointSlices. It is pure; the controller compares and writes.
+//
+// Imported slices carry kubernetes.io/service-name set to the derived Service's name for both import types, so
+// that kube-proxy routes the virtual IP to every cluster's endpoints while the cluster.local Service of the same
+// name in an exporting cluster never sees imported endpoints. Headless imports get no derived Service; their
+// slices are found through multicluster.kubernetes.io/service-name.
+package imports
+
+import (
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"vksfleet.dev/fleet/controller/merge"
+	"vksfleet.dev/fleet/controller/names"
+)
+
+// defaultClientIPTimeout is the API server's default for sessionAffinityConfig.clientIP.timeoutSeconds; the
+// derived Service spells it out so that the stored object equals the desired one.
+const defaultClientIPTimeout = 10800
+
+// Source is one exported slice of the service and the cluster it comes from.
+type Source struct {
+	Cluster string
+	Slice   discoveryv1.EndpointSlice
+}
+
+// ServiceImport is the desired ServiceImport. derived is the derived Service as stored (nil when there is none
+// yet): its allocated IPs and families become spec.ips and spec.ipFamilies, so both stay stable for its life.
+func ServiceImport(svc types.NamespacedName, m merge.Result, derived *corev1.Service) *mcsv1beta1.ServiceImport {
+	si := &mcsv1beta1.ServiceImport{
+		ObjectMeta: metav1.ObjectMeta{Namespace: svc.Namespace, Name: svc.Name, Labels: m.Labels, Annotations: m.Annotations},
+		Spec:       *m.Spec.DeepCopy(),
+	}
+	if si.Spec.Ports == nil {
+		si.Spec.Ports = []mcsv1beta1.ServicePort{}
+	}
+	for _, c := range m.Clusters {
+		si.Status.Clusters = append(si.Status.Clusters, mcsv1beta1.ClusterStatus{Cluster: c})
+	}
+	if m.Spec.Type == mcsv1beta1.ClusterSetIP && derived != nil && len(derived.Spec.ClusterIPs) > 0 {
+		si.Spec.IPs = slices.Clone(derived.Spec.ClusterIPs)
+		si.Spec.IPFamilies = slices.Clone(derived.Spec.IPFamilies)
+	}
+	return si
+}
+
+// Ready is the ServiceImport Ready condition: a Headless import is ready at once, a ClusterSetIP one once its
+// virtual IPs are allocated, and one whose exports share no IP family never.
+func Ready(si *mcsv1beta1.ServiceImport, generation int64) metav1.Condition {
+	c := metav1.Condition{
+		Type: string(mcsv1beta1.ServiceImportConditionReady), Status: metav1.ConditionTrue,
+		Reason: string(mcsv1beta1.ServiceImportReasonReady), Message: "The service is imported.", ObservedGeneration: generation,
+	}
+	switch {
+	case si.Spec.Type == mcsv1beta1.Headless:
+	case len(si.Spec.IPFamilies) == 0:
+		c.Status, c.Reason = metav1.ConditionFalse, string(mcsv1beta1.ServiceImportReasonIPFamilyNotSupported)
+		c.Message = "The service exports share no IP family."
+	case len(si.Spec.IPs) == 0:
+		c.Status, c.Reason = metav1.ConditionFalse, string(mcsv1beta1.ServiceImportReasonPending)
+		c.Message = "Waiting for the cluster-set IPs to be allocated."
+	}
+	return c
+}
+
+// DerivedService is the desired selector-less ClusterIP Service of a ClusterSetIP import, owned by the
+// ServiceImport; nil when the import needs none (Headless, or no common IP family). Fields the API server would
+// default are spelled out.
+func DerivedService(svc types.NamespacedName, m merge.Result, owner *mcsv1beta1.ServiceImport) *corev1.Service {
+	if m.Spec.Type != mcsv1beta1.ClusterSetIP || len(m.Spec.IPFamilies) == 0 || len(m.Spec.Ports) == 0 {
+		return nil
+	}
+	policy := corev1.IPFamilyPolicySingleStack
+	if len(m.Spec.IPFamilies) > 1 {
+		policy = corev1.IPFamilyPolicyPreferDualStack
+	}
+	s := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: svc.Namespace, Name: names.DerivedServiceName(svc.Namespace, svc.Name),
+			Labels:          map[string]string{names.LabelManagedBy: names.ManagedBy, mcsv1beta1.LabelServiceName: svc.Name},
+			OwnerReferences: ownerRefs(owner),
+		},
+		Spec: corev1.ServiceSpec{
+			Type:            corev1.ServiceTypeClusterIP,
+			IPFamilyPolicy:  &policy,
+			IPFamilies:      slices.Clone(m.Spec.IPFamilies),
+			SessionAffinity: m.Spec.SessionAffinity,
+		},
+	}
+	for _, p := range m.Spec.Ports {
+		s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{
+			Name: p.Name, Protocol: p.Protocol, AppProtocol: p.AppProtocol, Port: p.Port,
+			TargetPort: intstr.FromInt32(p.Port),
+		})
+	}
+	switch s.Spec.SessionAffinity {
+	case "", corev1.ServiceAffinityNone:
+		s.Spec.SessionAffinity = corev1.ServiceAffinityNone
+	case corev1.ServiceAffinityClientIP:
+		s.Spec.SessionAffinityConfig = m.Spec.SessionAffinityConfig.DeepCopy()
+		if s.Spec.SessionAffinityConfig == nil || s.Spec.SessionAffinityConfig.ClientIP == nil {
+			s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{}}
+		}
+		if s.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds == nil {
+			s.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds = ptr.To[int32](defaultClientIPTimeout)
+		}
+	}
+	return s
+}
+
+// Slices are the desired imported EndpointSlices, one per source slice, owned by the ServiceImport. The result
+// is sorted by name.
+func Slices(svc types.NamespacedName, sources []Source, owner *mcsv1beta1.ServiceImport) []discoveryv1.EndpointSlice {
+	derived := names.DerivedServiceName(svc.Namespace, svc.Name)
+	out := make([]discoveryv1.EndpointSlice, 0, len(sources))
+	for _, src := range sources {
+		s := src.Slice.DeepCopy()
+		out = append(out, discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{
+				Namespace: svc.Namespace, Name: names.ImportedSliceName(svc.Name, src.Cluster, s.Name),
+				Labels: map[string]string{
+					mcsv1beta1.LabelServiceName:   svc.Name,
+					mcsv1beta1.LabelSourceCluster: names.LabelValue(src.Cluster),
+					discoveryv1.LabelManagedBy:    names.ManagedBy,
+					discoveryv1.LabelServiceName:  derived,
+				},
+				Annotations:     map[string]string{names.AnnotationClusterID: src.Cluster},
+				OwnerReferences: ownerRefs(owner),
+			},
+			AddressType: s.AddressType,
+			Endpoints:   s.Endpoints,
+			Ports:       defaultPorts(s.Ports),
+		})
+	}
+	slices.SortFunc(out, func(a, b discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// defaultPorts fills in what the API server defaults on EndpointSlice ports.
+func defaultPorts(ps []discoveryv1.EndpointPort) []discoveryv1.EndpointPort {
+	for i := range ps {
+		if ps[i].Name == nil {
+			ps[i].Name = ptr.To("")
+		}
+		if ps[i].Protocol == nil {
+			ps[i].Protocol = ptr.To(corev1.ProtocolTCP)
+		}
+	}
+	return ps
+}
+
+func ownerRefs(owner *mcsv1beta1.ServiceImport) []metav1.OwnerReference {
+	if owner == nil || owner.UID == "" {
+		return nil
+	}
+	return []metav1.OwnerReference{{
+		APIVersion: mcsv1beta1.GroupVersion.String(), Kind: mcsv1beta1.ServiceImportKindName,
+		Name: owner.Name, UID: owner.UID, Controller: ptr.To(true),
+	}}
+}

@@ -1,0 +1,441 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"vksfleet.dev/fleet/controller/apply"
+	"vksfleet.dev/fleet/controller/broker"
+	"vksfleet.dev/fleet/controller/export"
+	"vksfleet.dev/fleet/controller/imports"
+	"vksfleet.dev/fleet/controller/merge"
+	"vksfleet.dev/fleet/controller/names"
+)
+
+// reconciler reconciles one service key (namespace/name) at a time, both ways: it publishes the local export of
+// the service to the broker and writes the local import of the service from every cluster's export. Keeping both
+// in one reconcile gives each ServiceExport's status a single writer.
+type reconciler struct {
+	id       string
+	local    client.Client // cached reads
+	broker   client.Client // cached reads of the controller's broker objects
+	liveness *broker.Liveness
+	log      logr.Logger
+
+	mu    sync.Mutex
+	queue workqueue.TypedRateLimitingInterface[reconcile.Request]
+}
+
+// setup registers the controller and its watches: local ServiceExports, Services, EndpointSlices, ServiceImports
+// and Namespaces, and the broker's export records and slices, each mapped to the service it belongs to.
+func (r *reconciler) setup(mgr ctrl.Manager, brokerCluster cluster.Cluster, workers int) error {
+	byService := handler.EnqueueRequestsFromMapFunc(r.mapLocal)
+	byBroker := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+		if key, ok := broker.ServiceOf(obj); ok {
+			return []reconcile.Request{{NamespacedName: key}}
+		}
+		return nil
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName(r.id)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		Watches(&mcsv1beta1.ServiceExport{}, &handler.EnqueueRequestForObject{}).
+		Watches(&mcsv1beta1.ServiceImport{}, &handler.EnqueueRequestForObject{}).
+		Watches(&corev1.Service{}, byService).
+		Watches(&discoveryv1.EndpointSlice{}, byService).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.mapNamespace)).
+		WatchesRawSource(source.Kind(brokerCluster.GetCache(), client.Object(&mcsv1beta1.ServiceImport{}), byBroker)).
+		WatchesRawSource(source.Kind(brokerCluster.GetCache(), client.Object(&discoveryv1.EndpointSlice{}), byBroker)).
+		WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.queue = q
+			return nil
+		})).
+		Complete(r)
+}
+
+// mapLocal maps a local Service or EndpointSlice to its service key: the controller's own derived Services and
+// imported slices by their multicluster.kubernetes.io/service-name label, other slices by
+// kubernetes.io/service-name. Objects of services that are not exported, which are most, are dropped here.
+func (r *reconciler) mapLocal(ctx context.Context, obj client.Object) []reconcile.Request {
+	l := obj.GetLabels()
+	key := types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}
+	switch {
+	case l[names.LabelManagedBy] == names.ManagedBy || l[discoveryv1.LabelManagedBy] == names.ManagedBy:
+		key.Name = l[mcsv1beta1.LabelServiceName]
+	default:
+		if _, slice := obj.(*discoveryv1.EndpointSlice); slice {
+			key.Name = l[discoveryv1.LabelServiceName]
+		}
+		if key.Name == "" || r.local.Get(ctx, key, &mcsv1beta1.ServiceExport{}) != nil {
+			return nil
+		}
+	}
+	if key.Name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: key}}
+}
+
+// mapNamespace maps a namespace to every service the clusterset exports in it, so that a namespace created after
+// the export gets its imports.
+func (r *reconciler) mapNamespace(ctx context.Context, obj client.Object) []reconcile.Request {
+	records := &mcsv1beta1.ServiceImportList{}
+	if err := r.broker.List(ctx, records, client.MatchingLabels{names.LabelServiceNamespace: obj.GetName()}); err != nil {
+		r.log.Error(err, "listing broker records", "namespace", obj.GetName())
+		return nil
+	}
+	return requests(records.Items)
+}
+
+// enqueueCluster enqueues every service the given member exports, after its liveness changed.
+func (r *reconciler) enqueueCluster(ctx context.Context, clusterID string) error {
+	r.mu.Lock()
+	q := r.queue
+	r.mu.Unlock()
+	if q == nil {
+		return nil // the controller has not started: its first reconciles see the new liveness anyway
+	}
+	records := &mcsv1beta1.ServiceImportList{}
+	if err := r.broker.List(ctx, records, client.InNamespace(names.BrokerNamespace(clusterID))); err != nil {
+		return err
+	}
+	for _, req := range requests(records.Items) {
+		q.Add(req)
+	}
+	return nil
+}
+
+func requests(records []mcsv1beta1.ServiceImport) []reconcile.Request {
+	seen := map[types.NamespacedName]bool{}
+	var reqs []reconcile.Request
+	for i := range records {
+		if key, ok := broker.ServiceOf(&records[i]); ok && !seen[key] {
+			seen[key] = true
+			reqs = append(reqs, reconcile.Request{NamespacedName: key})
+		}
+	}
+	return reqs
+}
+
+// Reconcile brings one service's export and import up to date.
+func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	select {
+	case <-r.liveness.Observed():
+	case <-ctx.Done():
+		return reconcile.Result{}, ctx.Err()
+	}
+	key := req.NamespacedName
+	se, err := getOrNil(ctx, r.local, key, &mcsv1beta1.ServiceExport{})
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	svc, err := getOrNil(ctx, r.local, key, &corev1.Service{})
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+
+	// Export: what this cluster publishes, if anything.
+	var own *merge.Export
+	var ownSlices []discoveryv1.EndpointSlice
+	var valid metav1.Condition
+	if se != nil && se.DeletionTimestamp.IsZero() {
+		var ok bool
+		if valid, ok = export.Valid(se, svc); ok {
+			e := export.Record(r.id, se, svc)
+			own = &e
+			local := &discoveryv1.EndpointSliceList{}
+			if err := r.local.List(ctx, local, client.InNamespace(key.Namespace),
+				client.MatchingLabels{discoveryv1.LabelServiceName: key.Name}); err != nil {
+				return reconcile.Result{}, err
+			}
+			ownSlices = export.Slices(key.Namespace, key.Name, local.Items)
+		}
+	}
+	publishErr := r.publish(ctx, key, own, ownSlices)
+
+	// Import: every cluster's export, with this cluster's taken from the local truth rather than the broker.
+	exports, sources, err := r.gather(ctx, key, own, ownSlices)
+	if err != nil {
+		return reconcile.Result{}, errors.Join(publishErr, err)
+	}
+	merged := merge.Merge(exports)
+	importErr := r.importService(ctx, key, exports, merged, sources)
+
+	var statusErr error
+	if se != nil && se.DeletionTimestamp.IsZero() {
+		statusErr = r.exportStatus(ctx, se, valid, own != nil, publishErr, merged)
+	}
+	return reconcile.Result{}, errors.Join(publishErr, importErr, statusErr)
+}
+
+// publish makes this cluster's broker record and slices for the service match its export (none when own is nil).
+func (r *reconciler) publish(ctx context.Context, key types.NamespacedName, own *merge.Export, ownSlices []discoveryv1.EndpointSlice) error {
+	ns := names.BrokerNamespace(r.id)
+	recordKey := types.NamespacedName{Namespace: ns, Name: names.RecordName(key.Namespace, key.Name)}
+	existing, err := getOrNil(ctx, r.broker, recordKey, &mcsv1beta1.ServiceImport{})
+	if err != nil {
+		return err
+	}
+	sliceList := &discoveryv1.EndpointSliceList{}
+	if err := r.broker.List(ctx, sliceList, client.InNamespace(ns), client.MatchingLabels(broker.Labels(r.id, key))); err != nil {
+		return err
+	}
+	var desired []discoveryv1.EndpointSlice
+	if own == nil {
+		if existing != nil {
+			if err := apply.Delete(ctx, r.broker, existing); err != nil {
+				return fmt.Errorf("withdrawing %s from the broker: %w", key, err)
+			}
+		}
+	} else {
+		want, err := broker.Record(key, *own)
+		if err != nil {
+			return err
+		}
+		switch {
+		case existing == nil:
+			err = r.broker.Create(ctx, want)
+		case !apply.SameMeta(existing, want) || !equality.Semantic.DeepEqual(existing.Spec, want.Spec):
+			upd := existing.DeepCopy()
+			upd.Labels, upd.Annotations, upd.Spec = want.Labels, want.Annotations, want.Spec
+			err = r.broker.Update(ctx, upd)
+		}
+		if err != nil {
+			return fmt.Errorf("publishing %s to the broker: %w", key, err)
+		}
+		for i := range ownSlices {
+			desired = append(desired, *broker.Slice(r.id, key, &ownSlices[i]))
+		}
+	}
+	if err := apply.Slices(ctx, r.broker, sliceList.Items, desired); err != nil {
+		return fmt.Errorf("publishing the endpoints of %s to the broker: %w", key, err)
+	}
+	return nil
+}
+
+// gather collects every cluster's export of the service and the endpoint slices of the live ones.
+func (r *reconciler) gather(ctx context.Context, key types.NamespacedName, own *merge.Export,
+	ownSlices []discoveryv1.EndpointSlice) ([]merge.Export, []imports.Source, error) {
+	var exports []merge.Export
+	var sources []imports.Source
+	if own != nil {
+		exports = append(exports, *own)
+		for _, s := range ownSlices {
+			sources = append(sources, imports.Source{Cluster: r.id, Slice: s})
+		}
+	}
+	sel := client.MatchingLabels{names.LabelServiceNamespace: key.Namespace, mcsv1beta1.LabelServiceName: key.Name}
+	records := &mcsv1beta1.ServiceImportList{}
+	if err := r.broker.List(ctx, records, sel); err != nil {
+		return nil, nil, err
+	}
+	exporting := map[string]bool{}
+	for i := range records.Items {
+		e, err := broker.ParseRecord(&records.Items[i])
+		if err != nil {
+			r.log.Error(err, "ignoring a broken broker record")
+			continue
+		}
+		// A cluster only writes in its own namespace; a record elsewhere claiming its id is ignored.
+		if e.Cluster == r.id || records.Items[i].Namespace != names.BrokerNamespace(e.Cluster) {
+			continue
+		}
+		exports = append(exports, e)
+		exporting[e.Cluster] = true
+	}
+	slices := &discoveryv1.EndpointSliceList{}
+	if err := r.broker.List(ctx, slices, sel); err != nil {
+		return nil, nil, err
+	}
+	for _, s := range slices.Items {
+		c := broker.ClusterOf(&s)
+		if exporting[c] && s.Namespace == names.BrokerNamespace(c) && r.liveness.Alive(c) {
+			sources = append(sources, imports.Source{Cluster: c, Slice: s})
+		}
+	}
+	return exports, sources, nil
+}
+
+// importService writes the local import of the service: nothing when no cluster exports it or its namespace does
+// not exist here, else the ServiceImport, its derived Service and the imported slices.
+func (r *reconciler) importService(ctx context.Context, key types.NamespacedName, exports []merge.Export,
+	merged merge.Result, sources []imports.Source) error {
+	existing, err := getOrNil(ctx, r.local, key, &mcsv1beta1.ServiceImport{})
+	if err != nil {
+		return err
+	}
+	derivedKey := types.NamespacedName{Namespace: key.Namespace, Name: names.DerivedServiceName(key.Namespace, key.Name)}
+	derived, err := getOrNil(ctx, r.local, derivedKey, &corev1.Service{})
+	if err != nil {
+		return err
+	}
+	sliceList := &discoveryv1.EndpointSliceList{}
+	if err := r.local.List(ctx, sliceList, client.InNamespace(key.Namespace), client.MatchingLabels{
+		mcsv1beta1.LabelServiceName: key.Name, discoveryv1.LabelManagedBy: names.ManagedBy,
+	}); err != nil {
+		return err
+	}
+	ns, err := getOrNil(ctx, r.local, types.NamespacedName{Name: key.Namespace}, &corev1.Namespace{})
+	if err != nil {
+		return err
+	}
+	if len(exports) == 0 || ns == nil || !ns.DeletionTimestamp.IsZero() {
+		var errs []error
+		if existing != nil {
+			errs = append(errs, apply.Delete(ctx, r.local, existing))
+		}
+		if derived != nil && isOurs(derived) {
+			errs = append(errs, apply.Delete(ctx, r.local, derived))
+		}
+		errs = append(errs, apply.Slices(ctx, r.local, sliceList.Items, nil))
+		return errors.Join(errs...)
+	}
+
+	si := existing
+	if si == nil {
+		si = imports.ServiceImport(key, merged, nil)
+		if err := r.local.Create(ctx, si); err != nil {
+			return fmt.Errorf("creating ServiceImport %s: %w", key, err)
+		}
+	}
+	if derived, err = r.applyDerived(ctx, derived, imports.DerivedService(key, merged, si)); err != nil {
+		return err
+	}
+	want := imports.ServiceImport(key, merged, derived)
+	if existing != nil && (!apply.SameMeta(si, want) || !equality.Semantic.DeepEqual(si.Spec, want.Spec)) {
+		upd := si.DeepCopy()
+		upd.Labels, upd.Annotations, upd.Spec = want.Labels, want.Annotations, want.Spec
+		if err := r.local.Update(ctx, upd); err != nil {
+			return fmt.Errorf("updating ServiceImport %s: %w", key, err)
+		}
+		si = upd
+	} else if existing == nil && !equality.Semantic.DeepEqual(si.Spec, want.Spec) {
+		si.Spec = want.Spec
+		if err := r.local.Update(ctx, si); err != nil {
+			return fmt.Errorf("updating ServiceImport %s: %w", key, err)
+		}
+	}
+	status := si.Status.DeepCopy()
+	status.Clusters = want.Status.Clusters
+	meta.SetStatusCondition(&status.Conditions, imports.Ready(want, si.Generation))
+	if !equality.Semantic.DeepEqual(*status, si.Status) {
+		upd := si.DeepCopy()
+		upd.Status = *status
+		if err := r.local.Status().Update(ctx, upd); err != nil {
+			return fmt.Errorf("updating the status of ServiceImport %s: %w", key, err)
+		}
+	}
+	if err := apply.Slices(ctx, r.local, sliceList.Items, imports.Slices(key, sources, si)); err != nil {
+		return fmt.Errorf("importing the endpoints of %s: %w", key, err)
+	}
+	return nil
+}
+
+// applyDerived makes the derived Service match want (nil: none) and returns it as stored.
+func (r *reconciler) applyDerived(ctx context.Context, got, want *corev1.Service) (*corev1.Service, error) {
+	switch {
+	case want == nil:
+		if got != nil && isOurs(got) {
+			return nil, apply.Delete(ctx, r.local, got)
+		}
+		return nil, nil
+	case got == nil:
+		if err := r.local.Create(ctx, want); err != nil {
+			return nil, fmt.Errorf("creating derived Service %s/%s: %w", want.Namespace, want.Name, err)
+		}
+		return want, nil
+	}
+	if len(got.Spec.IPFamilies) == 0 || got.Spec.IPFamilies[0] != want.Spec.IPFamilies[0] {
+		// The primary family of a Service is immutable: the VIP changes, which only a change of the exports' common
+		// families causes.
+		if err := apply.Delete(ctx, r.local, got); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("derived Service %s/%s changes its primary IP family: recreating it", got.Namespace, got.Name)
+	}
+	upd := got.DeepCopy()
+	upd.Labels, upd.OwnerReferences = want.Labels, want.OwnerReferences
+	upd.Spec.Ports, upd.Spec.SessionAffinity, upd.Spec.SessionAffinityConfig = want.Spec.Ports, want.Spec.SessionAffinity, want.Spec.SessionAffinityConfig
+	upd.Spec.IPFamilyPolicy, upd.Spec.IPFamilies = want.Spec.IPFamilyPolicy, want.Spec.IPFamilies
+	if len(want.Spec.IPFamilies) == 1 && len(upd.Spec.ClusterIPs) > 1 {
+		upd.Spec.ClusterIPs = upd.Spec.ClusterIPs[:1]
+	}
+	if equality.Semantic.DeepEqual(upd, got) {
+		return got, nil
+	}
+	if err := r.local.Update(ctx, upd); err != nil {
+		return nil, fmt.Errorf("updating derived Service %s/%s: %w", got.Namespace, got.Name, err)
+	}
+	return upd, nil
+}
+
+func isOurs(obj client.Object) bool { return obj.GetLabels()[names.LabelManagedBy] == names.ManagedBy }
+
+// exportStatus writes the ServiceExport's Valid, Ready and Conflict conditions.
+func (r *reconciler) exportStatus(ctx context.Context, se *mcsv1beta1.ServiceExport, valid metav1.Condition,
+	exported bool, publishErr error, merged merge.Result) error {
+	conds := append([]metav1.Condition(nil), se.Status.Conditions...)
+	meta.SetStatusCondition(&conds, valid)
+	ready := metav1.Condition{
+		Type: string(mcsv1beta1.ServiceExportConditionReady), Status: metav1.ConditionTrue,
+		Reason: string(mcsv1beta1.ServiceExportReasonExported), Message: "The service is exported to the clusterset.",
+		ObservedGeneration: se.Generation,
+	}
+	switch {
+	case !exported:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonPending),
+			"The service is not valid for export."
+	case publishErr != nil:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonFailed),
+			"Publishing to the broker failed: "+publishErr.Error()
+	}
+	meta.SetStatusCondition(&conds, ready)
+	if exported {
+		meta.SetStatusCondition(&conds, merge.Condition(merged.Conflicts, se.Generation))
+	} else {
+		meta.RemoveStatusCondition(&conds, string(mcsv1beta1.ServiceExportConditionConflict))
+	}
+	if equality.Semantic.DeepEqual(conds, se.Status.Conditions) {
+		return nil
+	}
+	upd := se.DeepCopy()
+	upd.Status.Conditions = conds
+	if err := r.local.Status().Update(ctx, upd); err != nil {
+		return fmt.Errorf("updating the status of ServiceExport %s/%s: %w", se.Namespace, se.Name, err)
+	}
+	return nil
+}
+
+// getOrNil reads an object, returning nil when it does not exist.
+func getOrNil[T client.Object](ctx context.Context, c client.Client, key types.NamespacedName, obj T) (T, error) {
+	var zero T
+	if err := c.Get(ctx, key, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return zero, nil
+		}
+		return zero, err
+	}
+	return obj, nil
+}

@@ -1,0 +1,174 @@
+// Package controller runs the mcs-controller for one member cluster: it publishes the member's ServiceExports to
+// the broker and imports every service the clusterset exports. Run is the whole controller, so that a binary runs
+// it once and tests run one per member in a single process.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
+	"vksfleet.dev/fleet/controller/broker"
+	"vksfleet.dev/fleet/controller/clusterid"
+	"vksfleet.dev/fleet/controller/names"
+)
+
+// Options configure one controller. Local and Broker are required; the rest have defaults.
+type Options struct {
+	// Local reaches the member cluster the controller runs for.
+	Local *rest.Config
+	// Broker reaches the broker API server.
+	Broker *rest.Config
+	// ClusterID overrides the cluster.clusterset.k8s.io ClusterProperty.
+	ClusterID string
+	// LeaseGrace is how long a member's broker Lease may go unrenewed before its endpoints are withdrawn;
+	// default 30 s.
+	LeaseGrace time.Duration
+	// Workers is how many services are reconciled at once; default 16.
+	Workers int
+	// LeaderElection makes replicas elect one active controller through a Lease in LeaderElectionNamespace.
+	LeaderElection          bool
+	LeaderElectionNamespace string
+	// HealthProbeBindAddress serves /healthz and /readyz; empty or "0" disables it.
+	HealthProbeBindAddress string
+	// MetricsBindAddress serves Prometheus metrics; empty or "0" disables it.
+	MetricsBindAddress string
+	// Logger logs; default the controller-runtime logger.
+	Logger *logr.Logger
+}
+
+// DefaultLeaseGrace is the default Options.LeaseGrace.
+const DefaultLeaseGrace = 30 * time.Second
+
+// leaderElectionID names the local Lease that controller replicas elect a leader with.
+const leaderElectionID = "mcs-controller.vksfleet.dev"
+
+// NewScheme returns a scheme with every type the controller reads or writes.
+func NewScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, mcsv1beta1.Install, aboutv1alpha1.AddToScheme} {
+		if err := add(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Run runs the controller until ctx ends. It returns at once with an error when the options are bad, the cluster
+// id is invalid or a cluster cannot be reached at start.
+func Run(ctx context.Context, opts Options) error {
+	if opts.Local == nil || opts.Broker == nil {
+		return errors.New("controller: both a local and a broker client configuration are required")
+	}
+	if opts.LeaseGrace == 0 {
+		opts.LeaseGrace = DefaultLeaseGrace
+	}
+	if opts.LeaseGrace < time.Second {
+		return fmt.Errorf("controller: lease grace %v is shorter than 1s", opts.LeaseGrace)
+	}
+	if opts.Workers == 0 {
+		opts.Workers = 16
+	}
+	if opts.Workers < 0 {
+		return fmt.Errorf("controller: %d workers", opts.Workers)
+	}
+	log := ctrl.Log.WithName("mcs-controller")
+	if opts.Logger != nil {
+		log = *opts.Logger
+	}
+	scheme, err := NewScheme()
+	if err != nil {
+		return err
+	}
+	direct, err := client.New(opts.Local, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("controller: local cluster: %w", err)
+	}
+	id := opts.ClusterID
+	if id != "" {
+		if err := clusterid.Validate(id); err != nil {
+			return fmt.Errorf("controller: --cluster-id: %w", err)
+		}
+	} else if id, _, err = clusterid.Resolve(ctx, direct); err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	log = log.WithValues("cluster", id)
+
+	mgr, err := ctrl.NewManager(opts.Local, manager.Options{
+		Scheme:                  scheme,
+		Logger:                  log,
+		Metrics:                 metricsserver.Options{BindAddress: orZero(opts.MetricsBindAddress)},
+		HealthProbeBindAddress:  orZero(opts.HealthProbeBindAddress),
+		LeaderElection:          opts.LeaderElection,
+		LeaderElectionID:        leaderElectionID,
+		LeaderElectionNamespace: opts.LeaderElectionNamespace,
+		Controller:              config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return fmt.Errorf("controller: local manager: %w", err)
+	}
+	brokerCluster, err := cluster.New(opts.Broker, func(o *cluster.Options) {
+		o.Scheme = scheme
+		o.Logger = log.WithName("broker")
+		o.Cache = cache.Options{DefaultLabelSelector: broker.Selector}
+	})
+	if err != nil {
+		return fmt.Errorf("controller: broker: %w", err)
+	}
+	brokerDirect, err := client.New(opts.Broker, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("controller: broker: %w", err)
+	}
+	if err := mgr.Add(brokerCluster); err != nil {
+		return err
+	}
+	r := &reconciler{
+		id:       id,
+		local:    mgr.GetClient(),
+		broker:   brokerCluster.GetClient(),
+		liveness: broker.NewLiveness(id, opts.LeaseGrace),
+		log:      log,
+	}
+	if err := r.setup(mgr, brokerCluster, opts.Workers); err != nil {
+		return err
+	}
+	hb := &heartbeat{id: id, grace: opts.LeaseGrace, client: brokerDirect, cache: brokerCluster.GetCache(), r: r}
+	if err := mgr.Add(manager.RunnableFunc(hb.run)); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("broker", hb.ready); err != nil {
+		return err
+	}
+	log.Info("starting", "leaseGrace", opts.LeaseGrace, "brokerNamespace", names.BrokerNamespace(id))
+	return mgr.Start(ctx)
+}
+
+func orZero(addr string) string {
+	if addr == "" {
+		return "0"
+	}
+	return addr
+}
+
+// ControllerName is the name of a member's controller, which labels its controller-runtime and workqueue metrics.
+func ControllerName(clusterID string) string { return "mcs-" + clusterID }

@@ -1,0 +1,70 @@
+package multicluster
+
+import (
+	"time"
+
+	"github.com/coredns/coredns/plugin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// The metrics are registered in the default registry, which the prometheus plugin serves, like the metrics of
+// every stock plugin.
+var (
+	indexSize = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: Name,
+		Name:      "index_size",
+		Help:      "Entries in the multicluster index: services, owner names below them, and reverse names.",
+	}, []string{"kind"})
+
+	rebuildDuration = promauto.NewHistogram(prometheus.HistogramOpts{
+		Namespace:                   plugin.Namespace,
+		Subsystem:                   Name,
+		Name:                        "index_rebuild_duration_seconds",
+		Help:                        "Time to rebuild the index entries of a batch of changed services and publish them.",
+		Buckets:                     prometheus.ExponentialBuckets(0.00001, 4, 10),
+		NativeHistogramBucketFactor: plugin.NativeHistogramBucketFactor,
+	})
+
+	propagationDuration = promauto.NewHistogram(prometheus.HistogramOpts{
+		Namespace:                   plugin.Namespace,
+		Subsystem:                   Name,
+		Name:                        "propagation_duration_seconds",
+		Help:                        "Time from an object change reaching CoreDNS to the answers changing.",
+		Buckets:                     prometheus.ExponentialBuckets(0.0001, 4, 10),
+		NativeHistogramBucketFactor: plugin.NativeHistogramBucketFactor,
+	})
+
+	syncErrors = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: Name,
+		Name:      "sync_errors_total",
+		Help:      "Failed discoveries, lists and watches, by resource.",
+	}, []string{"resource"})
+
+	clusterInfo = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: Name,
+		Name:      "cluster_info",
+		Help:      "Constant 1, labelled with the local cluster id.",
+	}, []string{"cluster_id"})
+)
+
+// observer turns the source's measurements into metrics.
+type observer struct{}
+
+func (observer) Rebuilt(_ int, d time.Duration) { rebuildDuration.Observe(d.Seconds()) }
+
+func (observer) Propagated(d time.Duration) { propagationDuration.Observe(d.Seconds()) }
+
+func (observer) SyncError(resource string, err error) {
+	syncErrors.WithLabelValues(resource).Inc()
+	log.Warningf("%s: %v", resource, err)
+}
+
+func (observer) Sized(services, names, reverse int) {
+	indexSize.WithLabelValues("services").Set(float64(services))
+	indexSize.WithLabelValues("names").Set(float64(names))
+	indexSize.WithLabelValues("reverse").Set(float64(reverse))
+}

@@ -1,0 +1,247 @@
+package multicluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
+	"github.com/coredns/coredns/plugin/pkg/fall"
+	clog "github.com/coredns/coredns/plugin/pkg/log"
+	"github.com/miekg/dns"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"vksfleet.dev/fleet/plugin/kubesource"
+	"vksfleet.dev/fleet/plugin/zone"
+)
+
+// Name is the plugin's directive.
+const Name = "multicluster"
+
+var log = clog.NewWithPlugin(Name)
+
+func init() { plugin.Register(Name, setup) }
+
+// config is a parsed multicluster stanza.
+type config struct {
+	zone        string   // the forward zone
+	reverse     []string // reverse zones served for PTR
+	kubeconfig  string
+	context     string
+	endpoint    string
+	noEndpoints bool
+	fall        fall.F
+	ttl         uint32
+	clusterID   string
+}
+
+const (
+	defaultTTL = 5
+	maxTTL     = 3600
+)
+
+func setup(c *caddy.Controller) error {
+	cfg, err := parse(c)
+	if err != nil {
+		return plugin.Error(Name, err)
+	}
+	rc, err := cfg.restConfig()
+	if err != nil {
+		return plugin.Error(Name, err)
+	}
+	m := newPlugin(cfg, nameServerAddrs(dnsserver.GetConfig(c).ListenHosts))
+	src, err := kubesource.New(kubesource.Options{Config: rc, Index: m.index, NoEndpoints: cfg.noEndpoints, Observer: observer{}})
+	if err != nil {
+		return plugin.Error(Name, err)
+	}
+	m.synced = src.HasSynced
+	c.OnStartup(func() error {
+		src.Start()
+		go reportClusterID(rc, cfg.clusterID)
+		return nil
+	})
+	c.OnShutdown(func() error {
+		src.Stop()
+		return nil
+	})
+	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
+		m.Next = next
+		return m
+	})
+	return nil
+}
+
+// parse reads the one multicluster stanza of a server block.
+func parse(c *caddy.Controller) (*config, error) {
+	var cfg *config
+	for c.Next() {
+		if cfg != nil {
+			return nil, plugin.ErrOnce
+		}
+		var err error
+		if cfg, err = parseStanza(c); err != nil {
+			return nil, err
+		}
+	}
+	return cfg, nil
+}
+
+func parseStanza(c *caddy.Controller) (*config, error) {
+	cfg := &config{ttl: defaultTTL}
+	for _, z := range plugin.OriginsFromArgsOrServerBlock(c.RemainingArgs(), c.ServerBlockKeys) {
+		switch {
+		case dns.IsSubDomain("in-addr.arpa.", z) || dns.IsSubDomain("ip6.arpa.", z):
+			cfg.reverse = append(cfg.reverse, z)
+		case cfg.zone != "":
+			return nil, c.Errf("one forward zone is served, got %s and %s", cfg.zone, z)
+		default:
+			cfg.zone = z
+		}
+	}
+	if cfg.zone == "" {
+		return nil, c.Err("a forward zone such as clusterset.local is required")
+	}
+	for c.NextBlock() {
+		switch c.Val() {
+		case "kubeconfig":
+			args := c.RemainingArgs()
+			if len(args) < 1 || len(args) > 2 {
+				return nil, c.ArgErr()
+			}
+			cfg.kubeconfig = args[0]
+			if len(args) == 2 {
+				cfg.context = args[1]
+			}
+		case "endpoint":
+			args := c.RemainingArgs()
+			if len(args) != 1 {
+				return nil, c.ArgErr()
+			}
+			cfg.endpoint = args[0]
+		case "noendpoints":
+			if c.NextArg() {
+				return nil, c.ArgErr()
+			}
+			cfg.noEndpoints = true
+		case "fallthrough":
+			cfg.fall.SetZonesFromArgs(c.RemainingArgs())
+		case "ttl":
+			args := c.RemainingArgs()
+			if len(args) != 1 {
+				return nil, c.ArgErr()
+			}
+			t, err := strconv.Atoi(args[0])
+			if err != nil || t < 0 || t > maxTTL {
+				return nil, c.Errf("ttl must be an integer from 0 to %d, got %q", maxTTL, args[0])
+			}
+			cfg.ttl = uint32(t)
+		case "clusterid":
+			args := c.RemainingArgs()
+			if len(args) != 1 {
+				return nil, c.ArgErr()
+			}
+			cfg.clusterID = args[0]
+		default:
+			return nil, c.Errf("unknown property %q", c.Val())
+		}
+	}
+	return cfg, nil
+}
+
+// restConfig reaches the API server: through the kubeconfig file (with endpoint overriding its server), else
+// through endpoint alone, else with the in-cluster service account.
+func (cfg *config) restConfig() (*rest.Config, error) {
+	var (
+		rc  *rest.Config
+		err error
+	)
+	switch {
+	case cfg.kubeconfig != "":
+		overrides := &clientcmd.ConfigOverrides{CurrentContext: cfg.context}
+		overrides.ClusterInfo.Server = cfg.endpoint
+		rc, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+			&clientcmd.ClientConfigLoadingRules{ExplicitPath: cfg.kubeconfig}, overrides).ClientConfig()
+	case cfg.endpoint != "":
+		rc = &rest.Config{Host: cfg.endpoint}
+	default:
+		rc, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client configuration: %w", err)
+	}
+	// Informers list once and then watch; the client-side default of 5 QPS only slows the initial sync.
+	rc.QPS, rc.Burst = 50, 100
+	rc.UserAgent = "coredns-multicluster"
+	return rc, nil
+}
+
+// nameServerAddrs returns the addresses the server listens on, or else the machine's, without loopback ones:
+// they are the addresses of ns.dns.<zone>, as the kubernetes plugin does for cluster.local.
+func nameServerAddrs(listen []string) []netip.Addr {
+	var hosts []string
+	for _, h := range listen {
+		if h != "" {
+			hosts = append(hosts, h)
+		}
+	}
+	if len(hosts) == 0 {
+		ifaces, err := net.InterfaceAddrs()
+		if err != nil {
+			return nil
+		}
+		for _, a := range ifaces {
+			hosts = append(hosts, a.String())
+		}
+	}
+	var out []netip.Addr
+	for _, h := range hosts {
+		a, err := netip.ParseAddr(h)
+		if p, perr := netip.ParsePrefix(h); perr == nil {
+			a, err = p.Addr(), nil
+		}
+		if err == nil && !a.IsLoopback() && !a.IsLinkLocalUnicast() && !a.IsUnspecified() {
+			out = append(out, a.Unmap())
+		}
+	}
+	return out
+}
+
+// reportClusterID publishes the local cluster id in the cluster_info metric: the clusterid option, else the
+// cluster.clusterset.k8s.io ClusterProperty.
+func reportClusterID(rc *rest.Config, id string) {
+	if id == "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var err error
+		if id, err = kubesource.ClusterID(ctx, rc); err != nil {
+			log.Warningf("cluster id: %v", err)
+			return
+		}
+		if id == "" {
+			log.Info("no cluster id: no clusterid option and no ClusterProperty " + "cluster.clusterset.k8s.io")
+			return
+		}
+	}
+	log.Infof("local cluster id %q", id)
+	clusterInfo.WithLabelValues(id).Set(1)
+}
+
+var errNotSynced = errors.New("multicluster: caches not synced")
+
+// newPlugin returns the plugin for cfg with an empty index; synced reports false until a source is attached.
+func newPlugin(cfg *config, nameServers []netip.Addr) *MultiCluster {
+	return &MultiCluster{
+		zone:    cfg.zone,
+		reverse: cfg.reverse,
+		fall:    cfg.fall,
+		index:   zone.New(zone.Options{Zone: cfg.zone, TTL: cfg.ttl, NameServers: nameServers}),
+		synced:  func() bool { return false },
+	}
+}

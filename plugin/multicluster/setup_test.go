@@ -1,0 +1,93 @@
+package multicluster
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/coredns/caddy"
+)
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		input string
+		want  config
+		err   string // substring of the error; "" for success
+	}{
+		{input: "multicluster clusterset.local", want: config{zone: "clusterset.local.", ttl: 5}},
+		{input: "multicluster clusterset.local in-addr.arpa ip6.arpa",
+			want: config{zone: "clusterset.local.", reverse: []string{"in-addr.arpa.", "ip6.arpa."}, ttl: 5}},
+		{input: `multicluster clusterset.local {
+			kubeconfig /tmp/kc ctx
+			endpoint https://10.0.0.1:6443
+			noendpoints
+			ttl 0
+			clusterid east.prod
+		}`, want: config{zone: "clusterset.local.", kubeconfig: "/tmp/kc", context: "ctx", endpoint: "https://10.0.0.1:6443",
+			noEndpoints: true, ttl: 0, clusterID: "east.prod"}},
+		{input: "multicluster clusterset.local {\n kubeconfig /tmp/kc\n ttl 3600\n}",
+			want: config{zone: "clusterset.local.", kubeconfig: "/tmp/kc", ttl: 3600}},
+		{input: "multicluster clusterset.local {\n fallthrough\n}", want: config{zone: "clusterset.local.", ttl: 5}},
+		{input: "multicluster clusterset.local {\n ttl 3601\n}", err: "Testfile:2 - Error during parsing: ttl must be"},
+		{input: "multicluster clusterset.local {\n ttl -1\n}", err: "ttl must be"},
+		{input: "multicluster clusterset.local {\n ttl five\n}", err: "ttl must be"},
+		{input: "multicluster clusterset.local {\n ttl\n}", err: "Wrong argument count"},
+		{input: "multicluster clusterset.local {\n kubeconfig\n}", err: "Wrong argument count"},
+		{input: "multicluster clusterset.local {\n kubeconfig a b c\n}", err: "Wrong argument count"},
+		{input: "multicluster clusterset.local {\n endpoint\n}", err: "Wrong argument count"},
+		{input: "multicluster clusterset.local {\n noendpoints yes\n}", err: "Wrong argument count"},
+		{input: "multicluster clusterset.local {\n clusterid\n}", err: "Wrong argument count"},
+		{input: "multicluster clusterset.local {\n pods insecure\n}", err: `Testfile:2 - Error during parsing: unknown property "pods"`},
+		{input: "multicluster in-addr.arpa", err: "a forward zone"},
+		{input: "multicluster a.local b.local", err: "one forward zone"},
+		{input: "multicluster clusterset.local\nmulticluster clusterset.local", err: "only be used once"},
+	}
+	for _, tt := range tests {
+		c := caddy.NewTestController("dns", tt.input)
+		got, err := parse(c)
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("parse(%q) error = %v, want it to contain %q", tt.input, err, tt.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("parse(%q): %v", tt.input, err)
+			continue
+		}
+		if got.zone != tt.want.zone || !slices.Equal(got.reverse, tt.want.reverse) || got.kubeconfig != tt.want.kubeconfig ||
+			got.context != tt.want.context || got.endpoint != tt.want.endpoint || got.noEndpoints != tt.want.noEndpoints ||
+			got.ttl != tt.want.ttl || got.clusterID != tt.want.clusterID {
+			t.Errorf("parse(%q) = %+v, want %+v", tt.input, *got, tt.want)
+		}
+	}
+}
+
+func TestParseFallthrough(t *testing.T) {
+	c := caddy.NewTestController("dns", "multicluster clusterset.local {\n fallthrough example.org\n}")
+	cfg, err := parse(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.fall.Through("a.example.org.") || cfg.fall.Through("a.clusterset.local.") {
+		t.Errorf("fallthrough zones = %v", cfg.fall.Zones)
+	}
+}
+
+func TestSetupFailsOnBadKubeconfig(t *testing.T) {
+	c := caddy.NewTestController("dns", "multicluster clusterset.local {\n kubeconfig /nonexistent/kubeconfig\n}")
+	if err := setup(c); err == nil || !strings.Contains(err.Error(), "kubeconfig") {
+		t.Errorf("setup error = %v, want one naming the kubeconfig", err)
+	}
+}
+
+func TestRestConfig(t *testing.T) {
+	cfg := &config{endpoint: "http://127.0.0.1:8001"}
+	rc, err := cfg.restConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc.Host != "http://127.0.0.1:8001" || rc.QPS < 50 {
+		t.Errorf("rest config = host %q qps %v", rc.Host, rc.QPS)
+	}
+}
