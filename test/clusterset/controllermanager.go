@@ -30,7 +30,7 @@ type controllerManager struct {
 }
 
 func startControllerManager(ctx context.Context, assets, dir, kubeconfig string, log io.Writer) (*controllerManager, error) {
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -111,12 +111,21 @@ func (m *controllerManager) stop() error {
 	return nil
 }
 
-// freePort asks the kernel for a free loopback port.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// FreePort returns a loopback port that is free for both TCP and UDP right now, for servers the tests start
+// (a DNS server needs both).
+func FreePort() (int, error) {
+	for range 50 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		l.Close()
+		if err == nil {
+			u.Close()
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("no loopback port free for both TCP and UDP after 50 tries")
 }

@@ -1,0 +1,424 @@
+// Command dnsbench compares our CoreDNS build with stock CoreDNS on the same clusterset.local data in the same
+// run: one kube-apiserver is loaded with ClusterSetIP and headless ServiceImports and their EndpointSlices, each
+// server in turn is pinned to one core (GOMAXPROCS=1, taskset) and dnsperf, on the other core, measures every
+// query class. The result is a Markdown table of ours/stock ratios. `make bench-dns` runs it.
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"vksfleet.dev/fleet/test/clusterset"
+)
+
+func main() {
+	out := flag.String("out", "test/bench/results/dns.md", "where to write the results table")
+	ipImports := flag.Int("clustersetip", 5000, "ClusterSetIP imports to load")
+	headless := flag.Int("headless", 1000, "headless imports to load")
+	clusters := flag.Int("clusters", 3, "source clusters per headless import")
+	endpoints := flag.Int("endpoints", 4, "endpoints per cluster per headless import")
+	duration := flag.Duration("duration", 8*time.Second, "dnsperf run length per query class and server")
+	flag.Parse()
+	d := dataset{namespaces: 10, clusterSetIP: *ipImports, headless: *headless, clusters: *clusters, endpoints: *endpoints}
+	if err := run(d, *out, *duration); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// dataset says how much data to load; names are derived from indices so queries can be generated without state.
+type dataset struct {
+	namespaces, clusterSetIP, headless, clusters, endpoints int
+}
+
+func (d dataset) ns(i int) string { return fmt.Sprintf("bench-%d", i%d.namespaces) }
+
+func run(d dataset, out string, duration time.Duration) error {
+	ctx := context.Background()
+	work, err := os.MkdirTemp("", "dnsbench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+
+	log.Print("building our coredns and stock coredns")
+	ours, stock := filepath.Join(work, "coredns-ours"), filepath.Join(work, "coredns-stock")
+	for bin, pkg := range map[string]string{ours: "./cmd/coredns", stock: "github.com/coredns/coredns"} {
+		if b, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+			return fmt.Errorf("building %s: %v\n%s", pkg, err, b)
+		}
+	}
+
+	log.Print("starting one kube-apiserver")
+	cs, err := clusterset.Start(ctx, clusterset.Options{Members: []string{"bench"}, NoBroker: true})
+	if err != nil {
+		return err
+	}
+	defer cs.Stop()
+	c := cs.Members[0]
+	start := time.Now()
+	n, err := d.load(ctx, c.Client)
+	if err != nil {
+		return err
+	}
+	log.Printf("loaded %d objects in %s", n, time.Since(start).Round(time.Millisecond))
+
+	classes := d.queryClasses()
+	for _, q := range classes {
+		if err := writeQueries(filepath.Join(work, q.file()), q.names); err != nil {
+			return err
+		}
+	}
+	servers := []server{
+		{name: "ours", bin: ours, corefile: `.:%d {
+    errors
+    kubernetes cluster.local {
+        kubeconfig %s %s
+    }
+    multicluster clusterset.local {
+        kubeconfig %s %s
+    }
+}
+`},
+		{name: "stock", bin: stock, corefile: `.:%d {
+    errors
+    kubernetes cluster.local clusterset.local {
+        kubeconfig %s %s
+        multicluster clusterset.local
+    }
+}
+`},
+	}
+	results := map[string]map[string]measurement{}
+	rss := map[string]int{}
+	for _, s := range servers {
+		res, peak, err := s.measure(work, c, classes, duration)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		results[s.name], rss[s.name] = res, peak
+	}
+	table := report(d, classes, results, rss, duration)
+	fmt.Print(table)
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(out, []byte(table), 0o644)
+}
+
+// load creates the namespaces, ServiceImports and EndpointSlices with a few parallel writers.
+func (d dataset) load(ctx context.Context, cl client.Client) (int, error) {
+	var objs []client.Object
+	for i := range d.namespaces {
+		objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: d.ns(i)}})
+	}
+	if err := createAll(ctx, cl, objs); err != nil {
+		return 0, err
+	}
+	n := len(objs)
+	objs = objs[:0]
+	for i := range d.clusterSetIP {
+		objs = append(objs, &mcsv1beta1.ServiceImport{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("svc-%d", i), Namespace: d.ns(i)},
+			Spec: mcsv1beta1.ServiceImportSpec{
+				Type:       mcsv1beta1.ClusterSetIP,
+				IPs:        []string{fmt.Sprintf("10.200.%d.%d", i/250, i%250+1)},
+				IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+				Ports: []mcsv1beta1.ServicePort{
+					{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80},
+					{Name: "metrics", Protocol: corev1.ProtocolTCP, Port: 9090},
+				},
+			},
+		})
+	}
+	for i := range d.headless {
+		name := fmt.Sprintf("hl-%d", i)
+		objs = append(objs, &mcsv1beta1.ServiceImport{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: d.ns(i)},
+			Spec: mcsv1beta1.ServiceImportSpec{
+				Type:       mcsv1beta1.Headless,
+				IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+				Ports:      []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
+			},
+		})
+		for k := range d.clusters {
+			slice := &discoveryv1.EndpointSlice{
+				ObjectMeta: metav1.ObjectMeta{
+					Name: fmt.Sprintf("%s-c%d", name, k), Namespace: d.ns(i),
+					Labels: map[string]string{
+						mcsv1beta1.LabelServiceName:   name,
+						mcsv1beta1.LabelSourceCluster: clusterID(k),
+						discoveryv1.LabelManagedBy:    "mcs-controller.vksfleet.dev",
+						discoveryv1.LabelServiceName:  name,
+					},
+				},
+				AddressType: discoveryv1.AddressTypeIPv4,
+				Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](80)}},
+			}
+			for e := range d.endpoints {
+				slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
+					Addresses:  []string{fmt.Sprintf("10.%d.%d.%d", 1+k, (i*d.endpoints+e)/250, (i*d.endpoints+e)%250+1)},
+					Hostname:   ptr.To(fmt.Sprintf("ep-%d", e)),
+					Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
+				})
+			}
+			objs = append(objs, slice)
+		}
+	}
+	return n + len(objs), createAll(ctx, cl, objs)
+}
+
+func clusterID(k int) string { return fmt.Sprintf("cluster-%d", k+1) }
+
+// createAll creates objects with 16 concurrent writers, stopping at the first error.
+func createAll(ctx context.Context, cl client.Client, objs []client.Object) error {
+	ch := make(chan client.Object)
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for range 16 {
+		wg.Go(func() {
+			for o := range ch {
+				if err := cl.Create(ctx, o); err != nil {
+					once.Do(func() { first = fmt.Errorf("creating %s: %w", o.GetName(), err) })
+				}
+			}
+		})
+	}
+	for _, o := range objs {
+		ch <- o
+	}
+	close(ch)
+	wg.Wait()
+	return first
+}
+
+// queryClass is a set of names of one kind, asked in turn by dnsperf.
+type queryClass struct {
+	name  string
+	names []string // "name TYPE" lines
+}
+
+func (q queryClass) file() string {
+	return strings.NewReplacer(" ", "-", "/", "-").Replace(q.name) + ".txt"
+}
+
+// queryClasses builds up to 1,000 distinct queries per class, spread over the whole data set.
+func (d dataset) queryClasses() []queryClass {
+	const perClass = 1000
+	zone := "svc.clusterset.local."
+	classes := []queryClass{{name: "ClusterSetIP A"}, {name: "ClusterSetIP SRV"}, {name: "headless A"},
+		{name: "headless SRV"}, {name: "per-endpoint A"}, {name: "NXDOMAIN"}}
+	for j := range perClass {
+		i := j * d.clusterSetIP / perClass
+		h := j * d.headless / perClass
+		classes[0].names = append(classes[0].names, fmt.Sprintf("svc-%d.%s.%s A", i, d.ns(i), zone))
+		classes[1].names = append(classes[1].names, fmt.Sprintf("_http._tcp.svc-%d.%s.%s SRV", i, d.ns(i), zone))
+		classes[2].names = append(classes[2].names, fmt.Sprintf("hl-%d.%s.%s A", h, d.ns(h), zone))
+		classes[3].names = append(classes[3].names, fmt.Sprintf("_http._tcp.hl-%d.%s.%s SRV", h, d.ns(h), zone))
+		classes[4].names = append(classes[4].names, fmt.Sprintf("ep-%d.%s.hl-%d.%s.%s A", j%d.endpoints, clusterID(j%d.clusters), h, d.ns(h), zone))
+		classes[5].names = append(classes[5].names, fmt.Sprintf("missing-%d.%s.%s A", j, d.ns(j), zone))
+	}
+	return classes
+}
+
+func writeQueries(path string, names []string) error {
+	return os.WriteFile(path, []byte(strings.Join(names, "\n")+"\n"), 0o644)
+}
+
+// server is one CoreDNS binary and its Corefile template (port, then kubeconfig and context as often as needed).
+type server struct {
+	name, bin, corefile string
+}
+
+// measurement is what dnsperf reported for one query class.
+type measurement struct {
+	qps        float64
+	latencyMs  float64 // mean, at a fixed moderate rate
+	errorsSeen string  // non-empty when replies had unexpected rcodes or were lost
+}
+
+// measure starts the server pinned to core 0 with GOMAXPROCS=1, checks it answers every class correctly, runs
+// dnsperf on core 1 for each class and returns the results and the server's peak RSS in KiB.
+func (s server) measure(work string, c *clusterset.Cluster, classes []queryClass, duration time.Duration) (map[string]measurement, int, error) {
+	port, err := clusterset.FreePort()
+	if err != nil {
+		return nil, 0, err
+	}
+	kc := c.KubeconfigPath
+	corefile := filepath.Join(work, "Corefile."+s.name)
+	var body string
+	if strings.Count(s.corefile, "%s") == 4 {
+		body = fmt.Sprintf(s.corefile, port, kc, c.Name, kc, c.Name)
+	} else {
+		body = fmt.Sprintf(s.corefile, port, kc, c.Name)
+	}
+	if err := os.WriteFile(corefile, []byte(body), 0o644); err != nil {
+		return nil, 0, err
+	}
+	logf, err := os.Create(filepath.Join(work, s.name+".log"))
+	if err != nil {
+		return nil, 0, err
+	}
+	defer logf.Close()
+	cmd := exec.Command("taskset", "-c", "0", s.bin, "-conf", corefile)
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, 0, err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	log.Printf("%s: waiting for answers on %s", s.name, addr)
+	if err := waitAnswers(addr, classes); err != nil {
+		return nil, 0, fmt.Errorf("%w (log: %s)", err, tail(logf.Name()))
+	}
+	res := map[string]measurement{}
+	for _, q := range classes {
+		path := filepath.Join(work, q.file())
+		sat, err := dnsperf(port, path, duration, "-c", "20", "-q", "200")
+		if err != nil {
+			return nil, 0, err
+		}
+		lat, err := dnsperf(port, path, 3*time.Second, "-Q", "2000")
+		if err != nil {
+			return nil, 0, err
+		}
+		m := measurement{qps: sat.qps, latencyMs: lat.latencyMs, errorsSeen: sat.errorsSeen + lat.errorsSeen}
+		log.Printf("%s %-16s %9.0f qps  %.3f ms %s", s.name, q.name, m.qps, m.latencyMs, m.errorsSeen)
+		res[q.name] = m
+	}
+	peak, err := peakRSS(cmd.Process.Pid)
+	return res, peak, err
+}
+
+// waitAnswers polls until the first query of every class gets its expected rcode, so that dnsperf never measures
+// a server that is still syncing.
+func waitAnswers(addr string, classes []queryClass) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	cl := &dns.Client{Timeout: time.Second}
+	for _, q := range classes {
+		f := strings.Fields(q.names[0])
+		want := dns.RcodeSuccess
+		if q.name == "NXDOMAIN" {
+			want = dns.RcodeNameError
+		}
+		for {
+			m := new(dns.Msg)
+			m.SetQuestion(f[0], dns.StringToType[f[1]])
+			r, _, err := cl.Exchange(m, addr)
+			if err == nil && r.Rcode == want && (want != dns.RcodeSuccess || len(r.Answer) > 0) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%q not answered as expected within 2 minutes (last reply %v, error %v)", q.names[0], r, err)
+			}
+			time.Sleep(200 * time.Millisecond) // polling an external server until it has synced
+		}
+	}
+	return nil
+}
+
+var (
+	qpsRe     = regexp.MustCompile(`Queries per second:\s+([0-9.]+)`)
+	latencyRe = regexp.MustCompile(`Average Latency \(s\):\s+([0-9.]+)`)
+	lostRe    = regexp.MustCompile(`Queries lost:\s+(\d+)`)
+	rcodeRe   = regexp.MustCompile(`Response codes:\s+(.*)`)
+)
+
+// dnsperf runs dnsperf on core 1 against the server and parses its summary.
+func dnsperf(port int, queries string, d time.Duration, extra ...string) (measurement, error) {
+	args := append([]string{"-c", "1", "dnsperf", "-s", "127.0.0.1", "-p", strconv.Itoa(port), "-d", queries,
+		"-l", strconv.Itoa(int(d.Seconds())), "-t", "2"}, extra...)
+	out, err := exec.Command("taskset", args...).CombinedOutput()
+	if err != nil {
+		return measurement{}, fmt.Errorf("dnsperf: %v\n%s", err, out)
+	}
+	var m measurement
+	if v := qpsRe.FindSubmatch(out); v != nil {
+		m.qps, _ = strconv.ParseFloat(string(v[1]), 64)
+	}
+	if v := latencyRe.FindSubmatch(out); v != nil {
+		s, _ := strconv.ParseFloat(string(v[1]), 64)
+		m.latencyMs = s * 1000
+	}
+	if v := lostRe.FindSubmatch(out); v != nil && string(v[1]) != "0" {
+		m.errorsSeen += " lost " + string(v[1])
+	}
+	if m.qps == 0 {
+		return m, fmt.Errorf("dnsperf reported no rate:\n%s", out)
+	}
+	if v := rcodeRe.FindSubmatch(out); v != nil && strings.Contains(string(v[1]), "SERVFAIL") {
+		m.errorsSeen += " " + string(v[1])
+	}
+	return m, nil
+}
+
+// peakRSS reads the process's peak resident set size (VmHWM) in KiB.
+func peakRSS(pid int) (int, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			return strconv.Atoi(strings.Fields(rest)[0])
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM for pid %d", pid)
+}
+
+func report(d dataset, classes []queryClass, res map[string]map[string]measurement, rss map[string]int, duration time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# DNS benchmark: our CoreDNS build vs stock CoreDNS 1.15.0\n\n")
+	fmt.Fprintf(&b, "Data: %d ClusterSetIP imports, %d headless imports x %d clusters x %d endpoints, in %d namespaces, on one kube-apiserver.\n",
+		d.clusterSetIP, d.headless, d.clusters, d.endpoints, d.namespaces)
+	fmt.Fprintf(&b, "Each server: one core (taskset -c 0, GOMAXPROCS=1); dnsperf on the other core, %s per class at saturation (-c 20 -q 200) for QPS, "+
+		"then 3 s at 2,000 QPS for mean latency. Generated by `make bench-dns` on %s.\n\n", duration, time.Now().UTC().Format("2006-01-02"))
+	fmt.Fprintf(&b, "| query class | ours QPS | stock QPS | QPS ours/stock | ours latency ms | stock latency ms | latency ours/stock |\n")
+	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, q := range classes {
+		o, s := res["ours"][q.name], res["stock"][q.name]
+		fmt.Fprintf(&b, "| %s | %.0f | %.0f | **%.2f** | %.3f | %.3f | %.2f |\n", q.name, o.qps, s.qps, o.qps/s.qps, o.latencyMs, s.latencyMs, o.latencyMs/s.latencyMs)
+	}
+	fmt.Fprintf(&b, "| peak RSS (MiB) | %.0f | %.0f | **%.2f** | | | |\n", float64(rss["ours"])/1024, float64(rss["stock"])/1024, float64(rss["ours"])/float64(rss["stock"]))
+	for _, name := range []string{"ours", "stock"} {
+		for _, q := range classes {
+			if e := res[name][q.name].errorsSeen; e != "" {
+				fmt.Fprintf(&b, "\n%s, %s:%s", name, q.name, e)
+			}
+		}
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+func tail(path string) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
