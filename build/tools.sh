@@ -9,6 +9,7 @@ kube_version=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$r
 etcd_version=$(awk '$1 == "require" && $2 == "go.etcd.io/etcd/server/v3" {print $3}' "$root/build/tools/etcd/go.mod")
 kube_dir=$cache/kubernetes-$kube_version
 etcd_dir=$cache/etcd-$etcd_version
+kustomize_version=$(awk '$1 == "require" && $2 == "sigs.k8s.io/kustomize/kustomize/v5" {print $3}' "$root/build/tools/kustomize/go.mod")
 
 # build DIR MODULE_DIR OUT PKG: builds PKG in MODULE_DIR into DIR/OUT unless it is already there.
 build() {
@@ -24,12 +25,14 @@ build "$etcd_dir" "$root/build/tools/etcd" etcd .
 build "$kube_dir" "$root/build/tools/kube" kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
 build "$kube_dir" "$root/build/tools/kube" kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
 build "$kube_dir" "$root/build/tools/kube" kubectl k8s.io/kubernetes/cmd/kubectl
+build "$cache/kustomize-$kustomize_version" "$root/build/tools/kustomize" kustomize sigs.k8s.io/kustomize/kustomize/v5
 
 # envtest looks for etcd, kube-apiserver and kubectl in one folder: link them together.
 assets=$cache/assets-$kube_version-etcd-$etcd_version
 mkdir -p "$assets"
 for b in kube-apiserver kube-controller-manager kubectl; do ln -sf "$kube_dir/$b" "$assets/$b"; done
 ln -sf "$etcd_dir/etcd" "$assets/etcd"
+ln -sf "$cache/kustomize-$kustomize_version/kustomize" "$assets/kustomize"
 ln -sfn "$assets" "$cache/current"
 
 missing=()

@@ -21,12 +21,11 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	mcscrd "sigs.k8s.io/mcs-api/config/crd"
 	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
-	"sigs.k8s.io/yaml"
 
 	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
+	"vksfleet.dev/fleet/build/deploy/crds"
 )
 
 // Scheme knows the built-in types, both mcs-api versions and ClusterProperty.
@@ -175,19 +174,10 @@ func (c *Cluster) writeKubeconfig() (string, error) {
 // crdsFor returns the CRDs a cluster gets: members get the mcs-api and ClusterProperty CRDs; the broker gets
 // the mcs-api CRDs, since any API server, including a member's, may serve as broker.
 func crdsFor(member bool) ([]*apiextensionsv1.CustomResourceDefinition, error) {
-	docs := [][]byte{mcscrd.ServiceExportCRD, mcscrd.ServiceImportCRD}
 	if member {
-		docs = append(docs, aboutv1alpha1.CRD)
+		return crds.Parse(crds.ServiceExport, crds.ServiceImport, crds.ClusterProperty)
 	}
-	crds := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(docs))
-	for _, d := range docs {
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := yaml.UnmarshalStrict(d, crd); err != nil {
-			return nil, fmt.Errorf("parsing an embedded CRD: %w", err)
-		}
-		crds = append(crds, crd)
-	}
-	return crds, nil
+	return crds.Parse(crds.ServiceExport, crds.ServiceImport)
 }
 
 func (c *Cluster) createClusterProperties(ctx context.Context, id, setName string) error {

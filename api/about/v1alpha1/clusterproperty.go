@@ -1,10 +1,9 @@
 // Package v1alpha1 holds the ClusterProperty API of KEP-2149 (group about.k8s.io), which names this cluster and
-// its clusterset. The upstream about-api module is not on the module proxy, so the project carries this small copy.
+// its clusterset. The upstream about-api module is not on the module proxy, so the project carries this small copy. Its CustomResourceDefinition is in
+// vksfleet.dev/fleet/build/deploy/crds.
 package v1alpha1
 
 import (
-	_ "embed"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -20,11 +19,6 @@ const (
 
 // GroupVersion is the API group and version of ClusterProperty.
 var GroupVersion = schema.GroupVersion{Group: "about.k8s.io", Version: "v1alpha1"}
-
-// CRD is the CustomResourceDefinition of ClusterProperty, as YAML.
-//
-//go:embed crd.yaml
-var CRD []byte
 
 // ClusterProperty is a cluster-scoped name/value pair describing the cluster it lives in.
 type ClusterProperty struct {
