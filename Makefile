@@ -8,7 +8,7 @@ STATICCHECK    := $(TOOLS_CACHE)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # Integration tests start real control planes; on 2 cores a whole run takes several minutes.
 TEST_TIMEOUT   ?= 30m
 
-.PHONY: help tools build test lint up down bench-dns
+.PHONY: help tools build test lint up down bench-dns manifests images
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -33,3 +33,16 @@ up: tools build ## start a local clusterset in the background (MEMBERS=3 members
 
 down: ## stop the local clusterset
 	@if [ -x bin/localfleet ]; then bin/localfleet down; else $(GO) run ./cmd/localfleet down; fi
+
+KUSTOMIZE := $(TOOLS_CACHE)/current/kustomize
+
+manifests: tools ## render the kustomize bases under build/deploy into bin/manifests/
+	@mkdir -p bin/manifests
+	$(KUSTOMIZE) build build/deploy > bin/manifests/member.yaml
+	$(KUSTOMIZE) build build/deploy/broker > bin/manifests/broker.yaml
+	$(KUSTOMIZE) build build/deploy/member > bin/manifests/broker-member-example.yaml
+
+images: ## build the coredns and mcs-controller images (needs a running container engine)
+	@docker info >/dev/null 2>&1 || { echo "images: no container engine is running (docker info failed)"; exit 1; }
+	docker build -f build/images/coredns.Dockerfile -t ghcr.io/vksfleet/coredns:v0.1.0 .
+	docker build -f build/images/controller.Dockerfile -t ghcr.io/vksfleet/mcs-controller:v0.1.0 .
