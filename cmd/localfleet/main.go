@@ -1,8 +1,9 @@
-// Command localfleet runs a local clusterset on this machine: `localfleet up` starts it in the background and
-// returns once it is usable, `localfleet down` stops it, `localfleet run` runs it in the foreground.
+// Command localfleet runs a local fleet on this machine: a clusterset of real control planes (test/clusterset)
+// with, per member, an mcs-controller and our CoreDNS (test/fleet). `localfleet up` starts it in the background
+// and returns once it is usable, `localfleet down` stops it, `localfleet run` runs it in the foreground.
 //
 // State lives in one folder (default .fleet): kubeconfig (a context per member and "broker"), env (a
-// shell-sourceable file starting with KUBECONFIG=), pid and log.
+// shell-sourceable file starting with KUBECONFIG=, with each member's DNS address), pid and log.
 package main
 
 import (
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"vksfleet.dev/fleet/test/clusterset"
+	"vksfleet.dev/fleet/test/fleet"
 )
 
 const usage = `usage: localfleet up|down|run [flags]
@@ -39,6 +41,7 @@ func main() {
 	dir := fs.String("dir", ".fleet", "folder for the kubeconfig, env, pid and log files")
 	members := fs.Int("members", 3, "number of member clusters (1-100), named cluster-a, cluster-b, ...")
 	timeout := fs.Duration("timeout", 3*time.Minute, "how long up waits for the clusterset to become usable")
+	bin := fs.String("bin", "bin", "folder with the coredns and controller binaries")
 	_ = fs.Parse(os.Args[2:])
 	if fs.NArg() > 0 {
 		fs.Usage()
@@ -47,11 +50,11 @@ func main() {
 	var err error
 	switch os.Args[1] {
 	case "up":
-		err = up(*dir, *members, *timeout)
+		err = up(*dir, *bin, *members, *timeout)
 	case "down":
 		err = down(*dir)
 	case "run":
-		err = run(*dir, *members)
+		err = run(*dir, *bin, *members)
 	default:
 		fs.Usage()
 		os.Exit(2)
@@ -83,7 +86,7 @@ func (f files) running() int {
 	return pid
 }
 
-func up(dir string, members int, timeout time.Duration) error {
+func up(dir, bin string, members int, timeout time.Duration) error {
 	if members < 1 {
 		return fmt.Errorf("-members must be at least 1, got %d", members)
 	}
@@ -106,7 +109,7 @@ func up(dir string, members int, timeout time.Duration) error {
 		return err
 	}
 	start := time.Now()
-	cmd := exec.Command(self, "run", "-dir", dir, "-members", strconv.Itoa(members))
+	cmd := exec.Command(self, "run", "-dir", dir, "-bin", bin, "-members", strconv.Itoa(members))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // outlives the shell that ran `make up`
 	if err := cmd.Start(); err != nil {
@@ -135,10 +138,11 @@ func up(dir string, members int, timeout time.Duration) error {
 		}
 	}
 	abs, _ := filepath.Abs(f.env())
-	fmt.Printf(`Local clusterset up in %s: %s + broker (pid %d, log %s).
+	fmt.Printf(`Local fleet up in %s: %s + broker, each member with an mcs-controller and CoreDNS (pid %d, log %s).
 Use it with:
   source %s
   kubectl --context %s get nodes
+  dig @127.0.0.1 -p "${FLEET_DNS_CLUSTER_A#*:}" dns-version.clusterset.local TXT
 Contexts: %s, broker. Stop it with: make down
 `, time.Since(start).Round(100*time.Millisecond), strings.Join(clusterset.MemberNames(members), ", "), cmd.Process.Pid,
 		f.log(), abs, clusterset.MemberNames(members)[0], strings.Join(clusterset.MemberNames(members), ", "))
@@ -171,7 +175,7 @@ func down(dir string) error {
 	return nil
 }
 
-func run(dir string, members int) error {
+func run(dir, bin string, members int) error {
 	f := files{dir}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -179,23 +183,27 @@ func run(dir string, members int) error {
 		return err
 	}
 	start := time.Now()
-	cs, err := clusterset.Start(ctx, clusterset.Options{Members: clusterset.MemberNames(members), Log: os.Stderr})
+	fl, err := fleet.Start(ctx, fleet.Options{
+		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(members)},
+		BinDir:     bin,
+		Log:        os.Stderr,
+	})
 	if err != nil {
 		return err
 	}
-	err = writeState(f, cs)
+	err = writeState(f, fl)
 	if err == nil {
 		fmt.Printf("clusterset up in %s\n", time.Since(start).Round(time.Millisecond))
 		<-ctx.Done()
 	}
 	fmt.Println("stopping")
 	_ = os.Remove(f.env())
-	return errors.Join(err, cs.Stop())
+	return errors.Join(err, fl.Stop())
 }
 
-// writeState writes the kubeconfig, then the env file, whose appearance tells `up` that the clusterset is usable.
-func writeState(f files, cs *clusterset.ClusterSet) error {
-	kc, err := cs.Kubeconfig()
+// writeState writes the kubeconfig, then the env file, whose appearance tells `up` that the fleet is usable.
+func writeState(f files, fl *fleet.Fleet) error {
+	kc, err := fl.Kubeconfig()
 	if err != nil {
 		return err
 	}
@@ -207,12 +215,15 @@ func writeState(f files, cs *clusterset.ClusterSet) error {
 	if err != nil {
 		return err
 	}
-	names := make([]string, len(cs.Members))
-	for i, m := range cs.Members {
+	names := make([]string, len(fl.Members))
+	var dns strings.Builder
+	for i, m := range fl.Members {
 		names[i] = m.Name
+		v := "FLEET_DNS_" + strings.ToUpper(strings.ReplaceAll(m.Name, "-", "_"))
+		fmt.Fprintf(&dns, "%s=%s\nexport %s\n", v, m.DNS, v)
 	}
-	env := fmt.Sprintf("KUBECONFIG=%s\nexport KUBECONFIG\nFLEET_MEMBERS=%q\nexport FLEET_MEMBERS\n"+
-		"# kubectl of the pinned Kubernetes release\nPATH=%s:$PATH\nexport PATH\n", kcPath, strings.Join(names, " "), assets)
+	env := fmt.Sprintf("KUBECONFIG=%s\nexport KUBECONFIG\nFLEET_MEMBERS=%q\nexport FLEET_MEMBERS\n%s"+
+		"# kubectl of the pinned Kubernetes release\nPATH=%s:$PATH\nexport PATH\n", kcPath, strings.Join(names, " "), dns.String(), assets)
 	tmp := f.env() + ".tmp"
 	if err := os.WriteFile(tmp, []byte(env), 0o644); err != nil {
 		return err

@@ -26,6 +26,7 @@ import (
 
 	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
 	"vksfleet.dev/fleet/build/deploy/crds"
+	"vksfleet.dev/fleet/test/proc"
 )
 
 // Scheme knows the built-in types, both mcs-api versions and ClusterProperty.
@@ -68,7 +69,7 @@ type Cluster struct {
 	member bool
 	dir    string
 	env    *envtest.Environment
-	kcm    *controllerManager
+	kcm    *proc.Process
 	pods   *podLoop
 }
 
@@ -152,7 +153,7 @@ func (c *Cluster) stop() error {
 		c.pods.stop()
 	}
 	if c.kcm != nil {
-		errs = append(errs, c.kcm.stop())
+		c.kcm.Stop()
 	}
 	if c.env != nil {
 		errs = append(errs, c.env.Stop())

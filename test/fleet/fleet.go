@@ -1,0 +1,201 @@
+// Package fleet runs the whole project on a local clusterset: per member, one mcs-controller process and one of
+// our CoreDNS processes serving cluster.local and clusterset.local, as a real member would run them. `make up`,
+// `make demo` and the end-to-end tests share it.
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"vksfleet.dev/fleet/test/clusterset"
+	"vksfleet.dev/fleet/test/proc"
+)
+
+// Options say what fleet to start.
+type Options struct {
+	// ClusterSet is passed to clusterset.Start; a broker is always started.
+	ClusterSet clusterset.Options
+	// BinDir holds the `coredns` and `controller` binaries (make build puts them in bin/).
+	BinDir string
+	// LeaseGrace is the controllers' --lease-grace; default 30 s.
+	LeaseGrace time.Duration
+	// Log receives every process's output; default discarded.
+	Log io.Writer
+}
+
+// Fleet is a running local fleet.
+type Fleet struct {
+	*clusterset.ClusterSet
+	// Members are the member clusters with their controller and DNS server, in clusterset order.
+	Members []*Member
+
+	opts     Options
+	dir      string
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Member is a member cluster with its processes.
+type Member struct {
+	*clusterset.Cluster
+	// DNS is the address (127.0.0.1:port) where the member's CoreDNS answers over UDP and TCP.
+	DNS string
+
+	fleet      *Fleet
+	mu         sync.Mutex
+	controller *proc.Process
+	coredns    *proc.Process
+}
+
+// Start starts the clusterset, then every member's controller and CoreDNS, and returns once each CoreDNS reports
+// ready. On error, whatever was started is stopped.
+func Start(ctx context.Context, opts Options) (*Fleet, error) {
+	for _, b := range []string{"coredns", "controller"} {
+		if _, err := os.Stat(filepath.Join(opts.BinDir, b)); err != nil {
+			return nil, fmt.Errorf("fleet: %s not found in %q: run `make build` first", b, opts.BinDir)
+		}
+	}
+	if opts.LeaseGrace == 0 {
+		opts.LeaseGrace = 30 * time.Second
+	}
+	if opts.Log == nil {
+		opts.Log = io.Discard
+	}
+	opts.ClusterSet.NoBroker = false
+	dir, err := os.MkdirTemp("", "fleet-processes-")
+	if err != nil {
+		return nil, err
+	}
+	cs, err := clusterset.Start(ctx, opts.ClusterSet)
+	if err != nil {
+		return nil, errors.Join(err, os.RemoveAll(dir))
+	}
+	f := &Fleet{ClusterSet: cs, opts: opts, dir: dir}
+	for _, c := range cs.Members {
+		f.Members = append(f.Members, &Member{Cluster: c, fleet: f})
+	}
+	errs := make([]error, len(f.Members))
+	var wg sync.WaitGroup
+	for i, m := range f.Members {
+		wg.Go(func() {
+			if errs[i] = m.StartController(); errs[i] == nil {
+				errs[i] = m.startCoreDNS(ctx)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, errors.Join(err, f.Stop())
+	}
+	return f, nil
+}
+
+// Member returns the member with the given name, or nil.
+func (f *Fleet) Member(name string) *Member {
+	for _, m := range f.Members {
+		if m.Name == name {
+			return m
+		}
+	}
+	return nil
+}
+
+// Stop stops every process and the clusterset. It is safe to call more than once.
+func (f *Fleet) Stop() error {
+	f.stopOnce.Do(func() {
+		var errs []error
+		for _, m := range f.Members {
+			m.StopController()
+			m.mu.Lock()
+			if m.coredns != nil {
+				m.coredns.Stop()
+			}
+			m.mu.Unlock()
+		}
+		errs = append(errs, f.ClusterSet.Stop(), os.RemoveAll(f.dir))
+		f.stopErr = errors.Join(errs...)
+	})
+	return f.stopErr
+}
+
+// StartController starts the member's mcs-controller, unless it is running.
+func (m *Member) StartController() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.controller != nil {
+		return nil
+	}
+	f := m.fleet
+	p, err := proc.Start(f.opts.Log, m.Name+"/controller", filepath.Join(f.opts.BinDir, "controller"),
+		"--kubeconfig="+m.KubeconfigPath,
+		"--broker-kubeconfig="+f.Broker.KubeconfigPath,
+		"--lease-grace="+f.opts.LeaseGrace.String(),
+		"--health-probe-bind-address=0",
+		"--metrics-bind-address=0",
+	)
+	if err != nil {
+		return err
+	}
+	m.controller = p
+	return nil
+}
+
+// StopController stops the member's mcs-controller, if it runs, as a crash or an upgrade would.
+func (m *Member) StopController() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.controller != nil {
+		m.controller.Stop()
+		m.controller = nil
+	}
+}
+
+// corefile is the member's Corefile: Corefile.example's two plugins, on loopback ports.
+const corefile = `.:%d {
+    bind 127.0.0.1
+    errors
+    ready 127.0.0.1:%d
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+        kubeconfig %s %s
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+    }
+    multicluster clusterset.local in-addr.arpa ip6.arpa {
+        kubeconfig %s %s
+        ttl 5
+    }
+}
+`
+
+func (m *Member) startCoreDNS(ctx context.Context) error {
+	dnsPort, err := clusterset.FreePort()
+	if err != nil {
+		return err
+	}
+	readyPort, err := clusterset.FreePort()
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(m.fleet.dir, "Corefile."+m.Name)
+	body := fmt.Sprintf(corefile, dnsPort, readyPort, m.KubeconfigPath, m.Name, m.KubeconfigPath, m.Name)
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		return err
+	}
+	p, err := proc.Start(m.fleet.opts.Log, m.Name+"/coredns", filepath.Join(m.fleet.opts.BinDir, "coredns"), "-conf", path)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.coredns = p
+	m.mu.Unlock()
+	m.DNS = fmt.Sprintf("127.0.0.1:%d", dnsPort)
+	hc := &http.Client{Timeout: time.Second}
+	return p.WaitHTTP(ctx, hc, fmt.Sprintf("http://127.0.0.1:%d/ready", readyPort), 2*time.Minute)
+}

@@ -1,0 +1,106 @@
+// Package proc starts the child processes of the local clusterset and fleet (kube-controller-manager, the
+// mcs-controller, CoreDNS) so that none can outlive the process that started it.
+package proc
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Process is a running child process.
+type Process struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Start starts bin with args. Its output goes to log, each line prefixed with "[name] " so that interleaved
+// logs stay readable. The process gets SIGKILL if the starting process dies, even by SIGKILL itself.
+func Start(log io.Writer, name, bin string, args ...string) (*Process, error) {
+	cmd := exec.Command(bin, args...)
+	w := &prefixWriter{w: log, prefix: "[" + name + "] "}
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &Process{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	return p, nil
+}
+
+// Pid is the process id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// WaitHTTP polls url with hc until it answers 200, failing early if the process exits, ctx ends or timeout
+// passes.
+func (p *Process) WaitHTTP(ctx context.Context, hc *http.Client, url string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if resp, err := hc.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s exited before answering %s: %v", p.name, url, p.cmd.ProcessState)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s did not answer %s within %s", p.name, url, timeout)
+			}
+		}
+	}
+}
+
+// Stop sends SIGTERM, SIGKILL if the process has not exited ten seconds later, and waits for the exit.
+func (p *Process) Stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// prefixWriter prefixes every complete line written through it.
+type prefixWriter struct {
+	mu     sync.Mutex
+	w      io.Writer
+	prefix string
+	buf    []byte
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.buf = append(p.buf, b...)
+	for {
+		i := strings.IndexByte(string(p.buf), '\n')
+		if i < 0 {
+			return len(b), nil
+		}
+		if _, err := io.WriteString(p.w, p.prefix+string(p.buf[:i+1])); err != nil {
+			return len(b), err
+		}
+		p.buf = p.buf[i+1:]
+	}
+}
