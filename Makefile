@@ -8,7 +8,7 @@ STATICCHECK    := $(TOOLS_CACHE)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # Integration tests start real control planes; on 2 cores a whole run takes several minutes.
 TEST_TIMEOUT   ?= 30m
 
-.PHONY: help tools build test lint up down bench-dns manifests images
+.PHONY: help tools build test lint up down demo bench-dns manifests images
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -30,6 +30,9 @@ lint: ## gofmt, go vet and staticcheck
 
 up: tools build ## start a local clusterset in the background (MEMBERS=3 members + broker); writes .fleet/
 	@bin/localfleet up -members $(MEMBERS)
+
+demo: tools build ## bring up a local fleet and walk both user stories; fails if any expectation fails
+	@bin/demo -bin bin
 
 down: ## stop the local clusterset
 	@if [ -x bin/localfleet ]; then bin/localfleet down; else $(GO) run ./cmd/localfleet down; fi

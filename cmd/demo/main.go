@@ -1,0 +1,59 @@
+// Command demo brings up a local fleet (3 members + broker, each member with an mcs-controller and our CoreDNS),
+// walks the two user stories of VKS Fleet, prints what a user would see, and exits non-zero if any expectation
+// fails. `make demo` runs it.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"vksfleet.dev/fleet/test/clusterset"
+	"vksfleet.dev/fleet/test/demo"
+	"vksfleet.dev/fleet/test/fleet"
+)
+
+func main() {
+	bin := flag.String("bin", "bin", "folder with the coredns and controller binaries")
+	grace := flag.Duration("lease-grace", 10*time.Second, "the controllers' --lease-grace")
+	timeout := flag.Duration("timeout", time.Minute, "how long each expectation may take to hold")
+	logPath := flag.String("log", ".fleet/demo.log", "where the fleet's processes log")
+	flag.Parse()
+	if err := run(*bin, *logPath, *grace, *timeout); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+func run(bin, logPath string, grace, timeout time.Duration) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := os.MkdirAll(".fleet", 0o755); err != nil {
+		return err
+	}
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	fmt.Printf("Starting a local fleet: cluster-a, cluster-b, cluster-c + broker (logs: %s)\n", logPath)
+	start := time.Now()
+	f, err := fleet.Start(ctx, fleet.Options{
+		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(3)},
+		BinDir:     bin, LeaseGrace: grace, Log: logf,
+	})
+	if err != nil {
+		return err
+	}
+	defer f.Stop()
+	fmt.Printf("Fleet up in %s.\n", time.Since(start).Round(100*time.Millisecond))
+	d := &demo.Demo{Fleet: f, Out: os.Stdout, Timeout: timeout}
+	if err := d.Run(ctx); err != nil {
+		return fmt.Errorf("%w (process logs: %s)", err, logPath)
+	}
+	return nil
+}
