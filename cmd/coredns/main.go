@@ -5,8 +5,8 @@ package main
 import (
 	"slices"
 
-	_ "github.com/coredns/coredns/core/plugin" // every stock plugin
 	"github.com/coredns/coredns/core/dnsserver"
+	_ "github.com/coredns/coredns/core/plugin" // every stock plugin
 	"github.com/coredns/coredns/coremain"
 
 	"vksfleet.dev/fleet/plugin/multicluster"

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/coredns/coredns/plugin/test"
@@ -18,12 +19,14 @@ import (
 // missing reply with this rcode.
 const nextRcode = dns.RcodeNotImplemented
 
+func nextHandler() plugin.Handler { return test.NextHandler(nextRcode, nil) }
+
 func testPlugin(t testing.TB, f fall.F) (*MultiCluster, *atomic.Bool) {
 	t.Helper()
 	m := newPlugin(&config{zone: "clusterset.local.", reverse: []string{"in-addr.arpa.", "ip6.arpa."}, ttl: 5, fall: f}, nil)
 	var synced atomic.Bool
 	m.synced = synced.Load
-	m.Next = test.NextHandler(nextRcode, nil)
+	m.Next = nextHandler()
 	m.index.SetNamespaces([]string{"ns"})
 	m.index.Apply(
 		zone.Change{Key: zone.Key("ns", "web"), Service: &zone.Service{Namespace: "ns", Name: "web",

@@ -56,12 +56,10 @@ func setup(c *caddy.Controller) error {
 	if err != nil {
 		return plugin.Error(Name, err)
 	}
-	m := newPlugin(cfg, nameServerAddrs(dnsserver.GetConfig(c).ListenHosts))
-	src, err := kubesource.New(kubesource.Options{Config: rc, Index: m.index, NoEndpoints: cfg.noEndpoints, Observer: observer{}})
+	m, src, err := newWithSource(cfg, rc, nameServerAddrs(dnsserver.GetConfig(c).ListenHosts))
 	if err != nil {
 		return plugin.Error(Name, err)
 	}
-	m.synced = src.HasSynced
 	c.OnStartup(func() error {
 		src.Start()
 		go reportClusterID(rc, cfg.clusterID)
@@ -234,6 +232,18 @@ func reportClusterID(rc *rest.Config, id string) {
 }
 
 var errNotSynced = errors.New("multicluster: caches not synced")
+
+// newWithSource returns the plugin for cfg fed by a source watching the cluster rc reaches; the caller starts
+// and stops the source.
+func newWithSource(cfg *config, rc *rest.Config, nameServers []netip.Addr) (*MultiCluster, *kubesource.Source, error) {
+	m := newPlugin(cfg, nameServers)
+	src, err := kubesource.New(kubesource.Options{Config: rc, Index: m.index, NoEndpoints: cfg.noEndpoints, Observer: observer{}})
+	if err != nil {
+		return nil, nil, err
+	}
+	m.synced = src.HasSynced
+	return m, src, nil
+}
 
 // newPlugin returns the plugin for cfg with an empty index; synced reports false until a source is attached.
 func newPlugin(cfg *config, nameServers []netip.Addr) *MultiCluster {

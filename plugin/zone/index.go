@@ -193,9 +193,6 @@ func (s *Snapshot) bump(prev uint32, now time.Time) {
 	}}
 }
 
-// Zone returns the zone's fully qualified lower-case name.
-func (s *Snapshot) Zone() string { return s.zone }
-
 // Serial returns the SOA serial.
 func (s *Snapshot) Serial() uint32 { return s.serial }
 

@@ -65,9 +65,6 @@ func (s *Snapshot) LookupPTR(qname string) []dns.RR {
 	return rrs
 }
 
-// SOA returns the zone's SOA record, for an authority section.
-func (s *Snapshot) SOA() []dns.RR { return s.soa }
-
 func (s *Snapshot) answer(n *node, qtype uint16) Result {
 	if rrs := n.records(qtype); len(rrs) > 0 {
 		return Result{Answer: rrs}

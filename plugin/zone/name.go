@@ -27,11 +27,10 @@ const (
 
 // Name is a parsed query name. Its strings are slices of the query name, so parsing allocates nothing.
 type Name struct {
+	// Kind says which part of the zone the name is in.
 	Kind Kind
 	// Namespace is the namespace label, for NamespaceName and ServiceName.
 	Namespace string
-	// Service is the service label, for ServiceName.
-	Service string
 	// Key identifies the service in an index: "<svc>.<ns>", for ServiceName.
 	Key string
 	// Prefix is what precedes the service name, without its trailing dot: "" for the service itself,
@@ -67,9 +66,8 @@ func Parse(qname, zone string) Name {
 	}
 	prefix, svc := cutLast(rest)
 	// rest is "<prefix>.<svc>" or "<svc>"; the key "<svc>.<ns>" is the slice of rel that starts at svc.
-	keyStart := len(rest) - len(svc)
-	key := rel[keyStart : len(rel)-len(".svc")]
-	return Name{Kind: ServiceName, Namespace: ns, Service: svc, Key: key, Prefix: prefix}
+	key := rel[len(rest)-len(svc) : len(rel)-len(".svc")]
+	return Name{Kind: ServiceName, Namespace: ns, Key: key, Prefix: prefix}
 }
 
 // inZone reports whether qname is zone or a name below it, at a label boundary.

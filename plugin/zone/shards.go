@@ -3,8 +3,8 @@ package zone
 import "maps"
 
 // shardCount is the number of shards of a shardMap: an update copies only the shards it touches, so rebuilding
-// one service copies about 1/64 of the index instead of all of it.
-const shardCount = 64
+// one service copies about 1/1024 of the index instead of all of it.
+const shardCount = 1024
 
 // shardMap is a copy-on-write map split into shards by key hash. A published shardMap is never written; with
 // returns a new one that shares every untouched shard.

@@ -1,0 +1,318 @@
+package multicluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"vksfleet.dev/fleet/plugin/kubesource"
+	"vksfleet.dev/fleet/plugin/mcstest"
+	"vksfleet.dev/fleet/test/clusterset"
+)
+
+// The integration tests share one member cluster, started on first use, whose cluster id spans two labels.
+var (
+	csOnce sync.Once
+	cs     *clusterset.ClusterSet
+	csErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if cs != nil {
+		if err := cs.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping the clusterset:", err)
+		}
+	}
+	os.Exit(code)
+}
+
+func member(t *testing.T) *clusterset.Cluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a Kubernetes control plane")
+	}
+	csOnce.Do(func() {
+		start := time.Now()
+		cs, csErr = clusterset.Start(context.Background(), clusterset.Options{
+			Members: []string{"cluster-a"}, ClusterIDs: map[string]string{"cluster-a": "east.prod"}, NoBroker: true,
+		})
+		t.Logf("cluster started in %s", time.Since(start).Round(time.Millisecond))
+	})
+	if csErr != nil {
+		t.Fatal(csErr)
+	}
+	return cs.Members[0]
+}
+
+const pollTimeout = 30 * time.Second
+
+// startPlugin runs the plugin against c until the test ends and waits until it is ready.
+func startPlugin(t *testing.T, c *clusterset.Cluster, noEndpoints bool) *MultiCluster {
+	t.Helper()
+	m, src, err := newWithSource(&config{zone: "clusterset.local.", reverse: []string{"in-addr.arpa."}, ttl: 5,
+		noEndpoints: noEndpoints}, c.Config, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Next = nextHandler()
+	src.Start()
+	t.Cleanup(src.Stop)
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, pollTimeout, true,
+		func(context.Context) (bool, error) { return m.Ready(), nil }); err != nil {
+		t.Fatal("plugin not ready:", err)
+	}
+	return m
+}
+
+// eventually asks name/qtype until the reply's rcode and answer data are want, failing after pollTimeout.
+func eventually(t *testing.T, m *MultiCluster, name string, qtype uint16, rcode int, want ...string) time.Duration {
+	t.Helper()
+	slices.Sort(want)
+	start := time.Now()
+	var last string
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, pollTimeout, true,
+		func(context.Context) (bool, error) {
+			_, msg := serve(t, m, name, qtype)
+			if msg == nil {
+				last = "no reply"
+				return false, nil
+			}
+			got := rdata(msg.Answer)
+			last = fmt.Sprintf("%s %v", dns.RcodeToString[msg.Rcode], got)
+			return msg.Rcode == rcode && slices.Equal(got, want), nil
+		})
+	if err != nil {
+		t.Fatalf("%s %s: want %s %v, last got %s", name, dns.TypeToString[qtype], dns.RcodeToString[rcode], want, last)
+	}
+	return time.Since(start)
+}
+
+// rdata returns the sorted data of records: addresses, "port target" for SRV.
+func rdata(rrs []dns.RR) []string {
+	var out []string
+	for _, rr := range rrs {
+		switch r := rr.(type) {
+		case *dns.A:
+			out = append(out, r.A.String())
+		case *dns.AAAA:
+			out = append(out, r.AAAA.String())
+		case *dns.SRV:
+			out = append(out, fmt.Sprintf("%d %s", r.Port, r.Target))
+		case *dns.PTR:
+			out = append(out, r.Ptr)
+		default:
+			out = append(out, rr.String())
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// read returns the current value of one metric.
+func read(t *testing.T, metric prometheus.Metric) *dto.Metric {
+	t.Helper()
+	var m dto.Metric
+	if err := metric.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return &m
+}
+
+func createNamespace(t *testing.T, c *clusterset.Cluster, name string) {
+	t.Helper()
+	if err := mcstest.CreateNamespace(context.Background(), c.Client, name); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestIntegrationClusterSetIP(t *testing.T) {
+	c := member(t)
+	ctx := context.Background()
+	m := startPlugin(t, c, false)
+	createNamespace(t, c, "it-vip")
+	const name = "web.it-vip.svc.clusterset.local."
+	si := mcstest.Import("it-vip", "web", mcsv1beta1.ClusterSetIP, []string{"10.250.0.10", "fd00:250::10"},
+		mcstest.Port("http", corev1.ProtocolTCP, 80), mcstest.Port("dns", corev1.ProtocolUDP, 53),
+		mcstest.Port("dns-tcp", corev1.ProtocolTCP, 53))
+	serial := m.index.Snapshot().Serial()
+	if err := c.Client.Create(ctx, si); err != nil {
+		t.Fatal(err)
+	}
+	d := eventually(t, m, name, dns.TypeA, dns.RcodeSuccess, "10.250.0.10")
+	t.Logf("created ServiceImport answered after %s", d)
+	eventually(t, m, name, dns.TypeAAAA, dns.RcodeSuccess, "fd00:250::10")
+	eventually(t, m, name, dns.TypeSRV, dns.RcodeSuccess, "53 "+name, "80 "+name)
+	eventually(t, m, "_http._tcp."+name, dns.TypeSRV, dns.RcodeSuccess, "80 "+name)
+	eventually(t, m, "_dns._udp."+name, dns.TypeSRV, dns.RcodeSuccess, "53 "+name)
+	eventually(t, m, "10.0.250.10.in-addr.arpa.", dns.TypePTR, dns.RcodeSuccess, name)
+	if m.index.Snapshot().Serial() == serial {
+		t.Error("the SOA serial did not move")
+	}
+	if m := read(t, indexSize.WithLabelValues("services")); m.GetGauge().GetValue() < 1 {
+		t.Errorf("index_size{kind=services} = %v", m.GetGauge().GetValue())
+	}
+	if m := read(t, propagationDuration); m.GetHistogram().GetSampleCount() < 1 {
+		t.Error("propagation_duration_seconds has no sample")
+	}
+	if m := read(t, rebuildDuration); m.GetHistogram().GetSampleCount() < 1 {
+		t.Error("index_rebuild_duration_seconds has no sample")
+	}
+
+	si.Spec.IPs, si.Spec.IPFamilies = []string{"10.250.0.20"}, []corev1.IPFamily{corev1.IPv4Protocol}
+	if err := c.Client.Update(ctx, si); err != nil {
+		t.Fatal(err)
+	}
+	d = eventually(t, m, name, dns.TypeA, dns.RcodeSuccess, "10.250.0.20")
+	t.Logf("changed VIP answered after %s", d)
+	eventually(t, m, name, dns.TypeAAAA, dns.RcodeSuccess)
+
+	if err := c.Client.Delete(ctx, si); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, m, name, dns.TypeA, dns.RcodeNameError)
+	eventually(t, m, "_http._tcp."+name, dns.TypeSRV, dns.RcodeNameError)
+}
+
+func TestIntegrationHeadless(t *testing.T) {
+	c := member(t)
+	ctx := context.Background()
+	m := startPlugin(t, c, false)
+	const ns = "it-headless"
+	createNamespace(t, c, ns)
+	const name = "db." + ns + ".svc.clusterset.local."
+	ports := []discoveryv1.EndpointPort{mcstest.SlicePort("sql", corev1.ProtocolTCP, 5432)}
+	if err := c.Client.Create(ctx, mcstest.Import(ns, "db", mcsv1beta1.Headless, nil, mcstest.Port("sql", corev1.ProtocolTCP, 5432))); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, m, name, dns.TypeA, dns.RcodeNameError) // no endpoint yet
+
+	east4 := mcstest.Slice(ns, "db", "east.prod", discoveryv1.AddressTypeIPv4, ports,
+		mcstest.Endpoint("10.1.0.5", "db-0", true), mcstest.Endpoint("10.1.0.6", "db-1", false))
+	east6 := mcstest.Slice(ns, "db", "east.prod", discoveryv1.AddressTypeIPv6, ports, mcstest.Endpoint("fd01::5", "db-0", true))
+	west := mcstest.Slice(ns, "db", "cluster-b", discoveryv1.AddressTypeIPv4, ports, mcstest.Endpoint("10.2.0.7", "", true))
+	local := mcstest.Slice(ns, "db", "unlabelled", discoveryv1.AddressTypeIPv4, ports, mcstest.Endpoint("10.9.9.9", "", true))
+	delete(local.Labels, mcsv1beta1.LabelSourceCluster)
+	for _, sl := range []*discoveryv1.EndpointSlice{east4, east6, west, local} {
+		if err := c.Client.Create(ctx, sl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, m, name, dns.TypeA, dns.RcodeSuccess, "10.1.0.5", "10.2.0.7")
+	eventually(t, m, name, dns.TypeAAAA, dns.RcodeSuccess, "fd01::5")
+	db0 := "db-0.east.prod." + name
+	eventually(t, m, db0, dns.TypeA, dns.RcodeSuccess, "10.1.0.5")
+	eventually(t, m, db0, dns.TypeAAAA, dns.RcodeSuccess, "fd01::5")
+	eventually(t, m, "10-2-0-7.cluster-b."+name, dns.TypeA, dns.RcodeSuccess, "10.2.0.7")
+	eventually(t, m, "db-1.east.prod."+name, dns.TypeA, dns.RcodeNameError)
+	eventually(t, m, "east.prod."+name, dns.TypeA, dns.RcodeNameError)
+	eventually(t, m, "_sql._tcp."+name, dns.TypeSRV, dns.RcodeSuccess, "5432 "+db0, "5432 10-2-0-7.cluster-b."+name)
+	eventually(t, m, "5.0.1.10.in-addr.arpa.", dns.TypePTR, dns.RcodeSuccess, db0)
+
+	east4.Endpoints[1].Conditions.Ready = ptr.To(true)
+	if err := c.Client.Update(ctx, east4); err != nil {
+		t.Fatal(err)
+	}
+	d := eventually(t, m, name, dns.TypeA, dns.RcodeSuccess, "10.1.0.5", "10.1.0.6", "10.2.0.7")
+	t.Logf("endpoint readiness answered after %s", d)
+
+	for _, sl := range []*discoveryv1.EndpointSlice{east4, east6} {
+		if err := c.Client.Delete(ctx, sl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, m, name, dns.TypeA, dns.RcodeSuccess, "10.2.0.7")
+	eventually(t, m, db0, dns.TypeA, dns.RcodeNameError)
+
+	west.Endpoints[0].Conditions.Ready = ptr.To(false)
+	if err := c.Client.Update(ctx, west); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, m, name, dns.TypeA, dns.RcodeNameError) // no ready endpoint left
+}
+
+func TestIntegrationNamespaceDeleted(t *testing.T) {
+	c := member(t)
+	ctx := context.Background()
+	m := startPlugin(t, c, false)
+	const ns = "it-gone"
+	createNamespace(t, c, ns)
+	if err := c.Client.Create(ctx, mcstest.Import(ns, "web", mcsv1beta1.ClusterSetIP, []string{"10.250.1.1"})); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, m, "web."+ns+".svc.clusterset.local.", dns.TypeA, dns.RcodeSuccess, "10.250.1.1")
+	eventually(t, m, ns+".svc.clusterset.local.", dns.TypeA, dns.RcodeSuccess)
+	if err := c.Kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, m, "web."+ns+".svc.clusterset.local.", dns.TypeA, dns.RcodeNameError)
+	eventually(t, m, ns+".svc.clusterset.local.", dns.TypeA, dns.RcodeNameError)
+}
+
+func TestIntegrationNoEndpoints(t *testing.T) {
+	c := member(t)
+	ctx := context.Background()
+	m := startPlugin(t, c, true)
+	const ns = "it-noendpoints"
+	createNamespace(t, c, ns)
+	ports := []discoveryv1.EndpointPort{mcstest.SlicePort("http", corev1.ProtocolTCP, 80)}
+	if err := c.Client.Create(ctx, mcstest.Import(ns, "vip", mcsv1beta1.ClusterSetIP, []string{"10.250.2.1"})); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Client.Create(ctx, mcstest.Import(ns, "hl", mcsv1beta1.Headless, nil)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Client.Create(ctx, mcstest.Slice(ns, "hl", "east.prod", discoveryv1.AddressTypeIPv4, ports,
+		mcstest.Endpoint("10.1.2.3", "", true))); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, m, "vip."+ns+".svc.clusterset.local.", dns.TypeA, dns.RcodeSuccess, "10.250.2.1")
+	// Without an endpoint watch a headless service has no ready endpoint: NXDOMAIN, never SERVFAIL.
+	eventually(t, m, "hl."+ns+".svc.clusterset.local.", dns.TypeA, dns.RcodeNameError)
+}
+
+func TestIntegrationClusterID(t *testing.T) {
+	c := member(t)
+	id, err := kubesource.ClusterID(context.Background(), c.Config)
+	if err != nil || id != "east.prod" {
+		t.Errorf("ClusterID = %q, %v; want east.prod", id, err)
+	}
+}
+
+func TestIntegrationBadServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for a connection to fail")
+	}
+	cfg := &config{zone: "clusterset.local.", ttl: 5, endpoint: "http://127.0.0.1:1"}
+	rc, err := cfg.restConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, src, err := newWithSource(cfg, rc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Next = nextHandler()
+	src.Start()
+	defer src.Stop()
+	if rcode, msg := serve(t, m, "web.ns.svc.clusterset.local.", dns.TypeA); rcode != dns.RcodeServerFailure || msg != nil {
+		t.Errorf("unreachable API server: rcode %s, reply %v; want SERVFAIL", dns.RcodeToString[rcode], msg)
+	}
+	if m.Ready() {
+		t.Error("ready without an API server")
+	}
+}

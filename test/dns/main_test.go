@@ -1,0 +1,195 @@
+// Package dnsconformance checks our CoreDNS build against every row of SPEC section 4: it builds ./cmd/coredns,
+// starts one member cluster, writes the imported objects the MCS controller would write, runs the binary with
+// the kubernetes and multicluster plugins in one server block, and asks every question with dig and with
+// miekg/dns, over UDP and over TCP.
+package dnsconformance
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"vksfleet.dev/fleet/plugin/mcstest"
+	"vksfleet.dev/fleet/test/clusterset"
+	"vksfleet.dev/fleet/test/proc"
+)
+
+// env is what TestMain set up for the tests.
+var env struct {
+	member    *clusterset.Cluster
+	port      int    // the DNS port on 127.0.0.1
+	clusterIP string // the ClusterIP of the cluster.local Service "local" in namespace conf
+}
+
+// The fixture: namespace conf of member cluster-a (cluster id east.prod) holds the imports below; source
+// cluster cluster-b exists only as the source-cluster label of imported slices.
+const (
+	ns        = "conf"
+	zone      = "clusterset.local."
+	web       = "web." + ns + ".svc." + zone
+	db        = "db." + ns + ".svc." + zone
+	down      = "down." + ns + ".svc." + zone
+	big       = "big." + ns + ".svc." + zone
+	db0       = "db-0.east.prod." + db
+	dbB4      = "10-2-0-7.cluster-b." + db
+	dbB6      = "fd02--7.cluster-b." + db
+	webIPv4   = "10.250.0.10"
+	webIPv6   = "fd00:250::10"
+	bigCount  = 300
+	startWait = 2 * time.Minute
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if _, err := exec.LookPath("dig"); err != nil {
+		fmt.Fprintln(os.Stderr, "dig not found: install dnsutils (make tools does)")
+		return 1
+	}
+	ctx := context.Background()
+	tmp, err := os.MkdirTemp("", "dns-conformance-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	bin := filepath.Join(tmp, "coredns")
+	build := exec.Command("go", "build", "-o", bin, "vksfleet.dev/fleet/cmd/coredns")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building coredns:", err)
+		return 1
+	}
+	cs, err := clusterset.Start(ctx, clusterset.Options{
+		Members: []string{"cluster-a"}, ClusterIDs: map[string]string{"cluster-a": "east.prod"}, NoBroker: true,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = cs.Stop() }()
+	env.member = cs.Members[0]
+	if err := createFixture(ctx, env.member.Client); err != nil {
+		fmt.Fprintln(os.Stderr, "fixture:", err)
+		return 1
+	}
+	var log bytes.Buffer
+	p, err := startCoreDNS(ctx, tmp, bin, &log)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err, "\n", log.String())
+		return 1
+	}
+	code := m.Run()
+	p.Stop()
+	if code != 0 {
+		fmt.Fprintln(os.Stderr, "coredns output:\n"+log.String())
+	}
+	return code
+}
+
+// startCoreDNS writes a Corefile with both plugins for the member and starts coredns until it is ready.
+//
+// The kubernetes plugin runs first and indexes every EndpointSlice by address, imported ones included: for an
+// imported address it answers the PTR itself, and for a slice without kubernetes.io/service-name (as the
+// fixture's) it builds an invalid name and no reply goes out at all. It is limited to namespace default here so
+// that the PTRs of both plugins can be checked.
+func startCoreDNS(ctx context.Context, dir, bin string, log *bytes.Buffer) (*proc.Process, error) {
+	var err error
+	if env.port, err = clusterset.FreePort(); err != nil {
+		return nil, err
+	}
+	readyPort, err := clusterset.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	kc, name := env.member.KubeconfigPath, env.member.Name
+	corefile := fmt.Sprintf(`.:%d {
+    bind 127.0.0.1
+    ready 127.0.0.1:%d
+    errors
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+        kubeconfig %s %s
+        namespaces default
+        fallthrough in-addr.arpa ip6.arpa
+    }
+    multicluster clusterset.local in-addr.arpa ip6.arpa {
+        kubeconfig %s %s
+    }
+}
+`, env.port, readyPort, kc, name, kc, name)
+	path := filepath.Join(dir, "Corefile")
+	if err := os.WriteFile(path, []byte(corefile), 0o600); err != nil {
+		return nil, err
+	}
+	p, err := proc.Start(log, "coredns", bin, "-conf", path)
+	if err != nil {
+		return nil, err
+	}
+	url := "http://127.0.0.1:" + strconv.Itoa(readyPort) + "/ready"
+	if err := p.WaitHTTP(ctx, http.DefaultClient, url, startWait); err != nil {
+		p.Stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+// createFixture writes the imports of the suite, and a cluster.local Service in namespace default whose PTR
+// the kubernetes plugin must keep answering.
+func createFixture(ctx context.Context, c client.Client) error {
+	if err := mcstest.CreateNamespace(ctx, c, ns); err != nil {
+		return err
+	}
+	sql := []discoveryv1.EndpointPort{mcstest.SlicePort("sql", corev1.ProtocolTCP, 5432)}
+	http := []discoveryv1.EndpointPort{mcstest.SlicePort("http", corev1.ProtocolTCP, 8080)}
+	bigEndpoints := make([]discoveryv1.Endpoint, bigCount)
+	for i := range bigEndpoints {
+		bigEndpoints[i] = mcstest.Endpoint(fmt.Sprintf("10.3.%d.%d", i/200, i%200+1), "", true)
+	}
+	objs := []client.Object{
+		mcstest.Import(ns, "web", mcsv1beta1.ClusterSetIP, []string{webIPv4, webIPv6},
+			mcstest.Port("http", corev1.ProtocolTCP, 80), mcstest.Port("dns", corev1.ProtocolUDP, 53),
+			mcstest.Port("dns-tcp", corev1.ProtocolTCP, 53)),
+		mcstest.Import(ns, "db", mcsv1beta1.Headless, nil, mcstest.Port("sql", corev1.ProtocolTCP, 5432)),
+		mcstest.Slice(ns, "db", "east.prod", discoveryv1.AddressTypeIPv4, sql,
+			mcstest.Endpoint("10.1.0.5", "db-0", true), mcstest.Endpoint("10.1.0.6", "db-1", false)),
+		mcstest.Slice(ns, "db", "east.prod", discoveryv1.AddressTypeIPv6, sql,
+			mcstest.Endpoint("fd01::5", "db-0", true), mcstest.Endpoint("fd01::6", "db-1", false)),
+		mcstest.Slice(ns, "db", "cluster-b", discoveryv1.AddressTypeIPv4, sql, mcstest.Endpoint("10.2.0.7", "", true)),
+		mcstest.Slice(ns, "db", "cluster-b", discoveryv1.AddressTypeIPv6, sql, mcstest.Endpoint("fd02::7", "", true)),
+		mcstest.Import(ns, "down", mcsv1beta1.Headless, nil, mcstest.Port("http", corev1.ProtocolTCP, 8080)),
+		mcstest.Slice(ns, "down", "cluster-b", discoveryv1.AddressTypeIPv4, http, mcstest.Endpoint("10.2.1.1", "", false)),
+		mcstest.Import(ns, "big", mcsv1beta1.Headless, nil, mcstest.Port("http", corev1.ProtocolTCP, 8080)),
+		mcstest.Slice(ns, "big", "cluster-b", discoveryv1.AddressTypeIPv4, http, bigEndpoints...),
+		&corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "local"},
+			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+		},
+	}
+	for _, o := range objs {
+		if err := c.Create(ctx, o); err != nil {
+			return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
+		}
+	}
+	svc := objs[len(objs)-1].(*corev1.Service)
+	env.clusterIP = svc.Spec.ClusterIP
+	if env.clusterIP == "" {
+		return errors.New("the cluster.local Service got no ClusterIP")
+	}
+	return nil
+}

@@ -1,0 +1,132 @@
+package dnsconformance
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// reply is what a client saw, whichever client asked.
+type reply struct {
+	rcode     string // NOERROR, NXDOMAIN, ...
+	aa, tc    bool
+	answer    []dns.RR
+	authority []dns.RR
+}
+
+// asker asks one question over one transport.
+type asker struct {
+	name string
+	ask  func(t *testing.T, name string, qtype uint16) reply
+}
+
+// askers are dig and miekg/dns, each over UDP and TCP. dig over UDP gets +ignore so that a truncated reply is
+// reported as such instead of being retried over TCP.
+func askers() []asker {
+	return []asker{
+		{"dig/udp", func(t *testing.T, name string, qtype uint16) reply { return dig(t, name, qtype, "+ignore") }},
+		{"dig/tcp", func(t *testing.T, name string, qtype uint16) reply { return dig(t, name, qtype, "+tcp") }},
+		{"miekg/udp", func(t *testing.T, name string, qtype uint16) reply { return exchange(t, "udp", name, qtype) }},
+		{"miekg/tcp", func(t *testing.T, name string, qtype uint16) reply { return exchange(t, "tcp", name, qtype) }},
+	}
+}
+
+// dig runs `dig @127.0.0.1 -p PORT name TYPE +noall +answer +authority +comments` and parses its output.
+func dig(t *testing.T, name string, qtype uint16, extra ...string) reply {
+	t.Helper()
+	args := append([]string{"@127.0.0.1", "-p", strconv.Itoa(env.port), name, dns.TypeToString[qtype],
+		"+noall", "+answer", "+authority", "+comments", "+time=5", "+tries=1"}, extra...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "dig", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("dig %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	r, err := parseDig(string(out))
+	if err != nil {
+		t.Fatalf("dig %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return r
+}
+
+// parseDig reads the status, the flags and the answer and authority sections of dig's output.
+func parseDig(out string) (reply, error) {
+	var (
+		r       reply
+		section *[]dns.RR
+	)
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case line == "":
+		case strings.HasPrefix(line, ";; ->>HEADER<<-"):
+			_, after, ok := strings.Cut(line, "status: ")
+			if !ok {
+				return r, fmt.Errorf("no status in %q", line)
+			}
+			r.rcode, _, _ = strings.Cut(after, ",")
+		case strings.HasPrefix(line, ";; flags:"):
+			flags, _, _ := strings.Cut(strings.TrimPrefix(line, ";; flags:"), ";")
+			for _, f := range strings.Fields(flags) {
+				r.aa = r.aa || f == "aa"
+				r.tc = r.tc || f == "tc"
+			}
+		case line == ";; ANSWER SECTION:":
+			section = &r.answer
+		case line == ";; AUTHORITY SECTION:":
+			section = &r.authority
+		case strings.HasPrefix(line, ";"):
+			if strings.HasPrefix(line, ";; ") && strings.HasSuffix(line, "SECTION:") {
+				section = nil
+			}
+		default:
+			if section == nil {
+				return r, fmt.Errorf("record outside a section: %q", line)
+			}
+			rr, err := dns.NewRR(line)
+			if err != nil {
+				return r, fmt.Errorf("parsing %q: %w", line, err)
+			}
+			*section = append(*section, rr)
+		}
+	}
+	if r.rcode == "" {
+		return r, fmt.Errorf("no header in dig's output")
+	}
+	return r, sc.Err()
+}
+
+// exchange asks with miekg/dns, advertising the same EDNS0 buffer size as dig (1232).
+func exchange(t *testing.T, network, name string, qtype uint16) reply {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(name, qtype)
+	m.SetEdns0(1232, false)
+	c := &dns.Client{Net: network, Timeout: 5 * time.Second}
+	in, _, err := c.Exchange(m, "127.0.0.1:"+strconv.Itoa(env.port))
+	if err != nil {
+		t.Fatalf("%s %s over %s: %v", name, dns.TypeToString[qtype], network, err)
+	}
+	if in.Id != m.Id || !in.Response {
+		t.Fatalf("%s %s over %s: not a reply to the query: %v", name, dns.TypeToString[qtype], network, in)
+	}
+	return reply{rcode: dns.RcodeToString[in.Rcode], aa: in.Authoritative, tc: in.Truncated, answer: in.Answer, authority: in.Ns}
+}
+
+// rdata returns the data part of each record, in order.
+func rdata(rrs []dns.RR) []string {
+	out := make([]string, 0, len(rrs))
+	for _, rr := range rrs {
+		out = append(out, strings.TrimSpace(strings.TrimPrefix(rr.String(), rr.Header().String())))
+	}
+	return out
+}
