@@ -42,12 +42,26 @@ func (h *heartbeat) run(ctx context.Context) error {
 	for {
 		now := time.Now()
 		if !now.Before(nextRenew) {
-			err := h.renew(ctx, now)
+			// A broker that swallows requests must not stall the loop: a renewal that cannot finish in time
+			// counts as failed, which freezes liveness decisions like any other failure.
+			rctx, cancel := context.WithTimeout(ctx, max(time.Second, renewEvery))
+			err := h.renew(rctx, now)
+			cancel()
+			recovered := err == nil && !h.r.liveness.Healthy()
 			h.r.liveness.SetHealthy(err == nil)
+			brokerReachable.WithLabelValues(h.id).Set(gauge(err == nil))
 			nextRenew = now.Add(renewEvery)
 			if err != nil {
 				h.r.log.Error(err, "renewing the broker lease")
 				nextRenew = now.Add(min(renewEvery, time.Second))
+			}
+			if recovered {
+				// Publishing failed while the broker was away; retry every export now rather than at the
+				// end of each one's backoff.
+				h.r.log.Info("broker reachable again")
+				if err := h.r.enqueueExports(ctx); err != nil {
+					return err
+				}
 			}
 		}
 		leases := &coordinationv1.LeaseList{}
@@ -55,7 +69,9 @@ func (h *heartbeat) run(ctx context.Context) error {
 			return err
 		}
 		for _, id := range h.r.liveness.Observe(leases.Items, now) {
-			h.r.log.Info("member liveness changed", "member", id, "alive", h.r.liveness.Alive(id))
+			alive := h.r.liveness.Alive(id)
+			h.r.log.Info("member liveness changed", "member", id, "alive", alive)
+			memberAlive.WithLabelValues(h.id, id).Set(gauge(alive))
 			if err := h.r.enqueueCluster(ctx, id); err != nil {
 				return err
 			}
@@ -94,4 +110,11 @@ func (h *heartbeat) ready(*http.Request) error {
 		return errors.Join(errors.New("broker unreachable"), h.lastErr)
 	}
 	return nil
+}
+
+func gauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -32,11 +33,15 @@ import (
 	"vksfleet.dev/fleet/controller/names"
 )
 
+// maxRetryDelay caps the backoff of a failing service.
+const maxRetryDelay = 30 * time.Second
+
 // reconciler reconciles one service key (namespace/name) at a time, both ways: it publishes the local export of
 // the service to the broker and writes the local import of the service from every cluster's export. Keeping both
 // in one reconcile gives each ServiceExport's status a single writer.
 type reconciler struct {
 	id       string
+	siAPI    string        // the local ServiceImport apiVersion, for owner references
 	local    client.Client // cached reads
 	broker   client.Client // cached reads of the controller's broker objects
 	liveness *broker.Liveness
@@ -58,7 +63,12 @@ func (r *reconciler) setup(mgr ctrl.Manager, brokerCluster cluster.Cluster, work
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName(r.id)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: workers,
+			// Failures are retried with backoff up to maxRetryDelay: the broker or an API server may be away for a
+			// while, and convergence after it returns should not wait for controller-runtime's 1000 s cap.
+			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay),
+		}).
 		Watches(&mcsv1beta1.ServiceExport{}, &handler.EnqueueRequestForObject{}).
 		Watches(&mcsv1beta1.ServiceImport{}, &handler.EnqueueRequestForObject{}).
 		Watches(&corev1.Service{}, byService).
@@ -127,6 +137,24 @@ func (r *reconciler) enqueueCluster(ctx context.Context, clusterID string) error
 	return nil
 }
 
+// enqueueExports enqueues every service exported from this cluster.
+func (r *reconciler) enqueueExports(ctx context.Context) error {
+	r.mu.Lock()
+	q := r.queue
+	r.mu.Unlock()
+	if q == nil {
+		return nil
+	}
+	exports := &mcsv1beta1.ServiceExportList{}
+	if err := r.local.List(ctx, exports); err != nil {
+		return err
+	}
+	for _, se := range exports.Items {
+		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: se.Namespace, Name: se.Name}})
+	}
+	return nil
+}
+
 func requests(records []mcsv1beta1.ServiceImport) []reconcile.Request {
 	seen := map[types.NamespacedName]bool{}
 	var reqs []reconcile.Request
@@ -147,6 +175,10 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, ctx.Err()
 	}
 	key := req.NamespacedName
+	if names.IsBrokerNamespace(key.Namespace) {
+		// This member is also the broker: what lies here are broker objects, not exports or imports.
+		return reconcile.Result{}, nil
+	}
 	se, err := getOrNil(ctx, r.local, key, &mcsv1beta1.ServiceExport{})
 	if err != nil {
 		return reconcile.Result{}, err
@@ -167,7 +199,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			own = &e
 			local := &discoveryv1.EndpointSliceList{}
 			if err := r.local.List(ctx, local, client.InNamespace(key.Namespace),
-				client.MatchingLabels{discoveryv1.LabelServiceName: key.Name}); err != nil {
+				client.MatchingFields{localSliceIndex: sourceSlice + key.Name}); err != nil {
 				return reconcile.Result{}, err
 			}
 			ownSlices = export.Slices(key.Namespace, key.Name, local.Items)
@@ -199,7 +231,7 @@ func (r *reconciler) publish(ctx context.Context, key types.NamespacedName, own 
 		return err
 	}
 	sliceList := &discoveryv1.EndpointSliceList{}
-	if err := r.broker.List(ctx, sliceList, client.InNamespace(ns), client.MatchingLabels(broker.Labels(r.id, key))); err != nil {
+	if err := r.broker.List(ctx, sliceList, client.InNamespace(ns), client.MatchingFields{serviceIndex: key.String()}); err != nil {
 		return err
 	}
 	var desired []discoveryv1.EndpointSlice
@@ -246,7 +278,7 @@ func (r *reconciler) gather(ctx context.Context, key types.NamespacedName, own *
 			sources = append(sources, imports.Source{Cluster: r.id, Slice: s})
 		}
 	}
-	sel := client.MatchingLabels{names.LabelServiceNamespace: key.Namespace, mcsv1beta1.LabelServiceName: key.Name}
+	sel := client.MatchingFields{serviceIndex: key.String()}
 	records := &mcsv1beta1.ServiceImportList{}
 	if err := r.broker.List(ctx, records, sel); err != nil {
 		return nil, nil, err
@@ -292,9 +324,8 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 		return err
 	}
 	sliceList := &discoveryv1.EndpointSliceList{}
-	if err := r.local.List(ctx, sliceList, client.InNamespace(key.Namespace), client.MatchingLabels{
-		mcsv1beta1.LabelServiceName: key.Name, discoveryv1.LabelManagedBy: names.ManagedBy,
-	}); err != nil {
+	if err := r.local.List(ctx, sliceList, client.InNamespace(key.Namespace),
+		client.MatchingFields{localSliceIndex: importedSlice + key.Name}); err != nil {
 		return err
 	}
 	ns, err := getOrNil(ctx, r.local, types.NamespacedName{Name: key.Namespace}, &corev1.Namespace{})
@@ -320,7 +351,7 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 			return fmt.Errorf("creating ServiceImport %s: %w", key, err)
 		}
 	}
-	if derived, err = r.applyDerived(ctx, derived, imports.DerivedService(key, merged, si)); err != nil {
+	if derived, err = r.applyDerived(ctx, derived, imports.DerivedService(key, merged, imports.Owner(si, r.siAPI))); err != nil {
 		return err
 	}
 	want := imports.ServiceImport(key, merged, derived)
@@ -347,7 +378,7 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 			return fmt.Errorf("updating the status of ServiceImport %s: %w", key, err)
 		}
 	}
-	if err := apply.Slices(ctx, r.local, sliceList.Items, imports.Slices(key, sources, si)); err != nil {
+	if err := apply.Slices(ctx, r.local, sliceList.Items, imports.Slices(key, sources, imports.Owner(si, r.siAPI))); err != nil {
 		return fmt.Errorf("importing the endpoints of %s: %w", key, err)
 	}
 	return nil

@@ -10,8 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -24,9 +23,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
 	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/controller/clusterid"
+	"vksfleet.dev/fleet/controller/mcsversion"
 	"vksfleet.dev/fleet/controller/names"
 )
 
@@ -60,20 +59,14 @@ const DefaultLeaseGrace = 30 * time.Second
 // leaderElectionID names the local Lease that controller replicas elect a leader with.
 const leaderElectionID = "mcs-controller.vksfleet.dev"
 
-// NewScheme returns a scheme with every type the controller reads or writes.
-func NewScheme() (*runtime.Scheme, error) {
-	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, mcsv1beta1.Install, aboutv1alpha1.AddToScheme} {
-		if err := add(s); err != nil {
-			return nil, err
-		}
-	}
-	return s, nil
-}
-
 // Run runs the controller until ctx ends. It returns at once with an error when the options are bad, the cluster
-// id is invalid or a cluster cannot be reached at start.
-func Run(ctx context.Context, opts Options) error {
+// id is invalid or a cluster cannot be reached at start; ending ctx, even while it starts, is no error.
+func Run(ctx context.Context, opts Options) (err error) {
+	defer func() {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			err = nil // stopped while starting: not a failure
+		}
+	}()
 	if opts.Local == nil || opts.Broker == nil {
 		return errors.New("controller: both a local and a broker client configuration are required")
 	}
@@ -93,7 +86,19 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.Logger != nil {
 		log = *opts.Logger
 	}
-	scheme, err := NewScheme()
+	localGV, err := mcsversion.Detect(opts.Local)
+	if err != nil {
+		return fmt.Errorf("controller: local cluster: %w", err)
+	}
+	scheme, err := mcsversion.NewScheme(localGV)
+	if err != nil {
+		return err
+	}
+	brokerGV, err := mcsversion.Detect(opts.Broker)
+	if err != nil {
+		return fmt.Errorf("controller: broker: %w", err)
+	}
+	brokerScheme, err := mcsversion.NewScheme(brokerGV)
 	if err != nil {
 		return err
 	}
@@ -101,15 +106,16 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("controller: local cluster: %w", err)
 	}
-	id := opts.ClusterID
+	id, clusterSet := opts.ClusterID, ""
 	if id != "" {
 		if err := clusterid.Validate(id); err != nil {
 			return fmt.Errorf("controller: --cluster-id: %w", err)
 		}
-	} else if id, _, err = clusterid.Resolve(ctx, direct); err != nil {
+	} else if id, clusterSet, err = clusterid.Resolve(ctx, direct); err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
-	log = log.WithValues("cluster", id)
+	log = log.WithValues("cluster", id, "clusterSet", clusterSet)
+	opts.Local, opts.Broker = countWrites(opts.Local, id, "local"), countWrites(opts.Broker, id, "broker")
 
 	mgr, err := ctrl.NewManager(opts.Local, manager.Options{
 		Scheme:                  scheme,
@@ -125,22 +131,31 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("controller: local manager: %w", err)
 	}
 	brokerCluster, err := cluster.New(opts.Broker, func(o *cluster.Options) {
-		o.Scheme = scheme
+		o.Scheme = brokerScheme
 		o.Logger = log.WithName("broker")
 		o.Cache = cache.Options{DefaultLabelSelector: broker.Selector}
 	})
 	if err != nil {
 		return fmt.Errorf("controller: broker: %w", err)
 	}
-	brokerDirect, err := client.New(opts.Broker, client.Options{Scheme: scheme})
+	brokerDirect, err := client.New(opts.Broker, client.Options{Scheme: brokerScheme})
 	if err != nil {
 		return fmt.Errorf("controller: broker: %w", err)
 	}
 	if err := mgr.Add(brokerCluster); err != nil {
 		return err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &discoveryv1.EndpointSlice{}, localSliceIndex, indexLocalSlice); err != nil {
+		return fmt.Errorf("controller: indexing local slices: %w", err)
+	}
+	for _, obj := range []client.Object{&mcsv1beta1.ServiceImport{}, &discoveryv1.EndpointSlice{}} {
+		if err := brokerCluster.GetFieldIndexer().IndexField(ctx, obj, serviceIndex, indexByService); err != nil {
+			return fmt.Errorf("controller: indexing broker objects: %w", err)
+		}
+	}
 	r := &reconciler{
 		id:       id,
+		siAPI:    localGV.String(),
 		local:    mgr.GetClient(),
 		broker:   brokerCluster.GetClient(),
 		liveness: broker.NewLiveness(id, opts.LeaseGrace),
@@ -159,8 +174,42 @@ func Run(ctx context.Context, opts Options) error {
 	if err := mgr.AddReadyzCheck("broker", hb.ready); err != nil {
 		return err
 	}
-	log.Info("starting", "leaseGrace", opts.LeaseGrace, "brokerNamespace", names.BrokerNamespace(id))
+	log.Info("starting", "leaseGrace", opts.LeaseGrace, "brokerNamespace", names.BrokerNamespace(id),
+		"localAPI", localGV, "brokerAPI", brokerGV)
 	return mgr.Start(ctx)
+}
+
+// serviceIndex indexes broker objects by the service they belong to, so that a reconcile finds a service's
+// records and slices among thousands without a scan.
+const serviceIndex = "mcs.vksfleet.dev/service"
+
+func indexByService(obj client.Object) []string {
+	if key, ok := broker.ServiceOf(obj); ok {
+		return []string{key.String()}
+	}
+	return nil
+}
+
+// localSliceIndex indexes local EndpointSlices by role and service name (the cache adds the namespace): a
+// Service's own slices as sourceSlice+name, the controller's imported slices as importedSlice+name.
+const (
+	localSliceIndex = "mcs.vksfleet.dev/slice"
+	sourceSlice     = "source/"
+	importedSlice   = "imported/"
+)
+
+func indexLocalSlice(obj client.Object) []string {
+	l := obj.GetLabels()
+	if l[discoveryv1.LabelManagedBy] == names.ManagedBy {
+		if name := l[mcsv1beta1.LabelServiceName]; name != "" {
+			return []string{importedSlice + name}
+		}
+		return nil
+	}
+	if name := l[discoveryv1.LabelServiceName]; name != "" {
+		return []string{sourceSlice + name}
+	}
+	return nil
 }
 
 func orZero(addr string) string {

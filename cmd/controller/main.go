@@ -152,7 +152,7 @@ func brokerConfig(ctx context.Context, f flags, local *rest.Config) (*rest.Confi
 	}
 	kubeconfig, ok := secret.Data["kubeconfig"]
 	if !ok {
-		return nil, fmt.Errorf("Secret %s has no key \"kubeconfig\"", f.brokerSecret)
+		return nil, fmt.Errorf("secret %s has no key \"kubeconfig\"", f.brokerSecret)
 	}
 	return clientcmd.RESTConfigFromKubeConfig(kubeconfig)
 }

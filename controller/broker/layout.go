@@ -115,4 +115,3 @@ func Slice(clusterID string, svc types.NamespacedName, s *discoveryv1.EndpointSl
 	out.Annotations = map[string]string{names.AnnotationClusterID: clusterID}
 	return out
 }
-

@@ -102,6 +102,13 @@ func (l *Liveness) SetHealthy(ok bool) {
 	l.healthy = ok
 }
 
+// Healthy says whether this member's last Lease renewal reached the broker.
+func (l *Liveness) Healthy() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.healthy
+}
+
 // Observe recomputes liveness from the members' Leases at time now and returns the members whose liveness
 // changed. While unhealthy it changes nothing.
 func (l *Liveness) Observe(leases []coordinationv1.Lease, now time.Time) []string {

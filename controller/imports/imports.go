@@ -73,10 +73,10 @@ func Ready(si *mcsv1beta1.ServiceImport, generation int64) metav1.Condition {
 	return c
 }
 
-// DerivedService is the desired selector-less ClusterIP Service of a ClusterSetIP import, owned by the
-// ServiceImport; nil when the import needs none (Headless, or no common IP family). Fields the API server would
+// DerivedService is the desired selector-less ClusterIP Service of a ClusterSetIP import, owned by owner (the
+// ServiceImport); nil when the import needs none (Headless, or no common IP family). Fields the API server would
 // default are spelled out.
-func DerivedService(svc types.NamespacedName, m merge.Result, owner *mcsv1beta1.ServiceImport) *corev1.Service {
+func DerivedService(svc types.NamespacedName, m merge.Result, owner []metav1.OwnerReference) *corev1.Service {
 	if m.Spec.Type != mcsv1beta1.ClusterSetIP || len(m.Spec.IPFamilies) == 0 || len(m.Spec.Ports) == 0 {
 		return nil
 	}
@@ -88,7 +88,7 @@ func DerivedService(svc types.NamespacedName, m merge.Result, owner *mcsv1beta1.
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: svc.Namespace, Name: names.DerivedServiceName(svc.Namespace, svc.Name),
 			Labels:          map[string]string{names.LabelManagedBy: names.ManagedBy, mcsv1beta1.LabelServiceName: svc.Name},
-			OwnerReferences: ownerRefs(owner),
+			OwnerReferences: owner,
 		},
 		Spec: corev1.ServiceSpec{
 			Type:            corev1.ServiceTypeClusterIP,
@@ -118,9 +118,9 @@ func DerivedService(svc types.NamespacedName, m merge.Result, owner *mcsv1beta1.
 	return s
 }
 
-// Slices are the desired imported EndpointSlices, one per source slice, owned by the ServiceImport. The result
+// Slices are the desired imported EndpointSlices, one per source slice, owned by owner (the ServiceImport). The result
 // is sorted by name.
-func Slices(svc types.NamespacedName, sources []Source, owner *mcsv1beta1.ServiceImport) []discoveryv1.EndpointSlice {
+func Slices(svc types.NamespacedName, sources []Source, owner []metav1.OwnerReference) []discoveryv1.EndpointSlice {
 	derived := names.DerivedServiceName(svc.Namespace, svc.Name)
 	out := make([]discoveryv1.EndpointSlice, 0, len(sources))
 	for _, src := range sources {
@@ -135,7 +135,7 @@ func Slices(svc types.NamespacedName, sources []Source, owner *mcsv1beta1.Servic
 					discoveryv1.LabelServiceName:  derived,
 				},
 				Annotations:     map[string]string{names.AnnotationClusterID: src.Cluster},
-				OwnerReferences: ownerRefs(owner),
+				OwnerReferences: owner,
 			},
 			AddressType: s.AddressType,
 			Endpoints:   s.Endpoints,
@@ -159,12 +159,12 @@ func defaultPorts(ps []discoveryv1.EndpointPort) []discoveryv1.EndpointPort {
 	return ps
 }
 
-func ownerRefs(owner *mcsv1beta1.ServiceImport) []metav1.OwnerReference {
-	if owner == nil || owner.UID == "" {
-		return nil
-	}
+// Owner is the owner reference to a stored ServiceImport, whose API version (v1beta1 or, on older servers,
+// v1alpha1) is apiVersion. The import's derived Service and slices carry it, so that deleting the import, by
+// anyone, deletes them too.
+func Owner(si *mcsv1beta1.ServiceImport, apiVersion string) []metav1.OwnerReference {
 	return []metav1.OwnerReference{{
-		APIVersion: mcsv1beta1.GroupVersion.String(), Kind: mcsv1beta1.ServiceImportKindName,
-		Name: owner.Name, UID: owner.UID, Controller: ptr.To(true),
+		APIVersion: apiVersion, Kind: mcsv1beta1.ServiceImportKindName,
+		Name: si.Name, UID: si.UID, Controller: ptr.To(true),
 	}}
 }

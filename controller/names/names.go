@@ -41,15 +41,23 @@ func hash(n int, parts ...string) string {
 	return hex.EncodeToString(sum[:])[:n]
 }
 
+// brokerNamespacePrefix starts every broker namespace name.
+const brokerNamespacePrefix = "mcs-member-"
+
+// IsBrokerNamespace says whether a namespace holds a member's broker objects. When a member is itself the broker,
+// its controller must neither export from nor import into these namespaces.
+func IsBrokerNamespace(namespace string) bool {
+	return strings.HasPrefix(namespace, brokerNamespacePrefix)
+}
+
 // BrokerNamespace is the namespace a member owns on the broker. It keeps a readable prefix of the id and adds a
 // hash of the full id, so that ids differing only in dots or beyond the prefix never share a namespace.
 func BrokerNamespace(clusterID string) string {
-	const prefix = "mcs-member-"
 	readable := strings.ReplaceAll(clusterID, ".", "-")
 	if len(readable) > 30 {
 		readable = readable[:30]
 	}
-	return prefix + strings.Trim(readable, "-") + "-" + hash(10, clusterID)
+	return brokerNamespacePrefix + strings.Trim(readable, "-") + "-" + hash(10, clusterID)
 }
 
 // LabelValue is the cluster id as a label value: the id itself when it fits in 63 characters (ids are DNS

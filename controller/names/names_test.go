@@ -23,10 +23,16 @@ func TestBrokerNamespace(t *testing.T) {
 		if errs := validation.IsDNS1123Label(got); len(errs) > 0 {
 			t.Errorf("BrokerNamespace(%q) = %q is no namespace name: %v", c.id, got, errs)
 		}
+		if !IsBrokerNamespace(got) {
+			t.Errorf("IsBrokerNamespace(%q) = false", got)
+		}
 		if prev, dup := seen[got]; dup {
 			t.Errorf("ids %q and %q share namespace %q", prev, c.id, got)
 		}
 		seen[got] = c.id
+	}
+	if IsBrokerNamespace("default") || IsBrokerNamespace("mcs-members") {
+		t.Error("IsBrokerNamespace accepts a service namespace")
 	}
 	// Ids that sanitise alike must still get distinct namespaces.
 	if BrokerNamespace("east.prod") == BrokerNamespace("east-prod") {

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -25,6 +24,8 @@ func TestExportIsImportedEverywhere(t *testing.T) {
 	ns := namespace(t)
 	a := members["cluster-a"]
 	deploy(t, a, ns, app{name: "web", replicas: 2})
+	eventually(t, wait, "local endpoints ready", func() error { return localEndpoints(a, ns, "web", 2) })
+	exported := time.Now()
 	exportService(t, a, ns, "web")
 
 	eventually(t, wait, "import in every member", func() error {
@@ -66,6 +67,7 @@ func TestExportIsImportedEverywhere(t *testing.T) {
 			return nil
 		})
 	})
+	t.Logf("ServiceExport created to ServiceImport, derived Service and slices in all 3 members: %v", time.Since(exported))
 	eventually(t, wait, "export conditions", func() error {
 		for cond, reason := range map[string]string{"Valid": "Valid", "Ready": "Exported"} {
 			if err := wantCondition(a, ns, "web", cond, metav1.ConditionTrue, reason); err != nil {
@@ -322,16 +324,7 @@ func TestScalingIsReflected(t *testing.T) {
 	deploy(t, a, ns, app{name: "scale", replicas: 1})
 	exportService(t, a, ns, "scale")
 	for _, replicas := range []int32{5, 2} {
-		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			d := &appsv1.Deployment{}
-			if err := a.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "scale"}, d); err != nil {
-				return err
-			}
-			d.Spec.Replicas = ptr.To(replicas)
-			return a.Client.Update(context.Background(), d)
-		}); err != nil {
-			t.Fatal(err)
-		}
+		scale(t, a, ns, "scale", replicas)
 		eventually(t, wait, fmt.Sprintf("%d endpoints in B", replicas), func() error {
 			imp, err := readImport(b, ns, "scale")
 			if err != nil {
@@ -355,6 +348,7 @@ func TestScalingIsReflected(t *testing.T) {
 		t.Fatalf("running pods = %v, want 2", running)
 	}
 	for _, ready := range []bool{false, true} {
+		flipped := time.Now()
 		if err := a.SetPodReady(context.Background(), ns, running[0], ready); err != nil {
 			t.Fatal(err)
 		}
@@ -369,5 +363,65 @@ func TestScalingIsReflected(t *testing.T) {
 			}
 			return imp.wantEndpoints(want)
 		})
+		t.Logf("pod ready=%v in A to B's imported slice updated: %v", ready, time.Since(flipped))
 	}
+}
+
+func TestHeadlessStatefulSet(t *testing.T) {
+	ns := namespace(t)
+	a, b := members["cluster-a"], members["cluster-b"]
+	labels := map[string]string{"app": "db"}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"},
+		Spec: corev1.ServiceSpec{
+			ClusterIP: corev1.ClusterIPNone, Selector: labels,
+			IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyRequireDualStack),
+			Ports:          []corev1.ServicePort{{Name: "sql", Port: 5432}},
+		},
+	}
+	sts := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"},
+		Spec: appsv1.StatefulSetSpec{
+			ServiceName: "db", Replicas: ptr.To[int32](2),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "db", Image: "registry.example/db:1"}}},
+			},
+		},
+	}
+	for _, obj := range []client.Object{svc, sts} {
+		if err := a.Client.Create(context.Background(), obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exportService(t, a, ns, "db")
+	eventually(t, wait, "headless import with hostnames in B", func() error {
+		imp, err := readImport(b, ns, "db")
+		if err != nil {
+			return err
+		}
+		if err := imp.wantEndpoints(map[string]int{a.ID: 2}); err != nil {
+			return err
+		}
+		if imp.si.Spec.Type != mcsv1beta1.Headless || len(imp.si.Spec.IPs) > 0 || imp.derived != nil {
+			return fmt.Errorf("type %s, ips %v, derived Service %v: want a Headless import without either", imp.si.Spec.Type, imp.si.Spec.IPs, imp.derived != nil)
+		}
+		if !meta.IsStatusConditionTrue(imp.si.Status.Conditions, "Ready") {
+			return fmt.Errorf("not Ready: %v", imp.si.Status.Conditions)
+		}
+		var hosts []string
+		for _, s := range imp.slices {
+			for _, e := range s.Endpoints {
+				if s.AddressType == "IPv4" && e.Hostname != nil {
+					hosts = append(hosts, *e.Hostname)
+				}
+			}
+		}
+		slices.Sort(hosts)
+		if !slices.Equal(hosts, []string{"db-0", "db-1"}) {
+			return fmt.Errorf("hostnames %v, want db-0 and db-1", hosts)
+		}
+		return nil
+	})
 }

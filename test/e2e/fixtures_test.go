@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -23,8 +24,8 @@ import (
 	"vksfleet.dev/fleet/controller/names"
 )
 
-// namespace creates a namespace with a name unique to the test in the given members (all when none are given)
-// and deletes it everywhere at the end.
+// namespace creates a namespace with a name unique to the test in the given members (when none are given, the
+// members of the clusterset proper) and deletes it everywhere at the end.
 func namespace(t *testing.T, in ...string) string {
 	t.Helper()
 	ns := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
@@ -36,10 +37,10 @@ func namespace(t *testing.T, in ...string) string {
 		in = slices.Collect(maps.Keys(members))
 	}
 	for _, name := range in {
-		createNamespace(t, members[name], ns)
+		createNamespace(t, all[name], ns)
 	}
 	t.Cleanup(func() {
-		for _, m := range members {
+		for _, m := range all {
 			_ = m.Client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 		}
 	})
@@ -100,6 +101,21 @@ func deploy(t *testing.T, m *member, ns string, a app) {
 	}
 }
 
+// scale sets the replicas of a Deployment.
+func scale(t *testing.T, m *member, ns, name string, replicas int32) {
+	t.Helper()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		d := &appsv1.Deployment{}
+		if err := m.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, d); err != nil {
+			return err
+		}
+		d.Spec.Replicas = ptr.To(replicas)
+		return m.Client.Update(context.Background(), d)
+	}); err != nil {
+		t.Fatalf("scaling %s/%s in %s: %v", ns, name, m.Name, err)
+	}
+}
+
 // exportService creates a ServiceExport, edited by the optional edits.
 func exportService(t *testing.T, m *member, ns, name string, edits ...func(*mcsv1beta1.ServiceExport)) {
 	t.Helper()
@@ -118,6 +134,26 @@ func unexport(t *testing.T, m *member, ns, name string) {
 	if err := m.Client.Delete(context.Background(), se); err != nil {
 		t.Fatalf("unexporting %s/%s in %s: %v", ns, name, m.Name, err)
 	}
+}
+
+// localEndpoints checks that a Service's own slices in m hold n ready IPv4 endpoints.
+func localEndpoints(m *member, ns, name string, n int) error {
+	list := &discoveryv1.EndpointSliceList{}
+	if err := m.Client.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name}); err != nil {
+		return err
+	}
+	ready := 0
+	for _, s := range list.Items {
+		for _, e := range s.Endpoints {
+			if s.AddressType == discoveryv1.AddressTypeIPv4 && ptr.Deref(e.Conditions.Ready, false) {
+				ready++
+			}
+		}
+	}
+	if ready != n {
+		return fmt.Errorf("%d ready local endpoints, want %d", ready, n)
+	}
+	return nil
 }
 
 // imported is a member's import of one service, as read from its API server.

@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -13,11 +15,14 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"vksfleet.dev/fleet/controller"
+	"vksfleet.dev/fleet/controller/names"
 	"vksfleet.dev/fleet/test/clusterset"
 )
 
@@ -28,15 +33,23 @@ const leaseGrace = 6 * time.Second
 // Clusters ids: cluster-b has a dotted id, as KEP-2149 allows.
 var clusterIDs = map[string]string{"cluster-b": "b.east"}
 
+// Members of the clusterset proper, which use the broker API server, and of a second clusterset in which
+// member-broker is both a member and the broker.
 var (
-	cs      *clusterset.ClusterSet
-	members map[string]*member
+	mainMembers = []string{"cluster-a", "cluster-b", "cluster-c"}
+	pairMembers = []string{"member-broker", "member-other"}
+	cs          *clusterset.ClusterSet
+	members     map[string]*member // the clusterset proper
+	all         map[string]*member // every member of both clustersets
 )
 
 // member is one member cluster and its in-process controller.
 type member struct {
 	*clusterset.Cluster
+	broker *rest.Config // the broker this member's controller uses
 	writes writeCounter
+	// partitioned cuts the controller off from the broker: requests fail and open responses stop.
+	partitioned atomic.Bool
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -51,7 +64,7 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	ctx := context.Background()
 	var err error
-	cs, err = clusterset.Start(ctx, clusterset.Options{ClusterIDs: clusterIDs})
+	cs, err = clusterset.Start(ctx, clusterset.Options{Members: append(mainMembers, pairMembers...), ClusterIDs: clusterIDs})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting the clusterset:", err)
 		return 1
@@ -61,18 +74,58 @@ func run(m *testing.M) int {
 			fmt.Fprintln(os.Stderr, "stopping the clusterset:", err)
 		}
 	}()
-	members = map[string]*member{}
-	for _, c := range cs.Members {
-		mb := &member{Cluster: c}
-		members[c.Name] = mb
+	members, all = map[string]*member{}, map[string]*member{}
+	for _, name := range mainMembers {
+		all[name] = &member{Cluster: cs.Member(name), broker: cs.Broker.Config}
+		members[name] = all[name]
+	}
+	for _, name := range pairMembers {
+		all[name] = &member{Cluster: cs.Member(name), broker: cs.Member(pairMembers[0]).Config}
+	}
+	for _, mb := range all {
 		mb.start()
 	}
 	defer func() {
-		for _, mb := range members {
+		for _, mb := range all {
 			mb.stop()
 		}
 	}()
+	if err := waitForLeases(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	return m.Run()
+}
+
+// waitForLeases waits until every controller holds its broker Lease, which it takes once its broker cache synced.
+func waitForLeases(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for _, m := range all {
+		key := client.ObjectKey{Namespace: names.BrokerNamespace(m.ID), Name: names.LeaseName}
+		for {
+			err := m.brokerClient().Get(ctx, key, &coordinationv1.Lease{})
+			if err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s's controller holds no broker Lease: %w", m.Name, err)
+			case <-tick.C:
+			}
+		}
+	}
+	return nil
+}
+
+// brokerClient reaches the member's broker.
+func (m *member) brokerClient() client.Client {
+	if m.broker == cs.Broker.Config {
+		return cs.Broker.Client
+	}
+	return all[pairMembers[0]].Client
 }
 
 // start runs the member's controller in the background.
@@ -86,7 +139,7 @@ func (m *member) start() {
 		log = funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, m.Name, prefix, args) }, funcr.Options{})
 	}
 	opts := controller.Options{
-		Local: m.writes.wrap(m.Config), Broker: m.writes.wrap(cs.Broker.Config),
+		Local: m.writes.wrap(m.Config, nil), Broker: m.writes.wrap(m.broker, &m.partitioned),
 		LeaseGrace: leaseGrace, Logger: &log,
 	}
 	go func() { m.done <- controller.Run(ctx, opts) }()
@@ -106,37 +159,58 @@ func (m *member) stop() {
 	m.cancel = nil
 }
 
-// writeCounter counts the write requests a controller makes to any API server, except Lease renewals: those are
+// writeCounter records the write requests a controller makes to any API server, except Lease renewals: those are
 // the heartbeat, periodic by design.
 type writeCounter struct {
-	n atomic.Int64
-	mu   sync.Mutex
-	log  []string
+	mu  sync.Mutex
+	log []string
 }
 
-func (w *writeCounter) wrap(cfg *rest.Config) *rest.Config {
+// wrap returns cfg with its requests counted and, while *partitioned (if given) is true, failing.
+func (w *writeCounter) wrap(cfg *rest.Config, partitioned *atomic.Bool) *rest.Config {
 	cfg = rest.CopyConfig(cfg)
+	cut := func() bool { return partitioned != nil && partitioned.Load() }
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			if cut() {
+				return nil, errPartitioned
+			}
 			if req.Method != http.MethodGet && !strings.Contains(req.URL.Path, "/leases") {
-				w.n.Add(1)
 				w.mu.Lock()
 				w.log = append(w.log, req.Method+" "+req.URL.Path)
 				w.mu.Unlock()
 			}
-			return rt.RoundTrip(req)
+			resp, err := rt.RoundTrip(req)
+			if resp != nil {
+				resp.Body = &cutBody{ReadCloser: resp.Body, cut: cut}
+			}
+			return resp, err
 		})
 	}
 	return cfg
 }
 
-// reset zeroes the count and returns the writes counted so far.
+var errPartitioned = errors.New("e2e: partitioned from the broker")
+
+// cutBody fails reads while the connection is cut, which ends open watches.
+type cutBody struct {
+	io.ReadCloser
+	cut func() bool
+}
+
+func (b *cutBody) Read(p []byte) (int, error) {
+	if b.cut() {
+		return 0, errPartitioned
+	}
+	return b.ReadCloser.Read(p)
+}
+
+// reset forgets and returns the writes recorded so far.
 func (w *writeCounter) reset() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	log := w.log
 	w.log = nil
-	w.n.Store(0)
 	return log
 }
 

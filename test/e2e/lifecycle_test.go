@@ -1,11 +1,22 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"vksfleet.dev/fleet/controller"
+	"vksfleet.dev/fleet/controller/names"
 )
 
 // These tests stop and start controllers; they run after the others, in file order, and never in parallel.
@@ -65,11 +76,21 @@ func TestRestartMakesZeroWrites(t *testing.T) {
 			return nil
 		})
 	})
-	// Settled means every controller is idle too, not only that the imports look right.
-	eventually(t, wait, "controllers idle", func() error {
+	// Settled means every controller is idle too, not only that the imports look right, and no namespace of an
+	// earlier test is still being deleted.
+	eventually(t, 2*wait, "controllers idle", func() error {
 		return everywhere(func(m *member) error {
 			if idle, _, err := m.idle(); err != nil || !idle {
 				return fmt.Errorf("busy (%v)", err)
+			}
+			list := &corev1.NamespaceList{}
+			if err := m.Client.List(context.Background(), list); err != nil {
+				return err
+			}
+			for _, n := range list.Items {
+				if !n.DeletionTimestamp.IsZero() {
+					return fmt.Errorf("namespace %s is being deleted", n.Name)
+				}
 			}
 			return nil
 		})
@@ -135,7 +156,12 @@ func TestStoppedMemberLosesItsEndpoints(t *testing.T) {
 	}
 
 	c.stop()
-	stopped := time.Now()
+	lease := &coordinationv1.Lease{}
+	key := types.NamespacedName{Namespace: names.BrokerNamespace(c.ID), Name: names.LeaseName}
+	if err := cs.Broker.Client.Get(context.Background(), key, lease); err != nil {
+		t.Fatal(err)
+	}
+	renewed := lease.Spec.RenewTime.Time
 	eventually(t, leaseGrace+wait, "C's endpoints withdrawn from A and B", func() error {
 		for _, m := range []*member{a, b} {
 			imp, err := readImport(m, ns, "lease")
@@ -148,8 +174,10 @@ func TestStoppedMemberLosesItsEndpoints(t *testing.T) {
 		}
 		return nil
 	})
-	if gone := time.Since(stopped); gone < leaseGrace {
-		t.Errorf("C's endpoints went %v after it stopped, before the %v grace", gone, leaseGrace)
+	if gone := time.Since(renewed); gone < leaseGrace {
+		t.Errorf("C's endpoints went %v after its last Lease renewal, before the %v grace", gone, leaseGrace)
+	} else {
+		t.Logf("C's endpoints went %v after its last Lease renewal (grace %v)", gone, leaseGrace)
 	}
 	c.start()
 	eventually(t, wait, "C's endpoints back", func() error {
@@ -170,3 +198,157 @@ func TestStoppedMemberLosesItsEndpoints(t *testing.T) {
 	}
 }
 
+func TestBrokerUnreachableKeepsImports(t *testing.T) {
+	ns := namespace(t)
+	a, b, c := members["cluster-a"], members["cluster-b"], members["cluster-c"]
+	deploy(t, a, ns, app{name: "far", replicas: 1})
+	deploy(t, c, ns, app{name: "far", replicas: 2})
+	deploy(t, b, ns, app{name: "fromb", replicas: 1})
+	exportService(t, a, ns, "far")
+	exportService(t, c, ns, "far")
+	exportService(t, b, ns, "fromb")
+	eventually(t, wait, "imports settled", func() error {
+		return everywhere(func(m *member) error {
+			for name, want := range map[string]map[string]int{"far": {a.ID: 1, c.ID: 2}, "fromb": {b.ID: 1}} {
+				imp, err := readImport(m, ns, name)
+				if err != nil {
+					return err
+				}
+				if err := imp.wantEndpoints(want); err != nil {
+					return fmt.Errorf("%s: %w", name, err)
+				}
+			}
+			return nil
+		})
+	})
+	before, err := readImport(b, ns, "far")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	b.writes.reset()
+	b.partitioned.Store(true)
+	t.Cleanup(func() { b.partitioned.Store(false) })
+	// A withdrawing B's endpoints marks the grace as passed: by then B's stale view of the broker shows every
+	// other Lease expired too, and B must not withdraw anything because of it.
+	eventually(t, leaseGrace+wait, "A withdraws the endpoints of B, which is cut off", func() error {
+		imp, err := readImport(a, ns, "fromb")
+		if err != nil {
+			return err
+		}
+		return imp.wantEndpoints(map[string]int{})
+	})
+	withdrawn := time.Now()
+	// Nothing is expected to happen in B, so there is no event to wait for: give B's liveness loop (1 s ticks)
+	// a few rounds.
+	eventually(t, wait, "B's liveness loop ran a few rounds", func() error {
+		if d := time.Since(withdrawn); d < 3*time.Second {
+			return fmt.Errorf("only %v", d)
+		}
+		return nil
+	})
+	after, err := readImport(b, ns, "far")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := after.wantEndpoints(map[string]int{a.ID: 1, c.ID: 2}); err != nil || after.si.UID != before.si.UID {
+		t.Errorf("B's import changed while the broker was unreachable: %v", err)
+	}
+	for _, w := range b.writes.writes() {
+		if strings.HasPrefix(w, "DELETE") {
+			t.Errorf("B deleted while the broker was unreachable: %s", w)
+		}
+	}
+
+	// B's own changes still reach B's own import, and the clusterset once the broker is back.
+	scale(t, b, ns, "fromb", 2)
+	eventually(t, wait, "B imports its own change while cut off", func() error {
+		imp, err := readImport(b, ns, "fromb")
+		if err != nil {
+			return err
+		}
+		return imp.wantEndpoints(map[string]int{b.ID: 2})
+	})
+	eventually(t, wait, "Ready=False on B's export while cut off", func() error {
+		return wantCondition(b, ns, "fromb", "Ready", metav1.ConditionFalse, "Failed")
+	})
+	b.partitioned.Store(false)
+	eventually(t, wait, "converged once the broker is back", func() error {
+		if err := wantCondition(b, ns, "fromb", "Ready", metav1.ConditionTrue, "Exported"); err != nil {
+			return err
+		}
+		return everywhere(func(m *member) error {
+			imp, err := readImport(m, ns, "fromb")
+			if err != nil {
+				return err
+			}
+			return imp.wantEndpoints(map[string]int{b.ID: 2})
+		})
+	})
+}
+
+func TestStartupChecksAndProbes(t *testing.T) {
+	a := members["cluster-a"]
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	err := controller.Run(ctx, controller.Options{Local: a.Config, Broker: cs.Broker.Config, ClusterID: "Not_A_Cluster_ID"})
+	if err == nil || !strings.Contains(err.Error(), "RFC 1123") {
+		t.Errorf("Run with an invalid cluster id = %v, want an RFC 1123 error", err)
+	}
+	if err := controller.Run(ctx, controller.Options{Local: a.Config, Broker: cs.Broker.Config, LeaseGrace: time.Millisecond}); err == nil {
+		t.Error("Run accepted a 1 ms lease grace")
+	}
+
+	// Swap A's controller for one serving probes and metrics, then swap back.
+	a.stop()
+	defer a.start()
+	health, metricsAddr := freeAddr(t), freeAddr(t)
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- controller.Run(runCtx, controller.Options{
+			Local: a.Config, Broker: cs.Broker.Config, LeaseGrace: leaseGrace,
+			HealthProbeBindAddress: health, MetricsBindAddress: metricsAddr,
+		})
+	}()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	for _, path := range []string{"/healthz", "/readyz"} {
+		eventually(t, wait, path, func() error { return get("http://"+health+path, "ok") })
+	}
+	eventually(t, wait, "metrics", func() error {
+		return get("http://"+metricsAddr+"/metrics", `mcs_controller_broker_reachable{cluster="cluster-a"} 1`)
+	})
+}
+
+// freeAddr returns a local address nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// get fetches url and checks for a 200 whose body contains want.
+func get(url, want string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
+		return fmt.Errorf("GET %s: %d, body lacks %q", url, resp.StatusCode, want)
+	}
+	return nil
+}

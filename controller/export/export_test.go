@@ -1,0 +1,134 @@
+package export
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+)
+
+func serviceExport() *mcsv1beta1.ServiceExport {
+	return &mcsv1beta1.ServiceExport{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: "ns", Name: "web", Generation: 2,
+			CreationTimestamp: metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
+			Labels:            map[string]string{"not": "exported"},
+		},
+		Spec: mcsv1beta1.ServiceExportSpec{ExportedLabels: map[string]string{"team": "a"}},
+	}
+}
+
+func TestValid(t *testing.T) {
+	cases := []struct {
+		name       string
+		svc        *corev1.Service
+		wantOK     bool
+		wantReason string
+	}{
+		{"no service", nil, false, "NoService"},
+		{"service being deleted", &corev1.Service{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: ptr.To(metav1.Now())}}, false, "NoService"},
+		{"ExternalName", &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName}}, false, "InvalidServiceType"},
+		{"ClusterIP", &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP}}, true, "Valid"},
+		{"NodePort", &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort}}, true, "Valid"},
+		{"LoadBalancer", &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer}}, true, "Valid"},
+	}
+	for _, c := range cases {
+		cond, ok := Valid(serviceExport(), c.svc)
+		wantStatus := metav1.ConditionFalse
+		if c.wantOK {
+			wantStatus = metav1.ConditionTrue
+		}
+		if ok != c.wantOK || cond.Reason != c.wantReason || cond.Status != wantStatus || cond.Type != "Valid" || cond.ObservedGeneration != 2 {
+			t.Errorf("%s: Valid() = %+v, %v", c.name, cond, ok)
+		}
+	}
+}
+
+func TestRecord(t *testing.T) {
+	svc := &corev1.Service{Spec: corev1.ServiceSpec{
+		Type: corev1.ServiceTypeLoadBalancer, ClusterIP: "10.0.0.1",
+		Ports:                 []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, NodePort: 30080, AppProtocol: ptr.To("http")}},
+		IPFamilies:            []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol},
+		SessionAffinity:       corev1.ServiceAffinityClientIP,
+		SessionAffinityConfig: &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](60)}},
+		InternalTrafficPolicy: ptr.To(corev1.ServiceInternalTrafficPolicyLocal),
+		TrafficDistribution:   ptr.To("PreferClose"),
+	}}
+	got := Record("east.prod", serviceExport(), svc)
+	want := mcsv1beta1.ServiceImportSpec{
+		Type:                  mcsv1beta1.ClusterSetIP,
+		Ports:                 []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, AppProtocol: ptr.To("http")}},
+		IPFamilies:            svc.Spec.IPFamilies,
+		SessionAffinity:       corev1.ServiceAffinityClientIP,
+		SessionAffinityConfig: svc.Spec.SessionAffinityConfig,
+		InternalTrafficPolicy: svc.Spec.InternalTrafficPolicy,
+		TrafficDistribution:   svc.Spec.TrafficDistribution,
+	}
+	if !reflect.DeepEqual(got.Spec, want) || got.Cluster != "east.prod" || !got.Created.Equal(serviceExport().CreationTimestamp.Time) ||
+		!reflect.DeepEqual(got.Labels, map[string]string{"team": "a"}) || got.Annotations != nil {
+		t.Errorf("Record() = %+v", got)
+	}
+	svc.Spec.ClusterIP = corev1.ClusterIPNone
+	if got := Record("c", serviceExport(), svc); got.Spec.Type != mcsv1beta1.Headless {
+		t.Errorf("clusterIP None exports as %q", got.Spec.Type)
+	}
+}
+
+func endpoints(n int, node string) []discoveryv1.Endpoint {
+	eps := make([]discoveryv1.Endpoint, n)
+	for i := range eps {
+		eps[i] = discoveryv1.Endpoint{
+			Addresses:  []string{fmt.Sprintf("10.1.%d.%d", i/250, i%250)},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(i%2 == 0), Serving: ptr.To(true), Terminating: ptr.To(false)},
+			Hostname:   ptr.To(fmt.Sprintf("pod-%d", i)),
+			NodeName:   ptr.To(node),
+			Zone:       ptr.To("zone-a"),
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Name: fmt.Sprintf("pod-%d", i)},
+			Hints:      &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "zone-a"}}},
+		}
+	}
+	return eps
+}
+
+func TestSlices(t *testing.T) {
+	ports := []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)}}
+	local := []discoveryv1.EndpointSlice{
+		{ObjectMeta: metav1.ObjectMeta{Name: "web-v4"}, AddressType: discoveryv1.AddressTypeIPv4, Endpoints: endpoints(250, "node-1"), Ports: ports},
+		{ObjectMeta: metav1.ObjectMeta{Name: "web-empty"}, AddressType: discoveryv1.AddressTypeIPv4, Ports: ports},
+		{ObjectMeta: metav1.ObjectMeta{Name: "web-gone", DeletionTimestamp: ptr.To(metav1.Now())}, AddressType: discoveryv1.AddressTypeIPv4, Endpoints: endpoints(1, "n")},
+	}
+	got := Slices("ns", "web", local)
+	var gotNames []string
+	var sizes []int
+	for _, s := range got {
+		gotNames = append(gotNames, s.Name)
+		sizes = append(sizes, len(s.Endpoints))
+		if !reflect.DeepEqual(s.Ports, ports) || s.AddressType != discoveryv1.AddressTypeIPv4 {
+			t.Errorf("slice %s: ports %v, address type %s", s.Name, s.Ports, s.AddressType)
+		}
+		for _, e := range s.Endpoints {
+			if e.NodeName != nil || e.TargetRef != nil || e.Hints != nil {
+				t.Errorf("slice %s: local fields leave the cluster: %+v", s.Name, e)
+			}
+			if e.Hostname == nil || e.Zone == nil || e.Conditions.Ready == nil || e.Conditions.Serving == nil || e.Conditions.Terminating == nil {
+				t.Errorf("slice %s: exported fields lost: %+v", s.Name, e)
+			}
+		}
+	}
+	if want := []string{"ns.web.web-v4", "ns.web.web-v4.1", "ns.web.web-v4.2"}; !reflect.DeepEqual(gotNames, want) {
+		t.Errorf("names = %v, want %v", gotNames, want)
+	}
+	if want := []int{100, 100, 50}; !reflect.DeepEqual(sizes, want) {
+		t.Errorf("sizes = %v, want %v", sizes, want)
+	}
+	// The input stays untouched and the output is stable.
+	if local[0].Endpoints[0].NodeName == nil || !reflect.DeepEqual(got, Slices("ns", "web", local)) {
+		t.Error("Slices changed its input or is not deterministic")
+	}
+}

@@ -1,0 +1,138 @@
+package imports
+
+import (
+	"reflect"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"vksfleet.dev/fleet/controller/merge"
+	"vksfleet.dev/fleet/controller/names"
+)
+
+var key = types.NamespacedName{Namespace: "ns", Name: "web"}
+
+func merged(edit func(*merge.Result)) merge.Result {
+	m := merge.Result{
+		Spec: mcsv1beta1.ServiceImportSpec{
+			Type:       mcsv1beta1.ClusterSetIP,
+			Ports:      []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
+			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
+		},
+		Labels:   map[string]string{"team": "a"},
+		Clusters: []string{"a", "b.east"},
+	}
+	if edit != nil {
+		edit(&m)
+	}
+	return m
+}
+
+func TestServiceImportAndReady(t *testing.T) {
+	derived := &corev1.Service{Spec: corev1.ServiceSpec{
+		ClusterIPs: []string{"10.0.0.9", "fd00::9"}, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
+	}}
+	cases := []struct {
+		name       string
+		m          merge.Result
+		derived    *corev1.Service
+		wantIPs    []string
+		wantReason string
+	}{
+		{"waiting for IPs", merged(nil), nil, nil, "Pending"},
+		{"IPs from the derived Service", merged(nil), derived, []string{"10.0.0.9", "fd00::9"}, "Ready"},
+		{"headless has no IPs", merged(func(m *merge.Result) { m.Spec.Type = mcsv1beta1.Headless }), derived, nil, "Ready"},
+		{"no common family", merged(func(m *merge.Result) { m.Spec.IPFamilies = nil }), nil, nil, "IPFamilyNotSupported"},
+	}
+	for _, c := range cases {
+		si := ServiceImport(key, c.m, c.derived)
+		if !reflect.DeepEqual(si.Spec.IPs, c.wantIPs) {
+			t.Errorf("%s: ips = %v, want %v", c.name, si.Spec.IPs, c.wantIPs)
+		}
+		if want := []mcsv1beta1.ClusterStatus{{Cluster: "a"}, {Cluster: "b.east"}}; !reflect.DeepEqual(si.Status.Clusters, want) {
+			t.Errorf("%s: clusters = %v", c.name, si.Status.Clusters)
+		}
+		if !reflect.DeepEqual(si.Labels, map[string]string{"team": "a"}) || si.Namespace != "ns" || si.Name != "web" {
+			t.Errorf("%s: meta = %+v", c.name, si.ObjectMeta)
+		}
+		if r := Ready(si, 1); r.Reason != c.wantReason || (r.Status == metav1.ConditionTrue) != (c.wantReason == "Ready") {
+			t.Errorf("%s: Ready = %+v, want reason %s", c.name, r, c.wantReason)
+		}
+	}
+}
+
+func TestDerivedService(t *testing.T) {
+	owner := Owner(&mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Name: "web", UID: "uid-1"}}, "multicluster.x-k8s.io/v1beta1")
+	cases := []struct {
+		name       string
+		m          merge.Result
+		wantNil    bool
+		wantPolicy corev1.IPFamilyPolicy
+		check      func(*corev1.Service) bool
+	}{
+		{name: "dual-stack", m: merged(nil), wantPolicy: corev1.IPFamilyPolicyPreferDualStack, check: func(s *corev1.Service) bool {
+			return s.Spec.SessionAffinity == corev1.ServiceAffinityNone && s.Spec.Ports[0].TargetPort.IntVal == 80 &&
+				s.Spec.Selector == nil && s.OwnerReferences[0].UID == "uid-1"
+		}},
+		{name: "single stack", m: merged(func(m *merge.Result) { m.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol} }),
+			wantPolicy: corev1.IPFamilyPolicySingleStack},
+		{name: "ClientIP gets the API default timeout", m: merged(func(m *merge.Result) { m.Spec.SessionAffinity = corev1.ServiceAffinityClientIP }),
+			wantPolicy: corev1.IPFamilyPolicyPreferDualStack, check: func(s *corev1.Service) bool {
+				return *s.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds == 10800
+			}},
+		{name: "headless", m: merged(func(m *merge.Result) { m.Spec.Type = mcsv1beta1.Headless }), wantNil: true},
+		{name: "no family", m: merged(func(m *merge.Result) { m.Spec.IPFamilies = nil }), wantNil: true},
+	}
+	for _, c := range cases {
+		s := DerivedService(key, c.m, owner)
+		if (s == nil) != c.wantNil {
+			t.Errorf("%s: DerivedService() = %v", c.name, s)
+			continue
+		}
+		if s == nil {
+			continue
+		}
+		if s.Name != names.DerivedServiceName("ns", "web") || *s.Spec.IPFamilyPolicy != c.wantPolicy || s.Spec.Type != corev1.ServiceTypeClusterIP {
+			t.Errorf("%s: %+v", c.name, s)
+		}
+		if c.check != nil && !c.check(s) {
+			t.Errorf("%s: %+v", c.name, s)
+		}
+	}
+}
+
+func TestSlices(t *testing.T) {
+	owner := Owner(&mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Name: "web", UID: "uid-1"}}, "multicluster.x-k8s.io/v1beta1")
+	src := discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "ns.web.web-abc"},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}}},
+		Ports:       []discoveryv1.EndpointPort{{Port: ptr.To[int32](8080)}},
+	}
+	got := Slices(key, []Source{{Cluster: "b.east", Slice: src}, {Cluster: "a", Slice: src}}, owner)
+	if len(got) != 2 || got[0].Name == got[1].Name {
+		t.Fatalf("Slices() = %+v", got)
+	}
+	for _, s := range got {
+		want := map[string]string{
+			"multicluster.kubernetes.io/service-name":   "web",
+			"endpointslice.kubernetes.io/managed-by":    names.ManagedBy,
+			"kubernetes.io/service-name":                names.DerivedServiceName("ns", "web"),
+			"multicluster.kubernetes.io/source-cluster": s.Annotations[names.AnnotationClusterID],
+		}
+		if !reflect.DeepEqual(s.Labels, want) || s.Namespace != "ns" || s.OwnerReferences[0].UID != "uid-1" {
+			t.Errorf("slice %s: labels %v, owner %v", s.Name, s.Labels, s.OwnerReferences)
+		}
+		if *s.Ports[0].Protocol != corev1.ProtocolTCP || *s.Ports[0].Name != "" {
+			t.Errorf("slice %s: ports not defaulted: %+v", s.Name, s.Ports[0])
+		}
+	}
+	if src.Ports[0].Protocol != nil {
+		t.Error("Slices changed its input")
+	}
+}
