@@ -42,7 +42,7 @@ func TestDockerfilesBuildStaticNonRootBinaries(t *testing.T) {
 				t.Error("the final stage must be distroless/static running as USER 65532:65532")
 			}
 			out := filepath.Join(t.TempDir(), m[3])
-			args := append([]string{"build"}, strings.Fields(strings.ReplaceAll(m[2], "'", ""))...)
+			args := append([]string{"build"}, shellFields(m[2])...)
 			cmd := exec.Command("go", append(args, "-o", out, m[4])...)
 			cmd.Dir = "../.."
 			cmd.Env = append(os.Environ(), m[1])
@@ -61,4 +61,30 @@ func TestDockerfilesBuildStaticNonRootBinaries(t *testing.T) {
 			}
 		})
 	}
+}
+
+// shellFields splits s at spaces outside single quotes and drops the quotes, as the shell does for RUN lines.
+func shellFields(s string) []string {
+	var fields []string
+	var cur strings.Builder
+	quoted, started := false, false
+	for _, r := range s {
+		switch {
+		case r == '\'':
+			quoted, started = !quoted, true
+		case r == ' ' && !quoted:
+			if started {
+				fields = append(fields, cur.String())
+				cur.Reset()
+				started = false
+			}
+		default:
+			cur.WriteRune(r)
+			started = true
+		}
+	}
+	if started {
+		fields = append(fields, cur.String())
+	}
+	return fields
 }
