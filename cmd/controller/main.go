@@ -24,6 +24,7 @@ import (
 
 	"vksfleet.dev/fleet/controller"
 	"vksfleet.dev/fleet/controller/clusterid"
+	"vksfleet.dev/fleet/controller/names"
 )
 
 // flags are the command line, parsed and checked.
@@ -38,6 +39,8 @@ type flags struct {
 	leaderElect                  bool
 	leaderElectionNamespace      string
 	healthAddr, metricsAddr      string
+	// printBrokerNamespace asks only for the broker namespace of clusterID, for the broker's RBAC overlay.
+	printBrokerNamespace bool
 }
 
 // parseFlags parses and checks the arguments; every mistake is reported before anything connects.
@@ -58,6 +61,7 @@ func parseFlags(args []string, out io.Writer) (flags, error) {
 	fs.StringVar(&f.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease; default the pod's namespace")
 	fs.StringVar(&f.healthAddr, "health-probe-bind-address", ":8081", "address serving /healthz and /readyz; 0 disables")
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "address serving Prometheus metrics; 0 disables")
+	fs.BoolVar(&f.printBrokerNamespace, "print-broker-namespace", false, "print the broker namespace of --cluster-id, which the broker's RBAC for that member names, and exit")
 	if err := fs.Parse(args); err != nil {
 		return f, err
 	}
@@ -66,6 +70,10 @@ func parseFlags(args []string, out io.Writer) (flags, error) {
 		errs = append(errs, fmt.Errorf("unexpected arguments: %q", fs.Args()))
 	}
 	switch {
+	case f.printBrokerNamespace:
+		if f.clusterID == "" {
+			errs = append(errs, errors.New("--print-broker-namespace needs --cluster-id"))
+		}
 	case f.brokerKubeconfig == "" && secret == "":
 		errs = append(errs, errors.New("one of --broker-kubeconfig and --broker-secret is required"))
 	case f.brokerKubeconfig != "" && secret != "":
@@ -98,6 +106,10 @@ func main() {
 	ctrl.SetLogger(klog.NewKlogr())
 	f, err := parseFlags(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err == nil && f.printBrokerNamespace {
+		fmt.Println(names.BrokerNamespace(f.clusterID))
 		return
 	}
 	if err == nil {

@@ -23,6 +23,10 @@ func TestParseFlags(t *testing.T) {
 				f.leaseGrace == 5*time.Second
 		}},
 		{nil, "one of --broker-kubeconfig and --broker-secret is required", nil},
+		{[]string{"--print-broker-namespace", "--cluster-id=east.prod"}, "", func(f flags) bool {
+			return f.printBrokerNamespace && f.clusterID == "east.prod"
+		}},
+		{[]string{"--print-broker-namespace"}, "needs --cluster-id", nil},
 		{[]string{"--broker-kubeconfig=/b", "--broker-secret=a/b"}, "exclude each other", nil},
 		{[]string{"--broker-secret=broker"}, "is not namespace/name", nil},
 		{[]string{"--broker-secret=a/b/c"}, "is not namespace/name", nil},
