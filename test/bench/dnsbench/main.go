@@ -9,7 +9,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,9 +40,10 @@ func main() {
 	clusters := flag.Int("clusters", 3, "source clusters per headless import")
 	endpoints := flag.Int("endpoints", 4, "endpoints per cluster per headless import")
 	duration := flag.Duration("duration", 8*time.Second, "dnsperf run length per query class and server")
+	profile := flag.String("profile", "", "if set, a folder for each server's heap profile and a CPU profile of its first class")
 	flag.Parse()
 	d := dataset{namespaces: 10, clusterSetIP: *ipImports, headless: *headless, clusters: *clusters, endpoints: *endpoints}
-	if err := run(d, *out, *duration); err != nil {
+	if err := run(d, *out, *duration, *profile); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -52,7 +55,7 @@ type dataset struct {
 
 func (d dataset) ns(i int) string { return fmt.Sprintf("bench-%d", i%d.namespaces) }
 
-func run(d dataset, out string, duration time.Duration) error {
+func run(d dataset, out string, duration time.Duration, profile string) error {
 	ctx := context.Background()
 	work, err := os.MkdirTemp("", "dnsbench-")
 	if err != nil {
@@ -90,7 +93,7 @@ func run(d dataset, out string, duration time.Duration) error {
 	}
 	servers := []server{
 		{name: "ours", bin: ours, corefile: `.:%d {
-    errors
+    errors%s
     kubernetes cluster.local {
         kubeconfig %s %s
     }
@@ -100,7 +103,7 @@ func run(d dataset, out string, duration time.Duration) error {
 }
 `},
 		{name: "stock", bin: stock, corefile: `.:%d {
-    errors
+    errors%s
     kubernetes cluster.local clusterset.local {
         kubeconfig %s %s
         multicluster clusterset.local
@@ -111,7 +114,7 @@ func run(d dataset, out string, duration time.Duration) error {
 	results := map[string]map[string]measurement{}
 	rss := map[string]int{}
 	for _, s := range servers {
-		res, peak, err := s.measure(work, c, classes, duration)
+		res, peak, err := s.measure(work, c, classes, duration, profile)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
@@ -259,18 +262,27 @@ type measurement struct {
 
 // measure starts the server pinned to core 0 with GOMAXPROCS=1, checks it answers every class correctly, runs
 // dnsperf on core 1 for each class and returns the results and the server's peak RSS in KiB.
-func (s server) measure(work string, c *clusterset.Cluster, classes []queryClass, duration time.Duration) (map[string]measurement, int, error) {
+func (s server) measure(work string, c *clusterset.Cluster, classes []queryClass, duration time.Duration, profile string) (map[string]measurement, int, error) {
 	port, err := clusterset.FreePort()
 	if err != nil {
 		return nil, 0, err
 	}
+	pprofLine, pprofAddr := "", ""
+	if profile != "" {
+		pp, err := clusterset.FreePort()
+		if err != nil {
+			return nil, 0, err
+		}
+		pprofAddr = fmt.Sprintf("127.0.0.1:%d", pp)
+		pprofLine = "\n    pprof " + pprofAddr
+	}
 	kc := c.KubeconfigPath
 	corefile := filepath.Join(work, "Corefile."+s.name)
 	var body string
-	if strings.Count(s.corefile, "%s") == 4 {
-		body = fmt.Sprintf(s.corefile, port, kc, c.Name, kc, c.Name)
+	if strings.Count(s.corefile, "%s") == 5 {
+		body = fmt.Sprintf(s.corefile, port, pprofLine, kc, c.Name, kc, c.Name)
 	} else {
-		body = fmt.Sprintf(s.corefile, port, kc, c.Name)
+		body = fmt.Sprintf(s.corefile, port, pprofLine, kc, c.Name)
 	}
 	if err := os.WriteFile(corefile, []byte(body), 0o644); err != nil {
 		return nil, 0, err
@@ -294,9 +306,22 @@ func (s server) measure(work string, c *clusterset.Cluster, classes []queryClass
 		return nil, 0, fmt.Errorf("%w (log: %s)", err, tail(logf.Name()))
 	}
 	res := map[string]measurement{}
-	for _, q := range classes {
+	for i, q := range classes {
 		path := filepath.Join(work, q.file())
+		var profiled sync.WaitGroup
+		if pprofAddr != "" && i == 0 {
+			if err := fetch("http://"+pprofAddr+"/debug/pprof/heap?gc=1", filepath.Join(profile, s.name+"-heap.pprof")); err != nil {
+				return nil, 0, err
+			}
+			profiled.Go(func() {
+				err := fetch("http://"+pprofAddr+"/debug/pprof/profile?seconds=5", filepath.Join(profile, s.name+"-cpu.pprof"))
+				if err != nil {
+					log.Printf("%s: CPU profile: %v", s.name, err)
+				}
+			})
+		}
 		sat, err := dnsperf(port, path, duration, "-c", "20", "-q", "200")
+		profiled.Wait()
 		if err != nil {
 			return nil, 0, err
 		}
@@ -372,6 +397,25 @@ func dnsperf(port int, queries string, d time.Duration, extra ...string) (measur
 		m.errorsSeen += " " + string(v[1])
 	}
 	return m, nil
+}
+
+// fetch saves the body of a GET to path.
+func fetch(url, path string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
 }
 
 // peakRSS reads the process's peak resident set size (VmHWM) in KiB.
