@@ -8,11 +8,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/plugin/mcstest"
@@ -51,31 +52,35 @@ func TestDetectServiceImport(t *testing.T) {
 }
 
 func TestSlimServiceImportFromEitherVersion(t *testing.T) {
-	for _, version := range []string{"v1alpha1", "v1beta1"} {
-		full := mcstest.Import("ns", "web", mcsv1beta1.ClusterSetIP, []string{"10.0.0.1"}, mcstest.Port("http", corev1.ProtocolTCP, 80))
-		full.Annotations = map[string]string{"big": "value"}
-		full.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "x"}}
-		full.Status.Clusters = []mcsv1beta1.ClusterStatus{{Cluster: "a"}}
-		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(full)
-		if err != nil {
-			t.Fatal(err)
-		}
-		u := &unstructured.Unstructured{Object: obj}
-		u.SetAPIVersion("multicluster.x-k8s.io/" + version)
-		u.SetKind("ServiceImport")
-		out, err := slimServiceImport(u)
+	full := mcstest.Import("ns", "web", mcsv1beta1.ClusterSetIP, []string{"10.0.0.1"}, mcstest.Port("http", corev1.ProtocolTCP, 80))
+	full.Annotations = map[string]string{"big": "value"}
+	full.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "x"}}
+	full.Status.Clusters = []mcsv1beta1.ClusterStatus{{Cluster: "a"}}
+	full.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
+	// The two versions share their schema: the v1alpha1 object is the same JSON decoded into the other type.
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alpha := &mcsv1alpha1.ServiceImport{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, alpha); err != nil {
+		t.Fatal(err)
+	}
+	for version, in := range map[string]any{"v1alpha1": alpha, "v1beta1": full} {
+		out, err := slimServiceImport(in)
 		if err != nil {
 			t.Fatal(err)
 		}
 		si := out.(*mcsv1beta1.ServiceImport)
 		if si.Name != "web" || si.Namespace != "ns" || si.Annotations != nil || si.ManagedFields != nil ||
 			si.Status.Clusters != nil || !reflect.DeepEqual(si.Spec.IPs, []string{"10.0.0.1"}) ||
-			si.Spec.Ports[0].Port != 80 || si.Spec.IPFamilies != nil {
+			si.Spec.Type != mcsv1beta1.ClusterSetIP || si.Spec.Ports[0].Port != 80 || si.Spec.IPFamilies != nil {
 			t.Errorf("%s: slim import = %+v", version, si)
 		}
 	}
-	if _, err := slimServiceImport(&unstructured.Unstructured{Object: map[string]any{"spec": "not an object"}}); err == nil {
-		t.Error("a malformed ServiceImport converted without error")
+	tombstone := cache.DeletedFinalStateUnknown{Key: "ns/web", Obj: full}
+	if out, err := slimServiceImport(tombstone); err != nil || out != any(tombstone) {
+		t.Errorf("a tombstone was changed: %v, %v", out, err)
 	}
 }
 

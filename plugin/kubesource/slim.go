@@ -1,14 +1,11 @@
 package kubesource
 
 import (
-	"fmt"
-
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
+	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
@@ -18,22 +15,22 @@ import (
 // slimServiceImport turns a ServiceImport of either served version (v1alpha1 and v1beta1 share the schema of
 // the fields kept) into a slim *mcsv1beta1.ServiceImport.
 func slimServiceImport(obj any) (any, error) {
-	var in mcsv1beta1.ServiceImport
-	switch o := obj.(type) {
-	case *unstructured.Unstructured:
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &in); err != nil {
-			return nil, fmt.Errorf("ServiceImport %s/%s: %w", o.GetNamespace(), o.GetName(), err)
-		}
+	var out *mcsv1beta1.ServiceImport
+	switch in := obj.(type) {
 	case *mcsv1beta1.ServiceImport:
-		in = *o
+		out = &mcsv1beta1.ServiceImport{ObjectMeta: slimMeta(&in.ObjectMeta, nil)}
+		out.Spec.Type, out.Spec.IPs = in.Spec.Type, in.Spec.IPs
+		for _, p := range in.Spec.Ports {
+			out.Spec.Ports = append(out.Spec.Ports, mcsv1beta1.ServicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port})
+		}
+	case *mcsv1alpha1.ServiceImport:
+		out = &mcsv1beta1.ServiceImport{ObjectMeta: slimMeta(&in.ObjectMeta, nil)}
+		out.Spec.Type, out.Spec.IPs = mcsv1beta1.ServiceImportType(in.Spec.Type), in.Spec.IPs
+		for _, p := range in.Spec.Ports {
+			out.Spec.Ports = append(out.Spec.Ports, mcsv1beta1.ServicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port})
+		}
 	default:
-		return obj, nil // tombstones and already slim objects
-	}
-	out := &mcsv1beta1.ServiceImport{ObjectMeta: slimMeta(&in.ObjectMeta, nil)}
-	out.Spec.Type = in.Spec.Type
-	out.Spec.IPs = in.Spec.IPs
-	for _, p := range in.Spec.Ports {
-		out.Spec.Ports = append(out.Spec.Ports, mcsv1beta1.ServicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port})
+		return obj, nil // tombstones
 	}
 	return out, nil
 }

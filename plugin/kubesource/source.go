@@ -16,12 +16,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
+	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 
 	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
 	"vksfleet.dev/fleet/plugin/zone"
@@ -55,7 +56,7 @@ type Options struct {
 type Source struct {
 	opts   Options
 	kube   kubernetes.Interface
-	dyn    dynamic.Interface
+	mcs    mcsclient.Interface
 	synced atomic.Bool
 
 	imports, slices, namespaces cache.SharedIndexInformer // set once by start
@@ -90,11 +91,11 @@ func New(opts Options) (*Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubesource: %w", err)
 	}
-	dyn, err := dynamic.NewForConfig(opts.Config)
+	mcs, err := mcsclient.NewForConfig(opts.Config)
 	if err != nil {
 		return nil, fmt.Errorf("kubesource: %w", err)
 	}
-	return &Source{opts: opts, kube: kube, dyn: dyn, dirty: map[serviceKey]time.Time{}, wake: make(chan struct{}, 1)}, nil
+	return &Source{opts: opts, kube: kube, mcs: mcs, dirty: map[serviceKey]time.Time{}, wake: make(chan struct{}, 1)}, nil
 }
 
 // Start starts the informers and the index worker; they run until Stop. The ServiceImport version is found by
@@ -167,7 +168,13 @@ func detectServiceImport(d discovery.DiscoveryInterface) (schema.GroupVersionRes
 }
 
 func (s *Source) startInformers(ctx context.Context, gvr schema.GroupVersionResource) error {
-	s.imports = dynamicinformer.NewFilteredDynamicInformer(s.dyn, gvr, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
+	// Typed informers decode far less garbage than unstructured ones while listing thousands of imports.
+	mcsGroupInformers := mcsinformers.NewSharedInformerFactory(s.mcs, 0).Multicluster()
+	if gvr.Version == "v1alpha1" {
+		s.imports = mcsGroupInformers.V1alpha1().ServiceImports().Informer()
+	} else {
+		s.imports = mcsGroupInformers.V1beta1().ServiceImports().Informer()
+	}
 	nsFactory := informers.NewSharedInformerFactory(s.kube, 0)
 	s.namespaces = nsFactory.Core().V1().Namespaces().Informer()
 	toRun := []watched{

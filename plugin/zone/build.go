@@ -11,6 +11,8 @@ import (
 // node holds the precomputed records of one owner name. A node with no records is an empty non-terminal: the
 // name exists (NODATA) but has no data.
 type node struct {
+	// name is the owner name, shared by every record of the node instead of one string per record.
+	name         string
 	a, aaaa, srv []dns.RR
 }
 
@@ -106,7 +108,7 @@ func (b *builder) headless(s *Service) {
 func (b *builder) node(prefix string) *node {
 	n, ok := b.e.names[prefix]
 	if !ok {
-		n = &node{}
+		n = &node{name: b.owner(prefix)}
 		b.e.names[prefix] = n
 		if strings.HasPrefix(prefix, "_") {
 			if i := strings.IndexByte(prefix, '.'); i > 0 {
@@ -143,11 +145,11 @@ func (b *builder) address(prefix string, ip netip.Addr) {
 	n := b.node(prefix)
 	if ip.Is4() {
 		a := ip.As4()
-		n.a = append(n.a, &dns.A{Hdr: b.hdr(b.owner(prefix), dns.TypeA), A: a[:]})
+		n.a = append(n.a, &dns.A{Hdr: b.hdr(n.name, dns.TypeA), A: a[:]})
 		return
 	}
 	a := ip.As16()
-	n.aaaa = append(n.aaaa, &dns.AAAA{Hdr: b.hdr(b.owner(prefix), dns.TypeAAAA), AAAA: a[:]})
+	n.aaaa = append(n.aaaa, &dns.AAAA{Hdr: b.hdr(n.name, dns.TypeAAAA), AAAA: a[:]})
 }
 
 // srv adds an SRV record for target and port to the name of prefix.
@@ -156,7 +158,7 @@ func (b *builder) srv(prefix, target string, port uint16) {
 		return
 	}
 	n := b.node(prefix)
-	n.srv = append(n.srv, &dns.SRV{Hdr: b.hdr(b.owner(prefix), dns.TypeSRV), Weight: 100, Port: port, Target: target})
+	n.srv = append(n.srv, &dns.SRV{Hdr: b.hdr(n.name, dns.TypeSRV), Weight: 100, Port: port, Target: target})
 }
 
 // ptr adds a PTR record from ip's reverse name to target.
