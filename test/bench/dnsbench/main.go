@@ -112,15 +112,15 @@ func run(d dataset, out string, duration time.Duration, profile string) error {
 `},
 	}
 	results := map[string]map[string]measurement{}
-	rss := map[string]int{}
+	mem := map[string]rss{}
 	for _, s := range servers {
-		res, peak, err := s.measure(work, c, classes, duration, profile)
+		res, m, err := s.measure(work, c, classes, duration, profile)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
-		results[s.name], rss[s.name] = res, peak
+		results[s.name], mem[s.name] = res, m
 	}
-	table := report(d, classes, results, rss, duration)
+	table := report(d, classes, results, mem, duration)
 	fmt.Print(table)
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
@@ -262,16 +262,16 @@ type measurement struct {
 
 // measure starts the server pinned to core 0 with GOMAXPROCS=1, checks it answers every class correctly, runs
 // dnsperf on core 1 for each class and returns the results and the server's peak RSS in KiB.
-func (s server) measure(work string, c *clusterset.Cluster, classes []queryClass, duration time.Duration, profile string) (map[string]measurement, int, error) {
+func (s server) measure(work string, c *clusterset.Cluster, classes []queryClass, duration time.Duration, profile string) (map[string]measurement, rss, error) {
 	port, err := clusterset.FreePort()
 	if err != nil {
-		return nil, 0, err
+		return nil, rss{}, err
 	}
 	pprofLine, pprofAddr := "", ""
 	if profile != "" {
 		pp, err := clusterset.FreePort()
 		if err != nil {
-			return nil, 0, err
+			return nil, rss{}, err
 		}
 		pprofAddr = fmt.Sprintf("127.0.0.1:%d", pp)
 		pprofLine = "\n    pprof " + pprofAddr
@@ -285,11 +285,11 @@ func (s server) measure(work string, c *clusterset.Cluster, classes []queryClass
 		body = fmt.Sprintf(s.corefile, port, pprofLine, kc, c.Name)
 	}
 	if err := os.WriteFile(corefile, []byte(body), 0o644); err != nil {
-		return nil, 0, err
+		return nil, rss{}, err
 	}
 	logf, err := os.Create(filepath.Join(work, s.name+".log"))
 	if err != nil {
-		return nil, 0, err
+		return nil, rss{}, err
 	}
 	defer logf.Close()
 	cmd := exec.Command("taskset", "-c", "0", s.bin, "-conf", corefile)
@@ -297,13 +297,13 @@ func (s server) measure(work string, c *clusterset.Cluster, classes []queryClass
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return nil, 0, err
+		return nil, rss{}, err
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	log.Printf("%s: waiting for answers on %s", s.name, addr)
 	if err := waitAnswers(addr, classes); err != nil {
-		return nil, 0, fmt.Errorf("%w (log: %s)", err, tail(logf.Name()))
+		return nil, rss{}, fmt.Errorf("%w (log: %s)", err, tail(logf.Name()))
 	}
 	res := map[string]measurement{}
 	for i, q := range classes {
@@ -311,7 +311,7 @@ func (s server) measure(work string, c *clusterset.Cluster, classes []queryClass
 		var profiled sync.WaitGroup
 		if pprofAddr != "" && i == 0 {
 			if err := fetch("http://"+pprofAddr+"/debug/pprof/heap?gc=1", filepath.Join(profile, s.name+"-heap.pprof")); err != nil {
-				return nil, 0, err
+				return nil, rss{}, err
 			}
 			profiled.Go(func() {
 				err := fetch("http://"+pprofAddr+"/debug/pprof/profile?seconds=5", filepath.Join(profile, s.name+"-cpu.pprof"))
@@ -323,18 +323,18 @@ func (s server) measure(work string, c *clusterset.Cluster, classes []queryClass
 		sat, err := dnsperf(port, path, duration, "-c", "20", "-q", "200")
 		profiled.Wait()
 		if err != nil {
-			return nil, 0, err
+			return nil, rss{}, err
 		}
 		lat, err := dnsperf(port, path, 3*time.Second, "-Q", "2000")
 		if err != nil {
-			return nil, 0, err
+			return nil, rss{}, err
 		}
 		m := measurement{qps: sat.qps, latencyMs: lat.latencyMs, errorsSeen: sat.errorsSeen + lat.errorsSeen}
 		log.Printf("%s %-16s %9.0f qps  %.3f ms %s", s.name, q.name, m.qps, m.latencyMs, m.errorsSeen)
 		res[q.name] = m
 	}
-	peak, err := peakRSS(cmd.Process.Pid)
-	return res, peak, err
+	mem, err := readRSS(cmd.Process.Pid)
+	return res, mem, err
 }
 
 // waitAnswers polls until the first query of every class gets its expected rcode, so that dnsperf never measures
@@ -418,23 +418,34 @@ func fetch(url, path string) error {
 	return err
 }
 
-// peakRSS reads the process's peak resident set size (VmHWM) in KiB.
-func peakRSS(pid int) (int, error) {
+// rss is a process's resident set size in KiB: its peak (VmHWM) and its current value (VmRSS).
+type rss struct{ peak, now int }
+
+// readRSS reads the process's resident set sizes from /proc.
+func readRSS(pid int) (rss, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, err
+		return rss{}, err
 	}
 	defer f.Close()
+	var r rss
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			return strconv.Atoi(strings.Fields(rest)[0])
+		for field, dst := range map[string]*int{"VmHWM:": &r.peak, "VmRSS:": &r.now} {
+			if rest, ok := strings.CutPrefix(sc.Text(), field); ok {
+				if *dst, err = strconv.Atoi(strings.Fields(rest)[0]); err != nil {
+					return rss{}, err
+				}
+			}
 		}
 	}
-	return 0, fmt.Errorf("no VmHWM for pid %d", pid)
+	if r.peak == 0 || r.now == 0 {
+		return r, fmt.Errorf("no VmHWM/VmRSS for pid %d", pid)
+	}
+	return r, nil
 }
 
-func report(d dataset, classes []queryClass, res map[string]map[string]measurement, rss map[string]int, duration time.Duration) string {
+func report(d dataset, classes []queryClass, res map[string]map[string]measurement, mem map[string]rss, duration time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# DNS benchmark: our CoreDNS build vs stock CoreDNS 1.15.0\n\n")
 	fmt.Fprintf(&b, "Data: %d ClusterSetIP imports, %d headless imports x %d clusters x %d endpoints, in %d namespaces, on one kube-apiserver.\n",
@@ -447,7 +458,9 @@ func report(d dataset, classes []queryClass, res map[string]map[string]measureme
 		o, s := res["ours"][q.name], res["stock"][q.name]
 		fmt.Fprintf(&b, "| %s | %.0f | %.0f | **%.2f** | %.3f | %.3f | %.2f |\n", q.name, o.qps, s.qps, o.qps/s.qps, o.latencyMs, s.latencyMs, o.latencyMs/s.latencyMs)
 	}
-	fmt.Fprintf(&b, "| peak RSS (MiB) | %.0f | %.0f | **%.2f** | | | |\n", float64(rss["ours"])/1024, float64(rss["stock"])/1024, float64(rss["ours"])/float64(rss["stock"]))
+	o, st := mem["ours"], mem["stock"]
+	fmt.Fprintf(&b, "| peak RSS (MiB) | %.0f | %.0f | **%.2f** | | | |\n", float64(o.peak)/1024, float64(st.peak)/1024, float64(o.peak)/float64(st.peak))
+	fmt.Fprintf(&b, "| RSS after the run (MiB) | %.0f | %.0f | **%.2f** | | | |\n", float64(o.now)/1024, float64(st.now)/1024, float64(o.now)/float64(st.now))
 	for _, name := range []string{"ours", "stock"} {
 		for _, q := range classes {
 			if e := res[name][q.name].errorsSeen; e != "" {
