@@ -8,7 +8,7 @@ STATICCHECK    := $(TOOLS_CACHE)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # Integration tests start real control planes; on 2 cores a whole run takes several minutes.
 TEST_TIMEOUT   ?= 30m
 
-.PHONY: help tools build test lint up down demo bench-dns manifests images
+.PHONY: help tools build test lint up down demo bench-dns bench-sync manifests images
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -39,6 +39,9 @@ down: ## stop the local clusterset
 
 bench-dns: tools ## DNS benchmark: our CoreDNS vs stock CoreDNS 1.15.0 on the same data; writes test/bench/results/dns.md
 	$(GO) run ./test/bench/dnsbench -out test/bench/results/dns.md
+
+bench-sync: tools ## measure export, readiness and restart propagation (3 members, 1,000 services); writes test/bench/results/sync.md
+	$(GO) run ./test/bench/syncbench -out test/bench/results/sync.md
 
 KUSTOMIZE := $(TOOLS_CACHE)/current/kustomize
 

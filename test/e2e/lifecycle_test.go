@@ -28,7 +28,7 @@ func restartAll(t *testing.T) time.Duration {
 	before := map[string]float64{}
 	for name, m := range members {
 		m.stop()
-		_, n, err := m.idle()
+		_, n, err := m.Idle()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -36,11 +36,11 @@ func restartAll(t *testing.T) time.Duration {
 	}
 	start := time.Now()
 	for _, m := range members {
-		m.start()
+		m.Start()
 	}
 	eventually(t, wait, "every controller reconciled and idle after the restart", func() error {
 		return everywhere(func(m *member) error {
-			idle, n, err := m.idle()
+			idle, n, err := m.Idle()
 			switch {
 			case err != nil:
 				return err
@@ -80,7 +80,7 @@ func TestRestartMakesZeroWrites(t *testing.T) {
 	// earlier test is still being deleted.
 	eventually(t, 2*wait, "controllers idle", func() error {
 		return everywhere(func(m *member) error {
-			if idle, _, err := m.idle(); err != nil || !idle {
+			if idle, _, err := m.Idle(); err != nil || !idle {
 				return fmt.Errorf("busy (%v)", err)
 			}
 			list := &corev1.NamespaceList{}
@@ -96,12 +96,12 @@ func TestRestartMakesZeroWrites(t *testing.T) {
 		})
 	})
 	for _, m := range members {
-		m.writes.reset()
+		m.Writes.Reset()
 	}
 	took := restartAll(t)
 	t.Logf("restart of %d controllers converged in %v", len(members), took)
 	for _, m := range members {
-		if w := m.writes.writes(); len(w) > 0 {
+		if w := m.Writes.List(); len(w) > 0 {
 			t.Errorf("%s wrote %d times after a restart with nothing changed: %v", m.Name, len(w), w)
 		}
 	}
@@ -121,7 +121,7 @@ func TestExportDeletedWhileStopped(t *testing.T) {
 	})
 	a.stop()
 	unexport(t, a, ns, "orphan")
-	a.start()
+	a.Start()
 	eventually(t, wait, "cleaned up everywhere", func() error {
 		return everywhere(func(m *member) error {
 			imp, err := readImport(m, ns, "orphan")
@@ -179,7 +179,7 @@ func TestStoppedMemberLosesItsEndpoints(t *testing.T) {
 	} else {
 		t.Logf("C's endpoints went %v after its last Lease renewal (grace %v)", gone, leaseGrace)
 	}
-	c.start()
+	c.Start()
 	eventually(t, wait, "C's endpoints back", func() error {
 		return everywhere(func(m *member) error {
 			imp, err := readImport(m, ns, "lease")
@@ -226,9 +226,9 @@ func TestBrokerUnreachableKeepsImports(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	b.writes.reset()
-	b.partitioned.Store(true)
-	t.Cleanup(func() { b.partitioned.Store(false) })
+	b.Writes.Reset()
+	b.Partition(true)
+	t.Cleanup(func() { b.Partition(false) })
 	// A withdrawing B's endpoints marks the grace as passed: by then B's stale view of the broker shows every
 	// other Lease expired too, and B must not withdraw anything because of it.
 	eventually(t, leaseGrace+wait, "A withdraws the endpoints of B, which is cut off", func() error {
@@ -254,7 +254,7 @@ func TestBrokerUnreachableKeepsImports(t *testing.T) {
 	if err := after.wantEndpoints(map[string]int{a.ID: 1, c.ID: 2}); err != nil || after.si.UID != before.si.UID {
 		t.Errorf("B's import changed while the broker was unreachable: %v", err)
 	}
-	for _, w := range b.writes.writes() {
+	for _, w := range b.Writes.List() {
 		if strings.HasPrefix(w, "DELETE") {
 			t.Errorf("B deleted while the broker was unreachable: %s", w)
 		}
@@ -272,7 +272,7 @@ func TestBrokerUnreachableKeepsImports(t *testing.T) {
 	eventually(t, wait, "Ready=False on B's export while cut off", func() error {
 		return wantCondition(b, ns, "fromb", "Ready", metav1.ConditionFalse, "Failed")
 	})
-	b.partitioned.Store(false)
+	b.Partition(false)
 	eventually(t, wait, "converged once the broker is back", func() error {
 		if err := wantCondition(b, ns, "fromb", "Ready", metav1.ConditionTrue, "Exported"); err != nil {
 			return err
@@ -301,7 +301,7 @@ func TestStartupChecksAndProbes(t *testing.T) {
 
 	// Swap A's controller for one serving probes and metrics, then swap back.
 	a.stop()
-	defer a.start()
+	defer a.Start()
 	health, metricsAddr := freeAddr(t), freeAddr(t)
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
