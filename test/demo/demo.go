@@ -262,8 +262,8 @@ func sameSet(got map[string][]string, want map[string][]string) error {
 	return nil
 }
 
-// watchResolution asks name on m every 50 ms until stop is closed and counts the answers that were not a
-// NOERROR with at least one address.
+// watchResolution asks name on m every 50 ms, from startWatch until finish is called and at least minQueries
+// were asked, and records the answers that were not a NOERROR with at least one address.
 type watchResolution struct {
 	stop     chan struct{}
 	wg       sync.WaitGroup
@@ -271,20 +271,25 @@ type watchResolution struct {
 	failures []string
 }
 
+// watchQueries is how many queries a watch makes at the least, so that a quick migration is still observed over
+// a few seconds.
+const watchQueries = 100
+
 func startWatch(m *fleet.Member, name string) *watchResolution {
 	w := &watchResolution{stop: make(chan struct{})}
 	w.wg.Go(func() {
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
-		for {
+		stopped := false
+		for !stopped || w.asked < watchQueries {
 			select {
 			case <-w.stop:
-				return
+				stopped = true
 			case <-tick.C:
-			}
-			w.asked++
-			if ips, err := addresses(m, name, dns.TypeA); err != nil || len(ips) == 0 {
-				w.failures = append(w.failures, fmt.Sprintf("%s: %v %v", time.Now().Format("15:04:05.000"), ips, err))
+				w.asked++
+				if ips, err := addresses(m, name, dns.TypeA); err != nil || len(ips) == 0 {
+					w.failures = append(w.failures, fmt.Sprintf("%s: %v %v", time.Now().Format("15:04:05.000"), ips, err))
+				}
 			}
 		}
 	})
