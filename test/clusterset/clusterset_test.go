@@ -2,6 +2,7 @@ package clusterset
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -16,11 +17,11 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
+	"vksfleet.dev/fleet/test/poll"
 )
 
 const pollTimeout = 60 * time.Second
@@ -28,16 +29,16 @@ const pollTimeout = 60 * time.Second
 // eventually polls cond until it reports done, failing the test with the last error after pollTimeout.
 func eventually(t *testing.T, what string, cond func(ctx context.Context) (bool, error)) {
 	t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, pollTimeout, true,
-		func(ctx context.Context) (bool, error) {
-			done, err := cond(ctx)
-			last = err
-			return done, nil
-		})
-	if err != nil {
-		t.Fatalf("%s: not done within %s (last error: %v)", what, pollTimeout, last)
-	}
+	poll.T(t, pollTimeout, what, func() error {
+		done, err := cond(context.Background())
+		switch {
+		case done:
+			return nil
+		case err == nil:
+			return errors.New("not yet")
+		}
+		return err
+	})
 }
 
 func TestClusterSet(t *testing.T) {

@@ -29,6 +29,7 @@ import (
 
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/fleet"
+	"vksfleet.dev/fleet/test/poll"
 )
 
 // Namespace is where the demo's services live, in every member.
@@ -101,23 +102,12 @@ func (d *Demo) dig(ctx context.Context, m *fleet.Member, name, qtype string) {
 
 // eventually polls check until it returns nil, or fails with its last error after d.Timeout.
 func (d *Demo) eventually(ctx context.Context, what string, check func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, d.Timeout)
-	defer cancel()
 	start := time.Now()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := check(ctx)
-		if err == nil {
-			d.say("    ok: %s (%s)", what, time.Since(start).Round(10*time.Millisecond))
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: not within %s: %w", what, d.Timeout, err)
-		case <-tick.C:
-		}
+	if err := poll.Until(ctx, poll.Interval, d.Timeout, func() error { return check(ctx) }); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
+	d.say("    ok: %s (%s)", what, time.Since(start).Round(10*time.Millisecond))
+	return nil
 }
 
 // query asks a member's DNS over UDP with miekg/dns.

@@ -16,6 +16,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"vksfleet.dev/fleet/test/poll"
 )
 
 const wait = 30 * time.Second
@@ -24,11 +26,11 @@ func TestExportIsImportedEverywhere(t *testing.T) {
 	ns := namespace(t)
 	a := members["cluster-a"]
 	deploy(t, a, ns, app{name: "web", replicas: 2})
-	eventually(t, wait, "local endpoints ready", func() error { return localEndpoints(a, ns, "web", 2) })
+	poll.T(t, wait, "local endpoints ready", func() error { return localEndpoints(a, ns, "web", 2) })
 	exported := time.Now()
 	exportService(t, a, ns, "web")
 
-	eventually(t, wait, "import in every member", func() error {
+	poll.T(t, wait, "import in every member", func() error {
 		return everywhere(func(m *member) error {
 			imp, err := readImport(m, ns, "web")
 			if err != nil {
@@ -68,7 +70,7 @@ func TestExportIsImportedEverywhere(t *testing.T) {
 		})
 	})
 	t.Logf("ServiceExport created to ServiceImport, derived Service and slices in all 3 members: %v", time.Since(exported))
-	eventually(t, wait, "export conditions", func() error {
+	poll.T(t, wait, "export conditions", func() error {
 		for cond, reason := range map[string]string{"Valid": "Valid", "Ready": "Exported"} {
 			if err := wantCondition(a, ns, "web", cond, metav1.ConditionTrue, reason); err != nil {
 				return err
@@ -86,7 +88,7 @@ func TestTwoExportersThenUnexport(t *testing.T) {
 	exportService(t, a, ns, "api")
 	exportService(t, c, ns, "api")
 
-	eventually(t, wait, "both clusters' slices in one import", func() error {
+	poll.T(t, wait, "both clusters' slices in one import", func() error {
 		return everywhere(func(m *member) error {
 			imp, err := readImport(m, ns, "api")
 			if err != nil {
@@ -107,7 +109,7 @@ func TestTwoExportersThenUnexport(t *testing.T) {
 	}
 
 	unexport(t, a, ns, "api")
-	eventually(t, wait, "only C's slices left", func() error {
+	poll.T(t, wait, "only C's slices left", func() error {
 		return everywhere(func(m *member) error {
 			imp, err := readImport(m, ns, "api")
 			if err != nil {
@@ -131,7 +133,7 @@ func TestTwoExportersThenUnexport(t *testing.T) {
 	}
 
 	unexport(t, c, ns, "api")
-	eventually(t, wait, "import, derived Service and slices gone everywhere", func() error {
+	poll.T(t, wait, "import, derived Service and slices gone everywhere", func() error {
 		return everywhere(func(m *member) error {
 			imp, err := readImport(m, ns, "api")
 			if err != nil {
@@ -150,7 +152,7 @@ func TestInvalidExports(t *testing.T) {
 	}})
 	exportService(t, a, ns, "ext")
 	exportService(t, a, ns, "missing")
-	eventually(t, wait, "Valid=False", func() error {
+	poll.T(t, wait, "Valid=False", func() error {
 		if err := wantCondition(a, ns, "ext", "Valid", metav1.ConditionFalse, "InvalidServiceType"); err != nil {
 			return err
 		}
@@ -170,7 +172,7 @@ func TestInvalidExports(t *testing.T) {
 
 	// The Service appearing later makes the export valid.
 	deploy(t, a, ns, app{name: "missing", replicas: 1})
-	eventually(t, wait, "Valid=True once the Service exists", func() error {
+	poll.T(t, wait, "Valid=True once the Service exists", func() error {
 		if err := wantCondition(a, ns, "missing", "Valid", metav1.ConditionTrue, "Valid"); err != nil {
 			return err
 		}
@@ -187,7 +189,7 @@ func TestConflictsOldestWins(t *testing.T) {
 	a, c := members["cluster-a"], members["cluster-c"]
 	deploy(t, a, ns, app{name: "db", replicas: 1})
 	exportService(t, a, ns, "db")
-	eventually(t, wait, "A's export published", func() error {
+	poll.T(t, wait, "A's export published", func() error {
 		return wantCondition(a, ns, "db", "Ready", metav1.ConditionTrue, "Exported")
 	})
 	// C's export is younger (or, within the same second, loses the tie on cluster id) and disagrees on ports,
@@ -199,7 +201,7 @@ func TestConflictsOldestWins(t *testing.T) {
 	}})
 	exportService(t, c, ns, "db")
 
-	eventually(t, wait, "Conflict on every exporter", func() error {
+	poll.T(t, wait, "Conflict on every exporter", func() error {
 		for _, m := range []*member{a, c} {
 			for _, reason := range []string{"PortConflict", "TypeConflict", "SessionAffinityConflict"} {
 				if err := wantCondition(m, ns, "db", "Conflict", metav1.ConditionTrue, reason); err != nil {
@@ -214,7 +216,7 @@ func TestConflictsOldestWins(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("Conflict message: %s", cond.Message)
-	eventually(t, wait, "the oldest export wins everywhere", func() error {
+	poll.T(t, wait, "the oldest export wins everywhere", func() error {
 		return everywhere(func(m *member) error {
 			imp, err := readImport(m, ns, "db")
 			if err != nil {
@@ -231,7 +233,7 @@ func TestConflictsOldestWins(t *testing.T) {
 
 	// Once the conflicting export goes, the conflict clears.
 	unexport(t, c, ns, "db")
-	eventually(t, wait, "NoConflicts", func() error {
+	poll.T(t, wait, "NoConflicts", func() error {
 		return wantCondition(a, ns, "db", "Conflict", metav1.ConditionFalse, "NoConflicts")
 	})
 }
@@ -246,7 +248,7 @@ func TestIPFamilyConflict(t *testing.T) {
 		s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol}
 	}})
 	exportService(t, c, ns, "v6")
-	eventually(t, wait, "IPv6-only import with IPFamilyConflict", func() error {
+	poll.T(t, wait, "IPv6-only import with IPFamilyConflict", func() error {
 		for _, m := range []*member{a, c} {
 			if err := wantCondition(m, ns, "v6", "Conflict", metav1.ConditionTrue, "IPFamilyConflict"); err != nil {
 				return err
@@ -271,7 +273,7 @@ func TestNamespaceCreatedLater(t *testing.T) {
 	ns := namespace(t, "cluster-a", "cluster-c")
 	deploy(t, a, ns, app{name: "late", replicas: 1})
 	exportService(t, a, ns, "late")
-	eventually(t, wait, "imported where the namespace exists", func() error {
+	poll.T(t, wait, "imported where the namespace exists", func() error {
 		imp, err := readImport(members["cluster-c"], ns, "late")
 		if err != nil {
 			return err
@@ -282,7 +284,7 @@ func TestNamespaceCreatedLater(t *testing.T) {
 		t.Fatalf("namespace %s exists in %s", ns, b.Name)
 	}
 	createNamespace(t, b, ns)
-	eventually(t, wait, "imported once the namespace exists", func() error {
+	poll.T(t, wait, "imported once the namespace exists", func() error {
 		imp, err := readImport(b, ns, "late")
 		if err != nil {
 			return err
@@ -301,7 +303,7 @@ func TestExportedLabelsAndAnnotations(t *testing.T) {
 		se.Spec.ExportedLabels = map[string]string{"team": "blue"}
 		se.Spec.ExportedAnnotations = map[string]string{"example.com/owner": "blue-team"}
 	})
-	eventually(t, wait, "exactly the exported labels and annotations", func() error {
+	poll.T(t, wait, "exactly the exported labels and annotations", func() error {
 		return everywhere(func(m *member) error {
 			imp, err := readImport(m, ns, "labelled")
 			if err != nil || imp.si == nil {
@@ -325,7 +327,7 @@ func TestScalingIsReflected(t *testing.T) {
 	exportService(t, a, ns, "scale")
 	for _, replicas := range []int32{5, 2} {
 		scale(t, a, ns, "scale", replicas)
-		eventually(t, wait, fmt.Sprintf("%d endpoints in B", replicas), func() error {
+		poll.T(t, wait, fmt.Sprintf("%d endpoints in B", replicas), func() error {
 			imp, err := readImport(b, ns, "scale")
 			if err != nil {
 				return err
@@ -356,7 +358,7 @@ func TestScalingIsReflected(t *testing.T) {
 		if ready {
 			want[a.ID] = 2
 		}
-		eventually(t, wait, fmt.Sprintf("pod ready=%v in B", ready), func() error {
+		poll.T(t, wait, fmt.Sprintf("pod ready=%v in B", ready), func() error {
 			imp, err := readImport(b, ns, "scale")
 			if err != nil {
 				return err
@@ -396,7 +398,7 @@ func TestHeadlessStatefulSet(t *testing.T) {
 		}
 	}
 	exportService(t, a, ns, "db")
-	eventually(t, wait, "headless import with hostnames in B", func() error {
+	poll.T(t, wait, "headless import with hostnames in B", func() error {
 		imp, err := readImport(b, ns, "db")
 		if err != nil {
 			return err

@@ -107,22 +107,3 @@ func (m *member) stop() {
 		fmt.Fprintln(os.Stderr, m.Name, "controller:", err)
 	}
 }
-
-// eventually polls check every 100 ms until it returns nil, failing the test with its last error at the deadline.
-func eventually(t *testing.T, timeout time.Duration, what string, check func() error) {
-	t.Helper()
-	deadline := time.After(timeout)
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		select {
-		case <-deadline:
-			t.Fatalf("%s: not true after %v: %v", what, timeout, err)
-		case <-tick.C:
-		}
-	}
-}

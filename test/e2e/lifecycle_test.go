@@ -17,6 +17,7 @@ import (
 
 	"vksfleet.dev/fleet/controller"
 	"vksfleet.dev/fleet/controller/names"
+	"vksfleet.dev/fleet/test/poll"
 )
 
 // These tests stop and start controllers; they run after the others, in file order, and never in parallel.
@@ -38,7 +39,7 @@ func restartAll(t *testing.T) time.Duration {
 	for _, m := range members {
 		m.Start()
 	}
-	eventually(t, wait, "every controller reconciled and idle after the restart", func() error {
+	poll.T(t, wait, "every controller reconciled and idle after the restart", func() error {
 		return everywhere(func(m *member) error {
 			idle, n, err := m.Idle()
 			switch {
@@ -62,7 +63,7 @@ func TestRestartMakesZeroWrites(t *testing.T) {
 	exportService(t, a, ns, "steady")
 	exportService(t, c, ns, "steady")
 	exportService(t, c, ns, "headless")
-	eventually(t, wait, "imports settled", func() error {
+	poll.T(t, wait, "imports settled", func() error {
 		return everywhere(func(m *member) error {
 			for name, want := range map[string]map[string]int{"steady": {a.ID: 3, c.ID: 2}, "headless": {c.ID: 2}} {
 				imp, err := readImport(m, ns, name)
@@ -78,7 +79,7 @@ func TestRestartMakesZeroWrites(t *testing.T) {
 	})
 	// Settled means every controller is idle too, not only that the imports look right, and no namespace of an
 	// earlier test is still being deleted.
-	eventually(t, 2*wait, "controllers idle", func() error {
+	poll.T(t, 2*wait, "controllers idle", func() error {
 		return everywhere(func(m *member) error {
 			if idle, _, err := m.Idle(); err != nil || !idle {
 				return fmt.Errorf("busy (%v)", err)
@@ -112,7 +113,7 @@ func TestExportDeletedWhileStopped(t *testing.T) {
 	a, b := members["cluster-a"], members["cluster-b"]
 	deploy(t, a, ns, app{name: "orphan", replicas: 1})
 	exportService(t, a, ns, "orphan")
-	eventually(t, wait, "imported in B", func() error {
+	poll.T(t, wait, "imported in B", func() error {
 		imp, err := readImport(b, ns, "orphan")
 		if err != nil {
 			return err
@@ -122,7 +123,7 @@ func TestExportDeletedWhileStopped(t *testing.T) {
 	a.stop()
 	unexport(t, a, ns, "orphan")
 	a.Start()
-	eventually(t, wait, "cleaned up everywhere", func() error {
+	poll.T(t, wait, "cleaned up everywhere", func() error {
 		return everywhere(func(m *member) error {
 			imp, err := readImport(m, ns, "orphan")
 			if err != nil {
@@ -141,7 +142,7 @@ func TestStoppedMemberLosesItsEndpoints(t *testing.T) {
 	exportService(t, a, ns, "lease")
 	exportService(t, c, ns, "lease")
 	both := map[string]int{a.ID: 1, c.ID: 2}
-	eventually(t, wait, "both clusters imported", func() error {
+	poll.T(t, wait, "both clusters imported", func() error {
 		return everywhere(func(m *member) error {
 			imp, err := readImport(m, ns, "lease")
 			if err != nil {
@@ -162,7 +163,7 @@ func TestStoppedMemberLosesItsEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	renewed := lease.Spec.RenewTime.Time
-	eventually(t, leaseGrace+wait, "C's endpoints withdrawn from A and B", func() error {
+	poll.T(t, leaseGrace+wait, "C's endpoints withdrawn from A and B", func() error {
 		for _, m := range []*member{a, b} {
 			imp, err := readImport(m, ns, "lease")
 			if err != nil {
@@ -180,7 +181,7 @@ func TestStoppedMemberLosesItsEndpoints(t *testing.T) {
 		t.Logf("C's endpoints went %v after its last Lease renewal (grace %v)", gone, leaseGrace)
 	}
 	c.Start()
-	eventually(t, wait, "C's endpoints back", func() error {
+	poll.T(t, wait, "C's endpoints back", func() error {
 		return everywhere(func(m *member) error {
 			imp, err := readImport(m, ns, "lease")
 			if err != nil {
@@ -207,7 +208,7 @@ func TestBrokerUnreachableKeepsImports(t *testing.T) {
 	exportService(t, a, ns, "far")
 	exportService(t, c, ns, "far")
 	exportService(t, b, ns, "fromb")
-	eventually(t, wait, "imports settled", func() error {
+	poll.T(t, wait, "imports settled", func() error {
 		return everywhere(func(m *member) error {
 			for name, want := range map[string]map[string]int{"far": {a.ID: 1, c.ID: 2}, "fromb": {b.ID: 1}} {
 				imp, err := readImport(m, ns, name)
@@ -231,7 +232,7 @@ func TestBrokerUnreachableKeepsImports(t *testing.T) {
 	t.Cleanup(func() { b.Partition(false) })
 	// A withdrawing B's endpoints marks the grace as passed: by then B's stale view of the broker shows every
 	// other Lease expired too, and B must not withdraw anything because of it.
-	eventually(t, leaseGrace+wait, "A withdraws the endpoints of B, which is cut off", func() error {
+	poll.T(t, leaseGrace+wait, "A withdraws the endpoints of B, which is cut off", func() error {
 		imp, err := readImport(a, ns, "fromb")
 		if err != nil {
 			return err
@@ -241,7 +242,7 @@ func TestBrokerUnreachableKeepsImports(t *testing.T) {
 	withdrawn := time.Now()
 	// Nothing is expected to happen in B, so there is no event to wait for: give B's liveness loop (1 s ticks)
 	// a few rounds.
-	eventually(t, wait, "B's liveness loop ran a few rounds", func() error {
+	poll.T(t, wait, "B's liveness loop ran a few rounds", func() error {
 		if d := time.Since(withdrawn); d < 3*time.Second {
 			return fmt.Errorf("only %v", d)
 		}
@@ -262,18 +263,18 @@ func TestBrokerUnreachableKeepsImports(t *testing.T) {
 
 	// B's own changes still reach B's own import, and the clusterset once the broker is back.
 	scale(t, b, ns, "fromb", 2)
-	eventually(t, wait, "B imports its own change while cut off", func() error {
+	poll.T(t, wait, "B imports its own change while cut off", func() error {
 		imp, err := readImport(b, ns, "fromb")
 		if err != nil {
 			return err
 		}
 		return imp.wantEndpoints(map[string]int{b.ID: 2})
 	})
-	eventually(t, wait, "Ready=False on B's export while cut off", func() error {
+	poll.T(t, wait, "Ready=False on B's export while cut off", func() error {
 		return wantCondition(b, ns, "fromb", "Ready", metav1.ConditionFalse, "Failed")
 	})
 	b.Partition(false)
-	eventually(t, wait, "converged once the broker is back", func() error {
+	poll.T(t, wait, "converged once the broker is back", func() error {
 		if err := wantCondition(b, ns, "fromb", "Ready", metav1.ConditionTrue, "Exported"); err != nil {
 			return err
 		}
@@ -318,9 +319,9 @@ func TestStartupChecksAndProbes(t *testing.T) {
 		}
 	}()
 	for _, path := range []string{"/healthz", "/readyz"} {
-		eventually(t, wait, path, func() error { return get("http://"+health+path, "ok") })
+		poll.T(t, wait, path, func() error { return get("http://"+health+path, "ok") })
 	}
-	eventually(t, wait, "metrics", func() error {
+	poll.T(t, wait, "metrics", func() error {
 		return get("http://"+metricsAddr+"/metrics", `mcs_controller_broker_reachable{cluster="cluster-a"} 1`)
 	})
 }

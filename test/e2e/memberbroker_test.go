@@ -9,6 +9,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/controller/names"
+	"vksfleet.dev/fleet/test/poll"
 )
 
 // TestMemberAsBroker runs the second clusterset, whose broker is one of its members: that member's controller
@@ -21,7 +22,7 @@ func TestMemberAsBroker(t *testing.T) {
 	exportService(t, hub, ns, "both")
 	exportService(t, other, ns, "both")
 	want := map[string]int{hub.ID: 1, other.ID: 2}
-	eventually(t, wait, "both imported in both", func() error {
+	poll.T(t, wait, "both imported in both", func() error {
 		for _, m := range []*member{hub, other} {
 			imp, err := readImport(m, ns, "both")
 			if err != nil {
@@ -46,7 +47,7 @@ func TestMemberAsBroker(t *testing.T) {
 
 	unexport(t, hub, ns, "both")
 	unexport(t, other, ns, "both")
-	eventually(t, wait, "gone from both", func() error {
+	poll.T(t, wait, "gone from both", func() error {
 		for _, m := range []*member{hub, other} {
 			imp, err := readImport(m, ns, "both")
 			if err != nil {

@@ -46,6 +46,7 @@ import (
 	"vksfleet.dev/fleet/controller"
 	"vksfleet.dev/fleet/controller/names"
 	"vksfleet.dev/fleet/test/clusterset"
+	"vksfleet.dev/fleet/test/poll"
 )
 
 const (
@@ -547,7 +548,7 @@ func applyAll(ctx context.Context, t *testing.T, cluster string, c client.Client
 // waitEstablished waits until every named CRD is Established.
 func waitEstablished(ctx context.Context, t *testing.T, cluster string, c client.Client, crds []string) {
 	t.Helper()
-	poll(t, 30*time.Second, cluster+": CRDs Established", func() error {
+	poll.T(t, 30*time.Second, cluster+": CRDs Established", func() error {
 		for _, name := range crds {
 			crd := &apiextensionsv1.CustomResourceDefinition{}
 			if err := c.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
@@ -562,24 +563,6 @@ func waitEstablished(ctx context.Context, t *testing.T, cluster string, c client
 		}
 		return nil
 	})
-}
-
-// poll calls check every 100 ms until it returns nil, failing the test with its last error after timeout.
-func poll(t *testing.T, timeout time.Duration, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %v: %v", what, timeout, err)
-		}
-		<-tick.C
-	}
 }
 
 // waitForBindings waits until one permission of each rendered binding is granted: the controller's ClusterRole and
@@ -602,7 +585,7 @@ func waitForBindings(ctx context.Context, t *testing.T, cs *clusterset.ClusterSe
 			t.Fatal(err)
 		}
 		ns := names.BrokerNamespace(m.ID)
-		poll(t, 30*time.Second, m.Name+": the rendered bindings take effect", func() error {
+		poll.T(t, 30*time.Second, m.Name+": the rendered bindings take effect", func() error {
 			return errors.Join(
 				allowed(localC.List(ctx, &mcsv1beta1.ServiceExportList{}, client.Limit(1))),
 				allowed(localC.Get(ctx, client.ObjectKey{Namespace: local.leaderElectionNamespace, Name: "probe"}, &coordinationv1.Lease{})),
@@ -790,19 +773,12 @@ func (h *harness) failFast(t *testing.T) {
 // log lines after timeout, and at once when failFast would.
 func (h *harness) eventually(t *testing.T, what string, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	err := poll.Until(context.Background(), poll.Interval, timeout, func() error {
 		h.failFast(t)
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %v: %v\nlast log lines:\n%s", what, timeout, err, h.logs.tail(30))
-		}
-		<-tick.C
+		return check()
+	})
+	if err != nil {
+		t.Fatalf("%s: %v\nlast log lines:\n%s", what, err, h.logs.tail(30))
 	}
 }
 

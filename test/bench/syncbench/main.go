@@ -40,6 +40,7 @@ import (
 
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/ctrlharness"
+	"vksfleet.dev/fleet/test/poll"
 )
 
 // namespace holds every object of the benchmark, in all three members, so that every member imports everything.
@@ -356,7 +357,7 @@ func (bn *bench) readiness(ctx context.Context, res *results) error {
 		}
 	}
 	var pods []corev1.Pod
-	err := poll(ctx, 5*time.Minute, 100*time.Millisecond, func() error {
+	err := poll.Until(ctx, 100*time.Millisecond, 5*time.Minute, func() error {
 		list := &corev1.PodList{}
 		if err := bn.a.Client.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels(sel)); err != nil {
 			return err
@@ -490,7 +491,7 @@ func (bn *bench) restart(ctx context.Context, res *results) error {
 // of work does not count as quiet.
 func (bn *bench) waitIdle(ctx context.Context, timeout time.Duration) error {
 	quiet := 0
-	return poll(ctx, timeout, 100*time.Millisecond, func() error {
+	return poll.Until(ctx, 100*time.Millisecond, timeout, func() error {
 		for _, c := range bn.ctrls {
 			idle, _, err := c.Idle()
 			if err != nil {
@@ -588,26 +589,6 @@ func paced(ctx context.Context, n int, rate float64, workers int, fn func(i int)
 	}
 	wg.Wait()
 	return context.Cause(ctx)
-}
-
-// poll calls check every interval until it returns nil, returning its last error at the timeout.
-func poll(ctx context.Context, timeout, interval time.Duration, check func() error) error {
-	deadline := time.After(timeout)
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		err := check()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-deadline:
-			return fmt.Errorf("not done after %v: %w", timeout, err)
-		case <-tick.C:
-		}
-	}
 }
 
 // watcher follows cluster-b's ServiceImports and imported EndpointSlices in the benchmark namespace and records,
