@@ -92,7 +92,7 @@ func up(dir, bin string, members int, timeout time.Duration) error {
 	}
 	f := files{dir}
 	if pid := f.running(); pid != 0 {
-		fmt.Printf("A local clusterset is already running (pid %d). Use it with:\n  source %s\n`make down` stops it.\n", pid, f.env())
+		fmt.Printf("A local fleet is already running (pid %d). Use it with:\n  source %s\n`make down` stops it.\n", pid, f.env())
 		return nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -153,7 +153,7 @@ func down(dir string) error {
 	f := files{dir}
 	pid := f.running()
 	if pid == 0 {
-		fmt.Println("No local clusterset is running.")
+		fmt.Println("No local fleet is running.")
 		_ = os.Remove(f.pid())
 		_ = os.Remove(f.env())
 		return nil
@@ -171,7 +171,7 @@ func down(dir string) error {
 		time.Sleep(100 * time.Millisecond) // waiting on a process that is not our child: nothing to block on
 	}
 	_ = os.Remove(f.pid())
-	fmt.Println("Local clusterset stopped.")
+	fmt.Println("Local fleet stopped.")
 	return nil
 }
 
