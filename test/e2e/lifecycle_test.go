@@ -63,20 +63,7 @@ func TestRestartMakesZeroWrites(t *testing.T) {
 	exportService(t, a, ns, "steady")
 	exportService(t, c, ns, "steady")
 	exportService(t, c, ns, "headless")
-	poll.T(t, wait, "imports settled", func() error {
-		return everywhere(func(m *member) error {
-			for name, want := range map[string]map[string]int{"steady": {a.ID: 3, c.ID: 2}, "headless": {c.ID: 2}} {
-				imp, err := readImport(m, ns, name)
-				if err != nil {
-					return err
-				}
-				if err := imp.wantEndpoints(want); err != nil {
-					return fmt.Errorf("%s: %w", name, err)
-				}
-			}
-			return nil
-		})
-	})
+	waitImports(t, ns, map[string]map[string]int{"steady": {a.ID: 3, c.ID: 2}, "headless": {c.ID: 2}})
 	// Settled means every controller is idle too, not only that the imports look right, and no namespace of an
 	// earlier test is still being deleted.
 	poll.T(t, 2*wait, "controllers idle", func() error {
@@ -208,20 +195,7 @@ func TestBrokerUnreachableKeepsImports(t *testing.T) {
 	exportService(t, a, ns, "far")
 	exportService(t, c, ns, "far")
 	exportService(t, b, ns, "fromb")
-	poll.T(t, wait, "imports settled", func() error {
-		return everywhere(func(m *member) error {
-			for name, want := range map[string]map[string]int{"far": {a.ID: 1, c.ID: 2}, "fromb": {b.ID: 1}} {
-				imp, err := readImport(m, ns, name)
-				if err != nil {
-					return err
-				}
-				if err := imp.wantEndpoints(want); err != nil {
-					return fmt.Errorf("%s: %w", name, err)
-				}
-			}
-			return nil
-		})
-	})
+	waitImports(t, ns, map[string]map[string]int{"far": {a.ID: 1, c.ID: 2}, "fromb": {b.ID: 1}})
 	before, err := readImport(b, ns, "far")
 	if err != nil {
 		t.Fatal(err)
@@ -352,4 +326,23 @@ func get(url, want string) error {
 		return fmt.Errorf("GET %s: %d, body lacks %q", url, resp.StatusCode, want)
 	}
 	return nil
+}
+
+// waitImports waits until every member imports each service of want with the wanted endpoints per cluster.
+func waitImports(t *testing.T, ns string, want map[string]map[string]int) {
+	t.Helper()
+	poll.T(t, wait, "imports settled", func() error {
+		return everywhere(func(m *member) error {
+			for name, perCluster := range want {
+				imp, err := readImport(m, ns, name)
+				if err != nil {
+					return err
+				}
+				if err := imp.wantEndpoints(perCluster); err != nil {
+					return fmt.Errorf("%s: %w", name, err)
+				}
+			}
+			return nil
+		})
+	})
 }
