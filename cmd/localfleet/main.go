@@ -22,6 +22,7 @@ import (
 
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/fleet"
+	"vksfleet.dev/fleet/test/poll"
 )
 
 const usage = `usage: localfleet up|down|run [flags]
@@ -161,14 +162,17 @@ func down(dir string) error {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(time.Minute)
-	for syscall.Kill(pid, 0) == nil {
-		if time.Now().After(deadline) {
-			// Its children die with it (Pdeathsig); the process group catches the rest.
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
-			return fmt.Errorf("pid %d did not stop within a minute and was killed", pid)
+	// Not our child: there is nothing to wait on but its pid.
+	err := poll.Until(context.Background(), 100*time.Millisecond, time.Minute, func() error {
+		if syscall.Kill(pid, 0) == nil {
+			return fmt.Errorf("pid %d still runs", pid)
 		}
-		time.Sleep(100 * time.Millisecond) // waiting on a process that is not our child: nothing to block on
+		return nil
+	})
+	if err != nil {
+		// Its children die with it (Pdeathsig); the process group catches the rest.
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		return fmt.Errorf("pid %d did not stop within a minute and was killed", pid)
 	}
 	_ = os.Remove(f.pid())
 	fmt.Println("Local fleet stopped.")

@@ -31,6 +31,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/test/clusterset"
+	"vksfleet.dev/fleet/test/poll"
 )
 
 func main() {
@@ -340,7 +341,6 @@ func (s server) measure(work string, c *clusterset.Cluster, classes []queryClass
 // waitAnswers polls until the first query of every class gets its expected rcode, so that dnsperf never measures
 // a server that is still syncing.
 func waitAnswers(addr string, classes []queryClass) error {
-	deadline := time.Now().Add(2 * time.Minute)
 	cl := &dns.Client{Timeout: time.Second}
 	for _, q := range classes {
 		f := strings.Fields(q.names[0])
@@ -348,17 +348,20 @@ func waitAnswers(addr string, classes []queryClass) error {
 		if q.name == "NXDOMAIN" {
 			want = dns.RcodeNameError
 		}
-		for {
+		err := poll.Until(context.Background(), 200*time.Millisecond, 2*time.Minute, func() error {
 			m := new(dns.Msg)
 			m.SetQuestion(f[0], dns.StringToType[f[1]])
 			r, _, err := cl.Exchange(m, addr)
-			if err == nil && r.Rcode == want && (want != dns.RcodeSuccess || len(r.Answer) > 0) {
-				break
+			switch {
+			case err != nil:
+				return err
+			case r.Rcode != want || (want == dns.RcodeSuccess && len(r.Answer) == 0):
+				return fmt.Errorf("reply %v", r)
 			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%q not answered as expected within 2 minutes (last reply %v, error %v)", q.names[0], r, err)
-			}
-			time.Sleep(200 * time.Millisecond) // polling an external server until it has synced
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("%q not answered as expected: %w", q.names[0], err)
 		}
 	}
 	return nil
