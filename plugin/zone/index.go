@@ -1,9 +1,9 @@
 package zone
 
 import (
-	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,9 +40,31 @@ type Index struct {
 	opts Options
 	mu   sync.Mutex // serialises writers
 	snap atomic.Pointer[Snapshot]
-	// ptrOwners maps a reverse name to the PTR records each service key contributes to it, so that two services
-	// sharing an address both keep their PTR record as either one changes.
-	ptrOwners map[string]map[string][]dns.RR
+	// ptrOwners maps a reverse name to the PTR records each service contributes to it, sorted by service key, so
+	// that two services sharing an address both keep their PTR record as either one changes. Nearly every address
+	// has one owner: a slice costs a fraction of a map per reverse name.
+	ptrOwners map[string][]ptrOwner
+}
+
+// ptrOwner is the PTR records one service contributes to one reverse name.
+type ptrOwner struct {
+	key string
+	rrs []dns.RR
+}
+
+// withOwner returns owners with key's records set to rrs, or removed when rrs is nil, keeping the key order.
+func withOwner(owners []ptrOwner, key string, rrs []dns.RR) []ptrOwner {
+	i, found := slices.BinarySearchFunc(owners, key, func(o ptrOwner, k string) int { return strings.Compare(o.key, k) })
+	switch {
+	case found && rrs == nil:
+		return slices.Delete(owners, i, i+1)
+	case found:
+		owners[i].rrs = rrs
+		return owners
+	case rrs == nil:
+		return owners
+	}
+	return slices.Insert(owners, i, ptrOwner{key: key, rrs: rrs})
 }
 
 // New returns an index holding no service and no namespace.
@@ -51,7 +73,7 @@ func New(opts Options) *Index {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	ix := &Index{opts: opts, ptrOwners: map[string]map[string][]dns.RR{}}
+	ix := &Index{opts: opts, ptrOwners: map[string][]ptrOwner{}}
 	s := &Snapshot{zone: opts.Zone, namespaces: map[string]struct{}{}}
 	s.static(opts)
 	s.bump(0, opts.Now())
@@ -82,7 +104,7 @@ func (ix *Index) Apply(changes ...Change) {
 		if prev, ok := old.services.get(key); ok {
 			next.names -= len(prev.names)
 			for rev := range prev.ptrs {
-				delete(ix.ptrOwners[rev], key)
+				ix.ptrOwners[rev] = withOwner(ix.ptrOwners[rev], key, nil)
 				ptrTouched[rev] = true
 			}
 		}
@@ -94,10 +116,7 @@ func (ix *Index) Apply(changes ...Change) {
 		upserts[key] = e
 		next.names += len(e.names)
 		for rev, rrs := range e.ptrs {
-			if ix.ptrOwners[rev] == nil {
-				ix.ptrOwners[rev] = map[string][]dns.RR{}
-			}
-			ix.ptrOwners[rev][key] = rrs
+			ix.ptrOwners[rev] = withOwner(ix.ptrOwners[rev], key, rrs)
 			ptrTouched[rev] = true
 		}
 	}
@@ -111,9 +130,13 @@ func (ix *Index) Apply(changes ...Change) {
 			ptrDeletes = append(ptrDeletes, rev)
 			continue
 		}
+		if len(owners) == 1 {
+			ptrUpserts[rev] = owners[0].rrs // shared, never modified
+			continue
+		}
 		var rrs []dns.RR
-		for _, key := range slices.Sorted(maps.Keys(owners)) {
-			rrs = append(rrs, owners[key]...)
+		for _, o := range owners {
+			rrs = append(rrs, o.rrs...)
 		}
 		ptrUpserts[rev] = rrs
 	}

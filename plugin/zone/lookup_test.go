@@ -183,6 +183,12 @@ func TestApplyIsIncrementalAndMovesSerial(t *testing.T) {
 	}
 	// A second service with the same VIP shares its PTR name; changing one keeps the other's record.
 	ix.Apply(Change{Key: Key("ns", "alias"), Service: &Service{Namespace: "ns", Name: "alias", IPs: addrs("10.96.0.10")}})
+	if got := rrStrings(ix.Snapshot().LookupPTR("10.0.96.10.in-addr.arpa.")); !slices.Equal(got, []string{
+		"10.0.96.10.in-addr.arpa. 5 IN PTR alias.ns.svc.clusterset.local.",
+		"10.0.96.10.in-addr.arpa. 5 IN PTR web.ns.svc.clusterset.local.",
+	}) {
+		t.Errorf("PTR shared by two services = %v, want both, in key order", got)
+	}
 	ix.Apply(Change{Key: Key("ns", "web"), Service: &Service{Namespace: "ns", Name: "web", IPs: addrs("10.96.0.20")}})
 	after := ix.Snapshot()
 	if after.Serial() <= before.Serial() {
