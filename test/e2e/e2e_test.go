@@ -133,15 +133,7 @@ func TestTwoExportersThenUnexport(t *testing.T) {
 	}
 
 	unexport(t, c, ns, "api")
-	poll.T(t, wait, "import, derived Service and slices gone everywhere", func() error {
-		return everywhere(func(m *member) error {
-			imp, err := readImport(m, ns, "api")
-			if err != nil {
-				return err
-			}
-			return imp.gone()
-		})
-	})
+	waitGone(t, ns, "api")
 }
 
 func TestInvalidExports(t *testing.T) {

@@ -110,15 +110,7 @@ func TestExportDeletedWhileStopped(t *testing.T) {
 	a.stop()
 	unexport(t, a, ns, "orphan")
 	a.Start()
-	poll.T(t, wait, "cleaned up everywhere", func() error {
-		return everywhere(func(m *member) error {
-			imp, err := readImport(m, ns, "orphan")
-			if err != nil {
-				return err
-			}
-			return imp.gone()
-		})
-	})
+	waitGone(t, ns, "orphan")
 }
 
 func TestStoppedMemberLosesItsEndpoints(t *testing.T) {
@@ -343,6 +335,20 @@ func waitImports(t *testing.T, ns string, want map[string]map[string]int) {
 				}
 			}
 			return nil
+		})
+	})
+}
+
+// waitGone waits until no member has the import of name, its derived Service or its slices.
+func waitGone(t *testing.T, ns, name string) {
+	t.Helper()
+	poll.T(t, wait, name+": import, derived Service and slices gone everywhere", func() error {
+		return everywhere(func(m *member) error {
+			imp, err := readImport(m, ns, name)
+			if err != nil {
+				return err
+			}
+			return imp.gone()
 		})
 	})
 }
