@@ -1,0 +1,143 @@
+package dataplane
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The test binary doubles as the programs it runs inside namespaces: `addpod` (the node agent's part) and
+// `echo` (a server that answers with the client's address).
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "addpod":
+			addrs := []netip.Addr{netip.MustParseAddr(os.Args[3]), netip.MustParseAddr(os.Args[4])}
+			if _, err := AddPod(os.Args[2], addrs, netip.MustParseAddr(os.Args[5])); err != nil {
+				println(err.Error())
+				os.Exit(1)
+			}
+			os.Exit(0)
+		case "echo":
+			l, err := net.Listen("tcp", os.Args[2])
+			if err != nil {
+				println(err.Error())
+				os.Exit(1)
+			}
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					os.Exit(1)
+				}
+				_, _ = c.Write([]byte(c.RemoteAddr().String() + "\n"))
+				c.Close()
+			}
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// TestPlane builds two members with one node each, a pod on each node, and checks that pods reach each other in
+// both families, reach the host, cannot reach a Service range, and that Close leaves nothing behind.
+func TestPlane(t *testing.T) {
+	if err := CheckHost(); err != nil {
+		t.Skip(err)
+	}
+	p, err := Acquire(context.Background(), 5*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			_ = p.Close()
+		}
+	})
+	podsA := []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16"), netip.MustParsePrefix("fd00:10:1::/64")}
+	podsB := []netip.Prefix{netip.MustParsePrefix("10.2.0.0/16"), netip.MustParsePrefix("fd00:10:2::/64")}
+	svcB := netip.MustParsePrefix("10.129.0.0/16")
+	must(t, p.AddMember(podsA, []netip.Prefix{netip.MustParsePrefix("10.128.0.0/16")}))
+	must(t, p.AddMember(podsB, []netip.Prefix{svcB}))
+	na, err := p.AddNode(0, 1, "a-1", podsA)
+	must(t, err)
+	nb, err := p.AddNode(1, 0, "b-0", podsB)
+	must(t, err)
+
+	exe, err := os.Executable()
+	must(t, err)
+	addPod := func(n *Node, uid, v4, v6 string) {
+		out, err := exec.Command("nsenter", "--net=/run/netns/"+n.NS, "--", exe, "addpod", uid, v4, v6, n.Addrs[0].String()).CombinedOutput()
+		if err != nil {
+			t.Fatalf("addpod %s: %v: %s", uid, err, out)
+		}
+	}
+	addPod(na, "aaaa", "10.1.1.5", "fd00:10:1:0:1::5")
+	addPod(nb, "bbbb", "10.2.0.7", "fd00:10:2::7")
+	for _, addr := range []string{"10.2.0.7:9000", "[fd00:10:2::7]:9001"} {
+		srv := exec.Command("ip", "netns", "exec", PodNS("bbbb"), exe, "echo", addr)
+		must(t, srv.Start())
+		t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
+	}
+	// The servers start asynchronously: the first dials may be refused.
+	dial := func(addr string) (string, error) {
+		var last error
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			got, err := dialIn(PodNS("aaaa"), addr)
+			if err == nil {
+				return got, nil
+			}
+			last = err
+		}
+		return "", last
+	}
+	for addr, from := range map[string]string{"10.2.0.7:9000": "10.1.1.5:", "[fd00:10:2::7]:9001": "[fd00:10:1:0:1::5]:"} {
+		got, err := dial(addr)
+		if err != nil {
+			t.Fatalf("pod a to %s: %v", addr, err)
+		}
+		if !strings.HasPrefix(got, from) {
+			t.Errorf("pod b saw the connection from %q, want the pod address %s (no NAT on a flat network)", got, from)
+		}
+	}
+	if _, err := dialIn(PodNS("aaaa"), net.JoinHostPort(HostV4.String(), "1")); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Errorf("pod a to the host, closed port: %v, want connection refused (the host answers)", err)
+	}
+	if _, err := dialIn(PodNS("aaaa"), net.JoinHostPort(svcB.Addr().Next().String(), "80")); err == nil || !strings.Contains(err.Error(), "unreachable") {
+		t.Errorf("pod a to a Service address with no kube-proxy: %v, want network unreachable", err)
+	}
+
+	closed = true
+	must(t, p.Close())
+	if left := Leftovers(); len(left) > 0 {
+		t.Errorf("Close left behind: %v", left)
+	}
+}
+
+// dialIn connects to addr from inside network namespace ns and returns the first line the server sends.
+func dialIn(ns, addr string) (string, error) {
+	var line string
+	err := InNS(ns, func() error {
+		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		line, err = bufio.NewReader(c).ReadString('\n')
+		return err
+	})
+	return strings.TrimSpace(line), err
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
