@@ -25,19 +25,29 @@ build "$etcd_dir" "$root/build/tools/etcd" etcd .
 build "$kube_dir" "$root/build/tools/kube" kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
 build "$kube_dir" "$root/build/tools/kube" kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
 build "$kube_dir" "$root/build/tools/kube" kubectl k8s.io/kubernetes/cmd/kubectl
+build "$kube_dir" "$root/build/tools/kube" kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
+build "$kube_dir" "$root/build/tools/kube" kube-proxy k8s.io/kubernetes/cmd/kube-proxy
 build "$cache/kustomize-$kustomize_version" "$root/build/tools/kustomize" kustomize sigs.k8s.io/kustomize/kustomize/v5
 
 # envtest looks for etcd, kube-apiserver and kubectl in one folder: link them together.
 assets=$cache/assets-$kube_version-etcd-$etcd_version
 mkdir -p "$assets"
-for b in kube-apiserver kube-controller-manager kubectl; do ln -sf "$kube_dir/$b" "$assets/$b"; done
+for b in kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl; do ln -sf "$kube_dir/$b" "$assets/$b"; done
 ln -sf "$etcd_dir/etcd" "$assets/etcd"
 ln -sf "$cache/kustomize-$kustomize_version/kustomize" "$assets/kustomize"
 ln -sfn "$assets" "$cache/current"
 
+# The Debian packages the tests use: dig and nslookup, dnsperf, and what the local clusterset's nodes and pods run
+# (nft for kube-proxy, ip and nsenter for namespaces, and the tools test workloads run: sh, socat, OpenBSD nc, curl).
 missing=()
 command -v dig >/dev/null || missing+=(dnsutils)
 command -v dnsperf >/dev/null || missing+=(dnsperf)
+command -v nft >/dev/null || missing+=(nftables)
+command -v ip >/dev/null || missing+=(iproute2)
+command -v nsenter >/dev/null || missing+=(util-linux)
+command -v socat >/dev/null || missing+=(socat)
+command -v curl >/dev/null || missing+=(curl)
+[ "$(readlink -f "$(command -v nc 2>/dev/null)")" = /bin/nc.openbsd ] || missing+=(netcat-openbsd)
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "tools: installing ${missing[*]}" >&2
 	sudo=""
