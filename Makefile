@@ -2,6 +2,7 @@
 
 GO             ?= go
 MEMBERS        ?= 3
+NODES          ?= 2
 STATICCHECK_VERSION := v0.8.2
 TOOLS_CACHE    := $(CURDIR)/.cache/tools
 STATICCHECK    := $(TOOLS_CACHE)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
@@ -16,8 +17,8 @@ help: ## list the targets
 tools: ## build etcd, kube-apiserver, kube-controller-manager and kubectl from source (cached); install dig and dnsperf
 	@bash build/tools.sh
 
-build: ## build every command into bin/
-	$(GO) build -o bin/ ./cmd/...
+build: ## build every command into bin/, with the local clusterset's node agent and serve program
+	$(GO) build -o bin/ ./cmd/... ./test/cmd/...
 
 test: tools ## unit and integration tests against real control planes
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
@@ -29,7 +30,7 @@ lint: ## gofmt, go vet and staticcheck
 	$(STATICCHECK) ./...
 
 up: tools build ## start a local clusterset in the background (MEMBERS=3 members + broker); writes .fleet/
-	@bin/localfleet up -members $(MEMBERS)
+	@bin/localfleet up -members $(MEMBERS) -nodes $(NODES)
 
 demo: tools build ## bring up a local fleet and walk both user stories; fails if any expectation fails
 	@bin/demo -bin bin

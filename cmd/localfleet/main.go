@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"vksfleet.dev/fleet/test/clusterset"
+	"vksfleet.dev/fleet/test/dataplane"
 	"vksfleet.dev/fleet/test/fleet"
 	"vksfleet.dev/fleet/test/poll"
 )
@@ -41,6 +42,7 @@ func main() {
 	fs.Usage = func() { fmt.Fprint(os.Stderr, usage); fs.PrintDefaults() }
 	dir := fs.String("dir", ".fleet", "folder for the kubeconfig, env, pid and log files")
 	members := fs.Int("members", 3, "number of member clusters (1-100), named cluster-a, cluster-b, ...")
+	nodes := fs.Int("nodes", 2, "nodes per member, each a network namespace with kube-proxy and a node agent (needs root)")
 	timeout := fs.Duration("timeout", 3*time.Minute, "how long up waits for the clusterset to become usable")
 	bin := fs.String("bin", "bin", "folder with the coredns and controller binaries")
 	_ = fs.Parse(os.Args[2:])
@@ -51,11 +53,11 @@ func main() {
 	var err error
 	switch os.Args[1] {
 	case "up":
-		err = up(*dir, *bin, *members, *timeout)
+		err = up(*dir, *bin, *members, *nodes, *timeout)
 	case "down":
 		err = down(*dir)
 	case "run":
-		err = run(*dir, *bin, *members)
+		err = run(*dir, *bin, *members, *nodes)
 	default:
 		fs.Usage()
 		os.Exit(2)
@@ -87,9 +89,16 @@ func (f files) running() int {
 	return pid
 }
 
-func up(dir, bin string, members int, timeout time.Duration) error {
+func up(dir, bin string, members, nodes int, timeout time.Duration) error {
 	if members < 1 {
 		return fmt.Errorf("-members must be at least 1, got %d", members)
+	}
+	if nodes < 1 {
+		return fmt.Errorf("-nodes must be at least 1, got %d", nodes)
+	}
+	// Say at once, not from the background process's log, when this machine cannot run nodes.
+	if err := dataplane.CheckHost(); err != nil {
+		return err
 	}
 	f := files{dir}
 	if pid := f.running(); pid != 0 {
@@ -110,7 +119,7 @@ func up(dir, bin string, members int, timeout time.Duration) error {
 		return err
 	}
 	start := time.Now()
-	cmd := exec.Command(self, "run", "-dir", dir, "-bin", bin, "-members", strconv.Itoa(members))
+	cmd := exec.Command(self, "run", "-dir", dir, "-bin", bin, "-members", strconv.Itoa(members), "-nodes", strconv.Itoa(nodes))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // outlives the shell that ran `make up`
 	if err := cmd.Start(); err != nil {
@@ -157,7 +166,7 @@ func down(dir string) error {
 		fmt.Println("No local fleet is running.")
 		_ = os.Remove(f.pid())
 		_ = os.Remove(f.env())
-		return nil
+		return sweep()
 	}
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		return err
@@ -176,10 +185,26 @@ func down(dir string) error {
 	}
 	_ = os.Remove(f.pid())
 	fmt.Println("Local fleet stopped.")
+	return sweep()
+}
+
+// sweep removes whatever a fleet that died without cleaning up left of its data plane (namespaces, links,
+// routes), unless another fleet is running on this machine.
+func sweep() error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	swept, err := dataplane.SweepIdle()
+	if err != nil {
+		return err
+	}
+	if !swept {
+		fmt.Println("Another local clusterset with a data plane runs on this machine (a test?); its namespaces stay.")
+	}
 	return nil
 }
 
-func run(dir, bin string, members int) error {
+func run(dir, bin string, members, nodes int) error {
 	f := files{dir}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -188,7 +213,7 @@ func run(dir, bin string, members int) error {
 	}
 	start := time.Now()
 	fl, err := fleet.Start(ctx, fleet.Options{
-		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(members)},
+		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(members), Nodes: nodes, DataPlaneWait: time.Second},
 		BinDir:     bin,
 		Log:        os.Stderr,
 	})

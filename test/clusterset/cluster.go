@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 
 	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
 	"vksfleet.dev/fleet/build/deploy/crds"
+	"vksfleet.dev/fleet/test/dataplane"
 	"vksfleet.dev/fleet/test/proc"
 )
 
@@ -61,16 +63,24 @@ type Cluster struct {
 	PodCIDRs []netip.Prefix
 	// ServiceCIDRs are the ranges ClusterIPs are allocated from (IPv4, IPv6).
 	ServiceCIDRs []netip.Prefix
-	// NodeName is the member's one virtual Node; empty for the broker.
+	// NodeName is the member's one virtual Node; empty for the broker and with a data plane.
 	NodeName string
-	// Zone is the virtual Node's topology.kubernetes.io/zone label; empty for the broker.
+	// Zone is the virtual Node's topology.kubernetes.io/zone label; empty for the broker and with a data plane.
 	Zone string
+	// Region is the member's region; empty for the broker.
+	Region string
+	// Nodes are the member's nodes with a data plane (Options.Nodes).
+	Nodes []*Node
+	// DNSServiceIP is the address pods use as their nameserver: the cluster DNS Service's ClusterIP, which
+	// whoever runs the member's DNS server creates (test/fleet does).
+	DNSServiceIP netip.Addr
 
-	member bool
-	dir    string
-	env    *envtest.Environment
-	kcm    *proc.Process
-	pods   *podLoop
+	member    bool
+	dir       string
+	env       *envtest.Environment
+	kcm       *proc.Process
+	scheduler *proc.Process
+	pods      *podLoop
 }
 
 // clusterSpec is what plan decided for one cluster.
@@ -79,6 +89,11 @@ type clusterSpec struct {
 	member            bool
 	index             int
 	log               io.Writer
+	region            string
+	// With a data plane: the plane, the node count and the node agent binary.
+	plane     *dataplane.Plane
+	nodes     int
+	nodeAgent string
 }
 
 // startCluster starts one cluster. On error it stops whatever it started.
@@ -111,6 +126,16 @@ func startCluster(ctx context.Context, spec clusterSpec, assets string) (c *Clus
 	api := c.env.ControlPlane.GetAPIServer()
 	api.Out, api.Err = spec.log, spec.log
 	api.Configure().Set("service-cluster-ip-range", joinPrefixes(c.ServiceCIDRs))
+	if spec.plane != nil {
+		// Node agents and kube-proxies reach the API server from their namespaces through the host link.
+		host := dataplane.HostV4.String()
+		port, err := freePortOn(host)
+		if err != nil {
+			return c, err
+		}
+		api.SecureServing.ListenAddr = envtest.ListenAddr{Address: host, Port: strconv.Itoa(port)}
+		api.Configure().Set("advertise-address", host)
+	}
 	cfg, err := c.env.Start()
 	if err != nil {
 		return c, err
@@ -131,15 +156,23 @@ func startCluster(ctx context.Context, spec clusterSpec, assets string) (c *Clus
 		return c, nil
 	}
 	c.PodCIDRs = podCIDRs(spec.index)
-	c.NodeName = spec.name + "-node"
-	c.Zone = spec.name + "-zone"
+	c.Region = spec.region
+	c.DNSServiceIP = dnsServiceIP(c.ServiceCIDRs)
 	if err := c.createClusterProperties(ctx, spec.id, spec.setName); err != nil {
 		return c, err
 	}
-	if err := c.createNode(ctx, spec.index); err != nil {
+	if c.kcm, err = startControllerManager(ctx, assets, c.dir, c.KubeconfigPath, spec.log); err != nil {
 		return c, err
 	}
-	if c.kcm, err = startControllerManager(ctx, assets, c.dir, c.KubeconfigPath, spec.log); err != nil {
+	if spec.plane != nil {
+		if c.scheduler, err = startScheduler(ctx, assets, c.dir, c.KubeconfigPath, spec.log); err != nil {
+			return c, err
+		}
+		return c, c.startNodes(ctx, spec, assets)
+	}
+	c.NodeName = spec.name + "-node"
+	c.Zone = spec.name + "-zone"
+	if err := c.createNode(ctx, spec.index); err != nil {
 		return c, err
 	}
 	c.pods = startPodLoop(c.Kube, c.NodeName, nodeIP(spec.index), newIPAllocator(c.PodCIDRs))
@@ -151,6 +184,10 @@ func (c *Cluster) stop() error {
 	var errs []error
 	if c.pods != nil {
 		c.pods.stop()
+	}
+	c.stopNodes()
+	if c.scheduler != nil {
+		c.scheduler.Stop()
 	}
 	if c.kcm != nil {
 		c.kcm.Stop()
@@ -202,7 +239,7 @@ func (c *Cluster) createNode(ctx context.Context, index int) error {
 			Labels: map[string]string{
 				corev1.LabelHostname:       c.NodeName,
 				corev1.LabelTopologyZone:   c.Zone,
-				corev1.LabelTopologyRegion: c.Name + "-region",
+				corev1.LabelTopologyRegion: c.Region,
 				corev1.LabelOSStable:       "linux",
 			},
 		},

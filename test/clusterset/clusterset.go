@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"vksfleet.dev/fleet/test/dataplane"
 )
 
 // DefaultMembers are the member clusters a clusterset has when Options.Members is empty.
@@ -38,6 +42,18 @@ type Options struct {
 	AssetsDir string
 	// Log receives the output of every control-plane process; default: discarded.
 	Log io.Writer
+	// Nodes, when positive, gives every member a data plane (package dataplane): kube-scheduler, and this many
+	// nodes, each a network namespace with kube-proxy and a node agent (NodeAgent) running pods as processes.
+	// It needs root. Zero keeps one virtual node whose pods are Running in the API only.
+	Nodes int
+	// NodeAgent is the nodeagent binary (test/cmd/nodeagent); required with Nodes.
+	NodeAgent string
+	// Regions maps a member name to its region (its nodes' topology.kubernetes.io/region); default: the
+	// member's name with "-region".
+	Regions map[string]string
+	// DataPlaneWait is how long Start waits for another clusterset's data plane on this machine to stop;
+	// default 15 minutes.
+	DataPlaneWait time.Duration
 }
 
 // ClusterSet is a running local clusterset.
@@ -47,6 +63,7 @@ type ClusterSet struct {
 	// Members are the member clusters, in Options.Members order.
 	Members []*Cluster
 
+	plane    *dataplane.Plane
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -58,6 +75,12 @@ func Start(ctx context.Context, opts Options) (*ClusterSet, error) {
 	if err != nil {
 		return nil, err
 	}
+	var plane *dataplane.Plane
+	if opts.Nodes > 0 {
+		if plane, err = startDataPlane(ctx, opts, specs); err != nil {
+			return nil, err
+		}
+	}
 	clusters := make([]*Cluster, len(specs))
 	errs := make([]error, len(specs))
 	var wg sync.WaitGroup
@@ -65,7 +88,7 @@ func Start(ctx context.Context, opts Options) (*ClusterSet, error) {
 		wg.Go(func() { clusters[i], errs[i] = startCluster(ctx, spec, assets) })
 	}
 	wg.Wait()
-	cs := &ClusterSet{}
+	cs := &ClusterSet{plane: plane}
 	for _, c := range clusters {
 		switch {
 		case c == nil:
@@ -98,6 +121,11 @@ func plan(opts Options) ([]clusterSpec, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	if opts.Nodes > 0 {
+		if err := dataPlaneReady(opts, assets); err != nil {
+			return nil, "", err
+		}
+	}
 	logw := opts.Log
 	if logw == nil {
 		logw = io.Discard
@@ -116,12 +144,62 @@ func plan(opts Options) ([]clusterSpec, string, error) {
 		if v, ok := opts.ClusterIDs[name]; ok {
 			id = v
 		}
-		specs = append(specs, clusterSpec{name: name, id: id, setName: setName, member: true, index: i, log: logw})
+		region := name + "-region"
+		if r, ok := opts.Regions[name]; ok {
+			region = r
+		}
+		specs = append(specs, clusterSpec{name: name, id: id, setName: setName, member: true, index: i, log: logw,
+			region: region, nodes: opts.Nodes, nodeAgent: opts.NodeAgent})
 	}
 	if !opts.NoBroker {
-		specs = append(specs, clusterSpec{name: BrokerName, index: maxMembers, log: logw})
+		specs = append(specs, clusterSpec{name: BrokerName, index: maxMembers, log: logw, nodeAgent: opts.NodeAgent})
 	}
 	return specs, assets, nil
+}
+
+// dataPlaneReady checks what a data plane needs before anything starts, so that `make up` fails at once with a
+// message that says what is missing.
+func dataPlaneReady(opts Options, assets string) error {
+	if err := dataplane.CheckHost(); err != nil {
+		return err
+	}
+	if opts.NodeAgent == "" {
+		return errors.New("clusterset: Options.NodeAgent (the nodeagent binary) is required with Nodes")
+	}
+	if _, err := os.Stat(opts.NodeAgent); err != nil {
+		return fmt.Errorf("clusterset: node agent: %w (run `make build`)", err)
+	}
+	for _, b := range []string{"kube-scheduler", "kube-proxy"} {
+		if _, err := os.Stat(filepath.Join(assets, b)); err != nil {
+			return fmt.Errorf("clusterset: %s not found in %s: run `make tools` first", b, assets)
+		}
+	}
+	return nil
+}
+
+// startDataPlane takes the machine's data plane and routes every cluster's ranges: pod CIDRs into the fabric,
+// Service CIDRs nowhere.
+func startDataPlane(ctx context.Context, opts Options, specs []clusterSpec) (*dataplane.Plane, error) {
+	wait := opts.DataPlaneWait
+	if wait == 0 {
+		wait = 15 * time.Minute
+	}
+	plane, err := dataplane.Acquire(ctx, wait)
+	if err != nil {
+		return nil, err
+	}
+	for i := range specs {
+		s := &specs[i]
+		var pods []netip.Prefix
+		if s.member {
+			pods = podCIDRs(s.index)
+		}
+		if err := plane.AddMember(pods, serviceCIDRs(s.index)); err != nil {
+			return nil, errors.Join(err, plane.Close())
+		}
+		s.plane = plane
+	}
+	return plane, nil
 }
 
 // AssetsDir resolves the folder with the control-plane binaries (dir, else $FLEET_ASSETS, else the repository's
@@ -212,6 +290,9 @@ func (cs *ClusterSet) Stop() error {
 			wg.Go(func() { errs[i] = c.stop() })
 		}
 		wg.Wait()
+		if cs.plane != nil {
+			errs = append(errs, cs.plane.Close())
+		}
 		cs.stopErr = errors.Join(errs...)
 	})
 	return cs.stopErr

@@ -3,7 +3,6 @@ package clusterset
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -20,7 +19,7 @@ import (
 // StatefulSets to get pods, for pods to land in EndpointSlices, and for namespaces and owned objects to go away.
 var controllers = []string{
 	"endpointslice", "endpointslicemirroring", "namespace", "garbagecollector",
-	"deployment", "replicaset", "statefulset",
+	"deployment", "replicaset", "statefulset", "job",
 }
 
 // startControllerManager starts kube-controller-manager and waits until its /healthz answers.
@@ -48,32 +47,37 @@ func startControllerManager(ctx context.Context, assets, dir, kubeconfig string,
 	if err != nil {
 		return nil, err
 	}
-	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
-		// kcm serves a self-signed certificate; this probe only checks liveness on loopback.
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec
-	}}
-	if err := p.WaitHTTP(ctx, hc, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), time.Minute); err != nil {
+	if err := p.WaitHTTP(ctx, insecureLoopback, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), time.Minute); err != nil {
 		p.Stop()
 		return nil, err
 	}
 	return p, nil
 }
 
+// insecureLoopback probes the health of kube-controller-manager and kube-scheduler, which serve self-signed
+// certificates; it only checks liveness on loopback.
+var insecureLoopback = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+	TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec
+}}
+
 // FreePort returns a loopback port that is free for both TCP and UDP right now, for servers the tests start
 // (a DNS server needs both).
-func FreePort() (int, error) {
+func FreePort() (int, error) { return freePortOn("127.0.0.1") }
+
+// freePortOn returns a port free for TCP and UDP on the given local address.
+func freePortOn(host string) (int, error) {
 	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 		if err != nil {
 			return 0, err
 		}
 		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		u, err := net.ListenPacket("udp", net.JoinHostPort(host, strconv.Itoa(port)))
 		l.Close()
 		if err == nil {
 			u.Close()
 			return port, nil
 		}
 	}
-	return 0, errors.New("no loopback port free for both TCP and UDP after 50 tries")
+	return 0, fmt.Errorf("no port free for both TCP and UDP on %s after 50 tries", host)
 }

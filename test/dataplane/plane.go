@@ -88,6 +88,17 @@ func lockMachine(ctx context.Context, wait time.Duration) (net.Listener, error) 
 	}
 }
 
+// SweepIdle removes what a crashed data plane left behind, unless a data plane is running on this machine. It
+// reports whether it swept.
+func SweepIdle() (bool, error) {
+	lock, err := lockMachine(context.Background(), 0)
+	if err != nil {
+		return false, nil
+	}
+	defer lock.Close()
+	return true, Sweep()
+}
+
 // Close removes everything the data plane created and releases the lock. Processes still running inside its
 // namespaces are killed.
 func (p *Plane) Close() error {

@@ -14,7 +14,14 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
 	"vksfleet.dev/fleet/test/clusterset"
+	"vksfleet.dev/fleet/test/dataplane"
 	"vksfleet.dev/fleet/test/proc"
 )
 
@@ -45,7 +52,8 @@ type Fleet struct {
 // Member is a member cluster with its processes.
 type Member struct {
 	*clusterset.Cluster
-	// DNS is the address (127.0.0.1:port) where the member's CoreDNS answers over UDP and TCP.
+	// DNS is the address (127.0.0.1:port) where the member's CoreDNS answers over UDP and TCP. With a data plane,
+	// pods reach the same server through the kube-dns Service (Cluster.DNSServiceIP port 53).
 	DNS string
 
 	fleet      *Fleet
@@ -69,6 +77,9 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		opts.Log = io.Discard
 	}
 	opts.ClusterSet.NoBroker = false
+	if opts.ClusterSet.Nodes > 0 && opts.ClusterSet.NodeAgent == "" {
+		opts.ClusterSet.NodeAgent = filepath.Join(opts.BinDir, "nodeagent")
+	}
 	dir, err := os.MkdirTemp("", "fleet-processes-")
 	if err != nil {
 		return nil, err
@@ -157,9 +168,10 @@ func (m *Member) StopController() {
 	}
 }
 
-// corefile is the member's Corefile: Corefile.example's two plugins, on loopback ports.
+// corefile is the member's Corefile: Corefile.example's two plugins, on loopback ports, and with a data plane on
+// the host link too, where kube-proxy sends the pods' queries.
 const corefile = `.:%d {
-    bind 127.0.0.1
+    bind %s
     errors
     ready 127.0.0.1:%d
     kubernetes cluster.local in-addr.arpa ip6.arpa {
@@ -184,7 +196,11 @@ func (m *Member) startCoreDNS(ctx context.Context) error {
 		return err
 	}
 	path := filepath.Join(m.fleet.dir, "Corefile."+m.Name)
-	body := fmt.Sprintf(corefile, dnsPort, readyPort, m.KubeconfigPath, m.Name, m.KubeconfigPath, m.Name)
+	bind := "127.0.0.1"
+	if len(m.Nodes) > 0 {
+		bind += " " + dataplane.HostV4.String()
+	}
+	body := fmt.Sprintf(corefile, dnsPort, bind, readyPort, m.KubeconfigPath, m.Name, m.KubeconfigPath, m.Name)
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		return err
 	}
@@ -197,5 +213,45 @@ func (m *Member) startCoreDNS(ctx context.Context) error {
 	m.mu.Unlock()
 	m.DNS = fmt.Sprintf("127.0.0.1:%d", dnsPort)
 	hc := &http.Client{Timeout: time.Second}
-	return p.WaitHTTP(ctx, hc, fmt.Sprintf("http://127.0.0.1:%d/ready", readyPort), 2*time.Minute)
+	if err := p.WaitHTTP(ctx, hc, fmt.Sprintf("http://127.0.0.1:%d/ready", readyPort), 2*time.Minute); err != nil {
+		return err
+	}
+	if len(m.Nodes) == 0 {
+		return nil
+	}
+	return m.createDNSService(ctx, dnsPort)
+}
+
+// createDNSService publishes the member's CoreDNS to its pods as kube-system/kube-dns, as a cluster's DNS add-on
+// does: a Service at the address the node agents write into every pod's resolv.conf, whose one endpoint is
+// CoreDNS on the host link. The EndpointSlice is managed by us, not by the endpointslice controller, since the
+// Service has no selector.
+func (m *Member) createDNSService(ctx context.Context, port int) error {
+	ports := []corev1.ServicePort{
+		{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53, TargetPort: intstr.FromInt32(int32(port))},
+		{Name: "dns-tcp", Protocol: corev1.ProtocolTCP, Port: 53, TargetPort: intstr.FromInt32(int32(port))},
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Namespace: metav1.NamespaceSystem, Labels: map[string]string{"k8s-app": "kube-dns"}},
+		Spec:       corev1.ServiceSpec{ClusterIP: m.DNSServiceIP.String(), Ports: ports},
+	}
+	if err := m.Client.Create(ctx, svc); err != nil {
+		return fmt.Errorf("creating kube-dns Service: %w", err)
+	}
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-dns-host", Namespace: metav1.NamespaceSystem, Labels: map[string]string{
+			discoveryv1.LabelServiceName: "kube-dns", discoveryv1.LabelManagedBy: "fleet.vksfleet.dev",
+		}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{
+			Addresses: []string{dataplane.HostV4.String()}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
+		}},
+	}
+	for _, p := range ports {
+		slice.Ports = append(slice.Ports, discoveryv1.EndpointPort{Name: ptr.To(p.Name), Protocol: ptr.To(p.Protocol), Port: ptr.To(int32(port))})
+	}
+	if err := m.Client.Create(ctx, slice); err != nil {
+		return fmt.Errorf("creating kube-dns EndpointSlice: %w", err)
+	}
+	return nil
 }
