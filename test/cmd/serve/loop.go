@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+type loopConfig struct {
+	target, proto     string
+	interval, timeout time.Duration
+	count             int           // 0: no limit
+	duration          time.Duration // 0: no limit
+}
+
+// maxReply bounds what a request reads, in case the target is not a serve server.
+const maxReply = 4 << 10
+
+// loopResult is how one request ended: ok with who answered, or a failure reason.
+type loopResult struct {
+	cluster, pod string
+	reason       string // empty when ok
+}
+
+func splitTarget(target string) (host, port string, err error) {
+	host, port, err = net.SplitHostPort(target)
+	if err == nil && (host == "" || port == "") {
+		err = fmt.Errorf("%q needs both a host and a port", target)
+	}
+	return host, port, err
+}
+
+// runLoop sends requests until cfg's bound or ctx ends and writes a line for each, then the summary.
+func runLoop(ctx context.Context, cfg loopConfig, out io.Writer) {
+	sent, ok := 0, 0
+	defer func() { fmt.Fprintf(out, "summary sent=%d ok=%d failed=%d\n", sent, ok, sent-ok) }()
+	var end <-chan time.Time
+	if cfg.duration > 0 {
+		t := time.NewTimer(cfg.duration)
+		defer t.Stop()
+		end = t.C
+	}
+	client := &http.Client{
+		// New connections every time, so that each request goes through kube-proxy's choice again.
+		Transport:     &http.Transport{DisableKeepAlives: true},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	next := time.Now()
+	for cfg.count == 0 || sent < cfg.count {
+		if wait := time.Until(next); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-end:
+				t.Stop()
+				return
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+		}
+		select {
+		case <-end:
+			return
+		case <-ctx.Done():
+			return
+		default:
+		}
+		start := time.Now()
+		next = start.Add(cfg.interval)
+		sent++
+		// Not tied to ctx: a request in flight at SIGTERM finishes (within the timeout) so the counts stay true.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.timeout)
+		res := request(rctx, cfg, client, sent)
+		cancel()
+		latency := float64(time.Since(start).Microseconds()) / 1000
+		if res.reason == "" {
+			ok++
+			fmt.Fprintf(out, "%d %d ok %s %s %.3f\n", sent, start.UnixMilli(), orDash(res.cluster), orDash(res.pod), latency)
+		} else {
+			fmt.Fprintf(out, "%d %d fail %s %.3f\n", sent, start.UnixMilli(), res.reason, latency)
+		}
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func request(ctx context.Context, cfg loopConfig, client *http.Client, seq int) loopResult {
+	host, port, _ := splitTarget(cfg.target) // checked with the flags
+	if net.ParseIP(host) == nil {
+		// The name is looked up here rather than by the dialer so that a lookup failure has its own reason.
+		addrs, err := net.DefaultResolver.LookupHost(ctx, host)
+		if err != nil || len(addrs) == 0 {
+			return loopResult{reason: "dns"}
+		}
+		host = addrs[0]
+	}
+	addr := net.JoinHostPort(host, port)
+	if cfg.proto == "http" {
+		return requestHTTP(ctx, client, addr, cfg.target)
+	}
+	c, err := (&net.Dialer{}).DialContext(ctx, cfg.proto, addr)
+	if err != nil {
+		return failure("dial", err)
+	}
+	defer c.Close()
+	if d, ok := ctx.Deadline(); ok {
+		c.SetDeadline(d)
+	}
+	payload := "seq=" + strconv.Itoa(seq)
+	if _, err := io.WriteString(c, payload+"\n"); err != nil {
+		return failure("write", err)
+	}
+	var reply string
+	if cfg.proto == "udp" {
+		buf := make([]byte, maxReply)
+		n, err := c.Read(buf)
+		if err != nil {
+			return failure("read", err)
+		}
+		reply = string(buf[:n])
+	} else if reply, err = bufio.NewReader(io.LimitReader(c, maxReply)).ReadString('\n'); err != nil {
+		return failure("read", err)
+	}
+	return parseReply(reply, payload)
+}
+
+func requestHTTP(ctx context.Context, client *http.Client, addr, target string) loopResult {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/", nil)
+	if err != nil {
+		return failure("dial", err)
+	}
+	req.Host = target // what the service would see from a client that let the dialer resolve the name
+	resp, err := client.Do(req)
+	if err != nil {
+		if opErr := (*net.OpError)(nil); errors.As(err, &opErr) && opErr.Op == "dial" {
+			return failure("dial", err)
+		}
+		return failure("read", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxReply))
+	if err != nil {
+		return failure("read", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return loopResult{reason: "http-" + strconv.Itoa(resp.StatusCode)}
+	}
+	return parseReply(string(body), "")
+}
+
+// failure names a failed step, except that running out of time anywhere is a timeout.
+func failure(step string, err error) loopResult {
+	var netErr net.Error
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		errors.As(err, &netErr) && netErr.Timeout() {
+		return loopResult{reason: "timeout"}
+	}
+	return loopResult{reason: step}
+}
+
+// parseReply reads "cluster=C pod=P[ echo=E]\n"; wantEcho empty means no echo is expected.
+func parseReply(reply, wantEcho string) loopResult {
+	line, ok := strings.CutSuffix(reply, "\n")
+	if !ok {
+		return loopResult{reason: "bad-reply"}
+	}
+	clusterField, rest, _ := strings.Cut(line, " ")
+	podField, echoField, hasEcho := strings.Cut(rest, " ")
+	cluster, ok1 := strings.CutPrefix(clusterField, "cluster=")
+	pod, ok2 := strings.CutPrefix(podField, "pod=")
+	if !ok1 || !ok2 || hasEcho != (wantEcho != "") || hasEcho && echoField != "echo="+wantEcho {
+		return loopResult{reason: "bad-reply"}
+	}
+	return loopResult{cluster: cluster, pod: pod}
+}
