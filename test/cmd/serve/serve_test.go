@@ -425,3 +425,21 @@ func TestShutdownIsGraceful(t *testing.T) {
 		t.Errorf("log %q, want a start and a stop line", log)
 	}
 }
+
+func TestParseReply(t *testing.T) {
+	for _, tc := range []struct {
+		reply, echo string
+		want        loopResult
+	}{
+		{"cluster=c pod=p\n", "", loopResult{cluster: "c", pod: "p"}},
+		{"cluster= pod=p echo=seq=1\n", "seq=1", loopResult{pod: "p"}},
+		{"cluster=c pod=p echo=seq=2\n", "seq=1", loopResult{reason: "bad-reply"}},
+		{"cluster=c pod=p\n", "seq=1", loopResult{reason: "bad-reply"}},
+		{"cluster=c pod=p", "", loopResult{reason: "bad-reply"}},
+		{"hello\n", "", loopResult{reason: "bad-reply"}},
+	} {
+		if got := parseReply(tc.reply, tc.echo); got != tc.want {
+			t.Errorf("parseReply(%q, %q) = %+v, want %+v", tc.reply, tc.echo, got, tc.want)
+		}
+	}
+}
