@@ -321,6 +321,20 @@ func testRestarts(t *testing.T, c *Cluster, k *kubectl) {
 		}
 		return nil
 	})
+	// A finished pod keeps its logs but gives its network back.
+	pods, err := c.Kube.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{LabelSelector: "job-name=once"})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("the Job's pods: %v %v", pods, err)
+	}
+	poll.T(t, podTimeout, "the finished pod's network namespace is removed", func() error {
+		if slices.Contains(dataplane.Namespaces(), dataplane.PodNS(string(pods.Items[0].UID))) {
+			return fmt.Errorf("still there")
+		}
+		return nil
+	})
+	if out := k.ok("logs", "job/once"); out != "done\n" {
+		t.Errorf("kubectl logs job/once: %q, want %q", out, "done\n")
+	}
 }
 
 func testExec(t *testing.T, c *Cluster, k *kubectl) {

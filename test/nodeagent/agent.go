@@ -263,6 +263,10 @@ func (a *Agent) sync(ctx context.Context, key types.NamespacedName) error {
 		}
 	}
 	status := run.status(pod)
+	if status.Phase == corev1.PodSucceeded || status.Phase == corev1.PodFailed {
+		// Nothing runs in a finished pod any more: its address goes back to the node, as with the kubelet.
+		run.releaseSandbox()
+	}
 	if equality.Semantic.DeepEqual(status, pod.Status) {
 		return nil
 	}

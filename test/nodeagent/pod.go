@@ -37,12 +37,13 @@ type podRun struct {
 	dir      string
 	grace    time.Duration // terminationGracePeriodSeconds
 
-	mu         sync.Mutex
-	containers []*containerRun
-	conds      map[corev1.PodConditionType]corev1.PodCondition
-	stopping   bool
-	stopCh     chan struct{} // closed when the pod starts stopping
-	stopped    chan struct{} // closed when everything is gone
+	mu          sync.Mutex
+	containers  []*containerRun
+	conds       map[corev1.PodConditionType]corev1.PodCondition
+	stopping    bool
+	releaseOnce sync.Once
+	stopCh      chan struct{} // closed when the pod starts stopping
+	stopped     chan struct{} // closed when everything is gone
 }
 
 // startPod builds the sandbox and starts every container.
@@ -296,21 +297,30 @@ func (r *podRun) stopContainers(grace time.Duration) {
 	wg.Wait()
 }
 
-// teardown removes the sandbox: the pause process, the network namespace and its /etc files, the logs, and the
-// addresses.
+// teardown removes the sandbox and the logs.
 func (r *podRun) teardown() {
-	var errs []error
-	if r.pause != nil && r.pause.Process != nil {
-		_ = syscall.Kill(-r.pause.Process.Pid, syscall.SIGKILL)
-		_ = r.pause.Wait()
+	r.releaseSandbox()
+	if err := os.RemoveAll(r.dir); err != nil {
+		r.agent.cfg.Log.Printf("pod %s: removing logs: %v", r.key, err)
 	}
-	errs = append(errs, dataplane.DelPod(string(r.uid)))
-	if r.ns != "" {
-		errs = append(errs, os.RemoveAll(filepath.Join(dataplane.EtcNetns, r.ns)))
-	}
-	errs = append(errs, os.RemoveAll(r.dir))
-	r.agent.ipam.release(r.ipOff)
-	if err := errors.Join(errs...); err != nil {
-		r.agent.cfg.Log.Printf("pod %s: teardown: %v", r.key, err)
-	}
+}
+
+// releaseSandbox removes the pause process, the network namespace and its /etc files, and frees the addresses:
+// once for a pod, when it has finished or stops. Its logs stay until the pod is deleted.
+func (r *podRun) releaseSandbox() {
+	r.releaseOnce.Do(func() {
+		var errs []error
+		if r.pause != nil && r.pause.Process != nil {
+			_ = syscall.Kill(-r.pause.Process.Pid, syscall.SIGKILL)
+			_ = r.pause.Wait()
+		}
+		errs = append(errs, dataplane.DelPod(string(r.uid)))
+		if r.ns != "" {
+			errs = append(errs, os.RemoveAll(filepath.Join(dataplane.EtcNetns, r.ns)))
+		}
+		r.agent.ipam.release(r.ipOff)
+		if err := errors.Join(errs...); err != nil {
+			r.agent.cfg.Log.Printf("pod %s: removing the sandbox: %v", r.key, err)
+		}
+	})
 }
