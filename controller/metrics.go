@@ -5,8 +5,11 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"vksfleet.dev/fleet/controller/locality"
 )
 
 // Metrics beyond controller-runtime's own (reconciles, workqueues, client requests), served on the metrics
@@ -25,10 +28,42 @@ var (
 		Name: "mcs_controller_broker_reachable",
 		Help: "1 while this member's last broker Lease renewal succeeded.",
 	}, []string{"cluster"})
+	localityTier = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "mcs_controller_locality_tier",
+		Help: "The tier an import's traffic uses, per node zone (scope=zone/<zone>) and for headless DNS " +
+			"(scope=dns): 0 same-zone, 1 same-cluster, 2 same-region, 3 anywhere, 4 draining, 5 none ready.",
+	}, []string{"cluster", "namespace", "service", "scope"})
+	localityEndpoints = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "mcs_controller_locality_ready_endpoints",
+		Help: "Ready endpoints of an import by tier, seen from this member: same-cluster, same-region, anywhere, draining.",
+	}, []string{"cluster", "namespace", "service", "tier"})
+	failoversTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mcs_controller_locality_failovers_total",
+		Help: "Times a node zone or the headless DNS of an import moved to a farther tier.",
+	}, []string{"cluster"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(writesTotal, memberAlive, brokerReachable)
+	metrics.Registry.MustRegister(writesTotal, memberAlive, brokerReachable, localityTier, localityEndpoints, failoversTotal)
+}
+
+// recordLocality publishes an import's plan in the locality gauges.
+func recordLocality(cluster string, key types.NamespacedName, plan locality.Plan) {
+	forgetLocality(cluster, key)
+	for z, t := range plan.Zones {
+		localityTier.WithLabelValues(cluster, key.Namespace, key.Name, "zone/"+z).Set(float64(t))
+	}
+	localityTier.WithLabelValues(cluster, key.Namespace, key.Name, "dns").Set(float64(plan.DNSTier))
+	for t, n := range plan.Ready {
+		localityEndpoints.WithLabelValues(cluster, key.Namespace, key.Name, t.String()).Set(float64(n))
+	}
+}
+
+// forgetLocality removes an import's locality gauges: it is gone, or no longer ranks its endpoints.
+func forgetLocality(cluster string, key types.NamespacedName) {
+	match := prometheus.Labels{"cluster": cluster, "namespace": key.Namespace, "service": key.Name}
+	localityTier.DeletePartialMatch(match)
+	localityEndpoints.DeletePartialMatch(match)
 }
 
 // countWrites returns cfg with its write requests counted in writesTotal.

@@ -15,8 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -25,10 +27,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
 	"vksfleet.dev/fleet/controller/apply"
 	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/controller/export"
 	"vksfleet.dev/fleet/controller/imports"
+	"vksfleet.dev/fleet/controller/locality"
 	"vksfleet.dev/fleet/controller/merge"
 	"vksfleet.dev/fleet/controller/names"
 )
@@ -45,6 +49,7 @@ type reconciler struct {
 	local    client.Client // cached reads
 	broker   client.Client // cached reads of the controller's broker objects
 	liveness *broker.Liveness
+	events   record.EventRecorder
 	log      logr.Logger
 
 	mu    sync.Mutex
@@ -74,6 +79,8 @@ func (r *reconciler) setup(mgr ctrl.Manager, brokerCluster cluster.Cluster, work
 		Watches(&corev1.Service{}, byService).
 		Watches(&discoveryv1.EndpointSlice{}, byService).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.mapNamespace)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.mapTopology), builder.WithPredicates(topologyChanged)).
+		Watches(&aboutv1alpha1.ClusterProperty{}, handler.EnqueueRequestsFromMapFunc(r.mapTopology), builder.WithPredicates(topologyChanged)).
 		WatchesRawSource(source.Kind(brokerCluster.GetCache(), client.Object(&mcsv1beta1.ServiceImport{}), byBroker)).
 		WatchesRawSource(source.Kind(brokerCluster.GetCache(), client.Object(&discoveryv1.EndpointSlice{}), byBroker)).
 		WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
@@ -179,6 +186,10 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// This member is also the broker: what lies here are broker objects, not exports or imports.
 		return reconcile.Result{}, nil
 	}
+	top, err := r.topology(ctx)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	se, err := getOrNil(ctx, r.local, key, &mcsv1beta1.ServiceExport{})
 	if err != nil {
 		return reconcile.Result{}, err
@@ -196,6 +207,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		var ok bool
 		if valid, ok = export.Valid(se, svc); ok {
 			e := export.Record(r.id, se, svc)
+			e.Region = top.Region
 			own = &e
 			local := &discoveryv1.EndpointSliceList{}
 			if err := r.local.List(ctx, local, client.InNamespace(key.Namespace),
@@ -213,7 +225,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, errors.Join(publishErr, err)
 	}
 	merged := merge.Merge(exports)
-	importErr := r.importService(ctx, key, exports, merged, sources)
+	importErr := r.importService(ctx, key, exports, merged, sources, top)
 
 	var statusErr error
 	if se != nil && se.DeletionTimestamp.IsZero() {
@@ -313,7 +325,7 @@ func (r *reconciler) gather(ctx context.Context, key types.NamespacedName, own *
 // importService writes the local import of the service: nothing when no cluster exports it or its namespace does
 // not exist here, else the ServiceImport, its derived Service and the imported slices.
 func (r *reconciler) importService(ctx context.Context, key types.NamespacedName, exports []merge.Export,
-	merged merge.Result, sources []imports.Source) error {
+	merged merge.Result, sources []imports.Source, top locality.Topology) error {
 	existing, err := getOrNil(ctx, r.local, key, &mcsv1beta1.ServiceImport{})
 	if err != nil {
 		return err
@@ -341,6 +353,7 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 			errs = append(errs, apply.Delete(ctx, r.local, derived))
 		}
 		errs = append(errs, apply.Slices(ctx, r.local, sliceList.Items, nil))
+		forgetLocality(r.id, key)
 		return errors.Join(errs...)
 	}
 
@@ -354,19 +367,16 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 	if derived, err = r.applyDerived(ctx, derived, imports.DerivedService(key, merged, imports.Owner(si, r.siAPI))); err != nil {
 		return err
 	}
+	desiredSlices := imports.Slices(key, sources, imports.Owner(si, r.siAPI))
 	want := imports.ServiceImport(key, merged, derived)
-	if existing != nil && (!apply.SameMeta(si, want) || !equality.Semantic.DeepEqual(si.Spec, want.Spec)) {
+	r.locate(si, want, top, exports, desiredSlices)
+	if !apply.SameMeta(si, want) || !equality.Semantic.DeepEqual(si.Spec, want.Spec) {
 		upd := si.DeepCopy()
 		upd.Labels, upd.Annotations, upd.Spec = want.Labels, want.Annotations, want.Spec
 		if err := r.local.Update(ctx, upd); err != nil {
 			return fmt.Errorf("updating ServiceImport %s: %w", key, err)
 		}
 		si = upd
-	} else if existing == nil && !equality.Semantic.DeepEqual(si.Spec, want.Spec) {
-		si.Spec = want.Spec
-		if err := r.local.Update(ctx, si); err != nil {
-			return fmt.Errorf("updating ServiceImport %s: %w", key, err)
-		}
 	}
 	status := si.Status.DeepCopy()
 	status.Clusters = want.Status.Clusters
@@ -378,7 +388,7 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 			return fmt.Errorf("updating the status of ServiceImport %s: %w", key, err)
 		}
 	}
-	if err := apply.Slices(ctx, r.local, sliceList.Items, imports.Slices(key, sources, imports.Owner(si, r.siAPI))); err != nil {
+	if err := apply.Slices(ctx, r.local, sliceList.Items, desiredSlices); err != nil {
 		return fmt.Errorf("importing the endpoints of %s: %w", key, err)
 	}
 	return nil

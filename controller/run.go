@@ -159,6 +159,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 		local:    mgr.GetClient(),
 		broker:   brokerCluster.GetClient(),
 		liveness: broker.NewLiveness(id, opts.LeaseGrace),
+		events:   mgr.GetEventRecorderFor(ControllerName(id)),
 		log:      log,
 	}
 	if err := r.setup(mgr, brokerCluster, opts.Workers); err != nil {

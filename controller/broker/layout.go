@@ -3,7 +3,8 @@
 // records, and writes in it:
 //   - per exported service, an export record: a ServiceImport named names.RecordName whose spec is the export
 //     (type, ports, IP families, session affinity, traffic policies) and whose annotations carry the ServiceExport
-//     creationTimestamp, the exported labels and annotations (JSON) and the full cluster id;
+//     creationTimestamp, the exported labels and annotations (JSON), the full cluster id, the cluster's region
+//     and whether the export drains;
 //   - the service's endpoints as EndpointSlices (names.BrokerSliceName, at most 100 endpoints each);
 //   - a Lease named names.LeaseName, renewed while the member's controller runs.
 //
@@ -55,6 +56,12 @@ func Record(svc types.NamespacedName, e merge.Export) (*mcsv1beta1.ServiceImport
 		names.AnnotationClusterID:     e.Cluster,
 		names.AnnotationExportCreated: e.Created.UTC().Format(time.RFC3339Nano),
 	}
+	if e.Region != "" {
+		ann[names.AnnotationRegion] = e.Region
+	}
+	if e.Draining {
+		ann[names.AnnotationDrain] = "true"
+	}
 	for key, m := range map[string]map[string]string{
 		names.AnnotationExportedLabels: e.Labels, names.AnnotationExportedAnnotations: e.Annotations,
 	} {
@@ -84,7 +91,10 @@ func Record(svc types.NamespacedName, e merge.Export) (*mcsv1beta1.ServiceImport
 // ParseRecord reads an export back from its broker object.
 func ParseRecord(si *mcsv1beta1.ServiceImport) (merge.Export, error) {
 	ann := si.GetAnnotations()
-	e := merge.Export{Cluster: ann[names.AnnotationClusterID], Spec: *si.Spec.DeepCopy()}
+	e := merge.Export{
+		Cluster: ann[names.AnnotationClusterID], Spec: *si.Spec.DeepCopy(),
+		Region: ann[names.AnnotationRegion], Draining: ann[names.AnnotationDrain] == "true",
+	}
 	if e.Cluster == "" {
 		return e, fmt.Errorf("broker record %s/%s has no %s annotation", si.Namespace, si.Name, names.AnnotationClusterID)
 	}

@@ -27,6 +27,8 @@ func TestRecordRoundTrip(t *testing.T) {
 		},
 		Labels:      map[string]string{"team": "a"},
 		Annotations: map[string]string{"example.com/x": "y"},
+		Region:      "east",
+		Draining:    true,
 	}
 	rec, err := Record(svc, e)
 	if err != nil {

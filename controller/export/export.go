@@ -52,8 +52,9 @@ func Record(clusterID string, se *mcsv1beta1.ServiceExport, svc *corev1.Service)
 	}
 	spec := svc.Spec.DeepCopy()
 	return merge.Export{
-		Cluster: clusterID,
-		Created: se.CreationTimestamp.UTC(),
+		Cluster:  clusterID,
+		Created:  se.CreationTimestamp.UTC(),
+		Draining: se.Annotations[names.AnnotationDrain] == "true",
 		Spec: mcsv1beta1.ServiceImportSpec{
 			Type:                  typ,
 			Ports:                 ports,

@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"vksfleet.dev/fleet/controller/names"
 )
 
 func serviceExport() *mcsv1beta1.ServiceExport {
@@ -73,6 +75,14 @@ func TestRecord(t *testing.T) {
 	if !reflect.DeepEqual(got.Spec, want) || got.Cluster != "east.prod" || !got.Created.Equal(serviceExport().CreationTimestamp.Time) ||
 		!reflect.DeepEqual(got.Labels, map[string]string{"team": "a"}) || got.Annotations != nil {
 		t.Errorf("Record() = %+v", got)
+	}
+	if got.Draining {
+		t.Error("an export without the drain annotation drains")
+	}
+	draining := serviceExport()
+	draining.Annotations = map[string]string{names.AnnotationDrain: "true"}
+	if !Record("c", draining, svc).Draining {
+		t.Errorf("an export annotated %s=true does not drain", names.AnnotationDrain)
 	}
 	svc.Spec.ClusterIP = corev1.ClusterIPNone
 	if got := Record("c", serviceExport(), svc); got.Spec.Type != mcsv1beta1.Headless {

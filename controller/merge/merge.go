@@ -27,6 +27,10 @@ type Export struct {
 	Spec mcsv1beta1.ServiceImportSpec
 	// Labels and Annotations are the ServiceExport's exportedLabels and exportedAnnotations.
 	Labels, Annotations map[string]string
+	// Region is the exporting cluster's region, "" when unknown; Draining is set while an operator drains the
+	// export. Neither takes part in the merge: importers use them to rank the cluster's endpoints.
+	Region   string
+	Draining bool
 }
 
 // Conflict is one way in which the exports disagree.

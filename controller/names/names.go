@@ -28,6 +28,14 @@ const (
 	AnnotationExportedLabels = "mcs.vksfleet.dev/exported-labels"
 	// AnnotationExportedAnnotations is the JSON of spec.exportedAnnotations on a broker record.
 	AnnotationExportedAnnotations = "mcs.vksfleet.dev/exported-annotations"
+	// AnnotationRegion is the exporting cluster's region on a broker export record.
+	AnnotationRegion = "mcs.vksfleet.dev/region"
+	// AnnotationDrain, set to "true" on a ServiceExport by an operator, drains that cluster's export: its
+	// endpoints are used only when no other cluster has a ready endpoint. Its broker record carries it too.
+	AnnotationDrain = "mcs.vksfleet.dev/drain"
+	// AnnotationLocality is, on an imported ServiceImport, the JSON of the tiers this member uses (see
+	// package locality): per node zone for kube-proxy's hints, and for the member's headless DNS answers.
+	AnnotationLocality = "mcs.vksfleet.dev/locality"
 	// LeaseName is the name of each member's Lease in its broker namespace.
 	LeaseName = "member"
 )

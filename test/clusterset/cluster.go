@@ -219,7 +219,9 @@ func crdsFor(member bool) ([]*apiextensionsv1.CustomResourceDefinition, error) {
 }
 
 func (c *Cluster) createClusterProperties(ctx context.Context, id, setName string) error {
-	for name, value := range map[string]string{aboutv1alpha1.ClusterIDName: id, aboutv1alpha1.ClusterSetName: setName} {
+	for name, value := range map[string]string{
+		aboutv1alpha1.ClusterIDName: id, aboutv1alpha1.ClusterSetName: setName, aboutv1alpha1.RegionName: c.Region,
+	} {
 		cp := &aboutv1alpha1.ClusterProperty{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec:       aboutv1alpha1.ClusterPropertySpec{Value: value},

@@ -48,8 +48,9 @@ type Options struct {
 	Nodes int
 	// NodeAgent is the nodeagent binary (test/cmd/nodeagent); required with Nodes.
 	NodeAgent string
-	// Regions maps a member name to its region (its nodes' topology.kubernetes.io/region); default: the
-	// member's name with "-region".
+	// Regions maps a member name to its region (its nodes' topology.kubernetes.io/region and its
+	// region.topology.k8s.io ClusterProperty); by default members share regions two by two, in order:
+	// region-1 for the first two, region-2 for the next two, and so on.
 	Regions map[string]string
 	// DataPlaneWait is how long Start waits for another clusterset's data plane on this machine to stop;
 	// default 15 minutes.
@@ -144,7 +145,7 @@ func plan(opts Options) ([]clusterSpec, string, error) {
 		if v, ok := opts.ClusterIDs[name]; ok {
 			id = v
 		}
-		region := name + "-region"
+		region := fmt.Sprintf("region-%d", i/2+1)
 		if r, ok := opts.Regions[name]; ok {
 			region = r
 		}

@@ -15,6 +15,9 @@ const (
 	ClusterIDName = "cluster.clusterset.k8s.io"
 	// ClusterSetName is the ClusterProperty whose value is the name of the clusterset this cluster belongs to.
 	ClusterSetName = "clusterset.k8s.io"
+	// RegionName is the ClusterProperty whose value is this cluster's region, which ranks other clusters'
+	// endpoints by locality. It is not part of KEP-2149: this project's convention.
+	RegionName = "region.topology.k8s.io"
 )
 
 // GroupVersion is the API group and version of ClusterProperty.

@@ -1,0 +1,182 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
+	"vksfleet.dev/fleet/controller/locality"
+	"vksfleet.dev/fleet/controller/merge"
+	"vksfleet.dev/fleet/controller/names"
+)
+
+// topology reads where this member is, from the cache: its region (the ClusterProperty
+// region.topology.k8s.io, "" when absent) and its nodes' zones.
+func (r *reconciler) topology(ctx context.Context) (locality.Topology, error) {
+	top := locality.Topology{Cluster: r.id}
+	cp := &aboutv1alpha1.ClusterProperty{}
+	switch err := r.local.Get(ctx, client.ObjectKey{Name: aboutv1alpha1.RegionName}, cp); {
+	case err == nil:
+		top.Region = cp.Spec.Value
+	case !apierrors.IsNotFound(err):
+		return top, fmt.Errorf("reading ClusterProperty %s: %w", aboutv1alpha1.RegionName, err)
+	}
+	nodes := &corev1.NodeList{}
+	if err := r.local.List(ctx, nodes); err != nil {
+		return top, fmt.Errorf("listing nodes for their zones: %w", err)
+	}
+	for _, n := range nodes.Items {
+		if z := n.Labels[corev1.LabelTopologyZone]; z != "" && !slices.Contains(top.Zones, z) {
+			top.Zones = append(top.Zones, z)
+		}
+	}
+	slices.Sort(top.Zones)
+	return top, nil
+}
+
+// topologyChanged passes the events that can move this member's topology: nodes coming and going or changing
+// zone, and the region ClusterProperty. Node status updates, which are most events, pass none.
+var topologyChanged = predicate.Funcs{
+	CreateFunc: func(e event.CreateEvent) bool { return relevant(e.Object) },
+	DeleteFunc: func(e event.DeleteEvent) bool { return relevant(e.Object) },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		if _, node := e.ObjectNew.(*corev1.Node); node {
+			return e.ObjectOld.GetLabels()[corev1.LabelTopologyZone] != e.ObjectNew.GetLabels()[corev1.LabelTopologyZone]
+		}
+		return relevant(e.ObjectNew)
+	},
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+func relevant(obj client.Object) bool {
+	if _, node := obj.(*corev1.Node); node {
+		return true
+	}
+	return obj.GetName() == aboutv1alpha1.RegionName
+}
+
+// mapTopology maps a topology change to every service this member imports or exports: imports are re-hinted,
+// and exports republish the region.
+func (r *reconciler) mapTopology(ctx context.Context, _ client.Object) []reconcile.Request {
+	seen := map[reconcile.Request]bool{}
+	var reqs []reconcile.Request
+	add := func(ns, name string) {
+		req := reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: name}}
+		if !seen[req] {
+			seen[req] = true
+			reqs = append(reqs, req)
+		}
+	}
+	sis := &mcsv1beta1.ServiceImportList{}
+	if err := r.local.List(ctx, sis); err != nil {
+		r.log.Error(err, "listing imports after a topology change")
+	}
+	for _, si := range sis.Items {
+		add(si.Namespace, si.Name)
+	}
+	ses := &mcsv1beta1.ServiceExportList{}
+	if err := r.local.List(ctx, ses); err != nil {
+		r.log.Error(err, "listing exports after a topology change")
+	}
+	for _, se := range ses.Items {
+		add(se.Namespace, se.Name)
+	}
+	return reqs
+}
+
+// localityAnnotation is the JSON of names.AnnotationLocality: the tier each node zone's kube-proxy uses and the
+// tier and clusters of the member's headless DNS answers.
+type localityAnnotation struct {
+	Zones       map[string]string `json:"zones"`
+	DNSTier     string            `json:"dnsTier"`
+	DNSClusters []string          `json:"dnsClusters"`
+}
+
+// locate ranks the import's endpoints: it sets the zone hints on the desired slices, records the tiers in the
+// desired ServiceImport's annotations, and reports tier changes as an event and in metrics. An import whose
+// endpoints all count alike gets neither hints nor the annotation.
+func (r *reconciler) locate(stored, want *mcsv1beta1.ServiceImport, top locality.Topology, exports []merge.Export, desired []discoveryv1.EndpointSlice) {
+	origins := make(map[string]locality.Origin, len(exports))
+	for _, e := range exports {
+		origins[e.Cluster] = locality.Origin{Region: e.Region, Draining: e.Draining}
+	}
+	srcs := make([]locality.Source, len(desired))
+	for i := range desired {
+		srcs[i] = locality.Source{Cluster: desired[i].Annotations[names.AnnotationClusterID], Slice: &desired[i]}
+	}
+	plan := locality.Apply(top, origins, locality.ModeOf(want.Spec.TrafficDistribution), srcs)
+	key := client.ObjectKeyFromObject(want)
+	if plan.Zones == nil {
+		forgetLocality(r.id, key)
+		return
+	}
+	ann := localityAnnotation{Zones: map[string]string{}, DNSTier: plan.DNSTier.String(), DNSClusters: plan.DNSClusters}
+	for z, t := range plan.Zones {
+		ann.Zones[z] = t.String()
+	}
+	b, err := json.Marshal(ann)
+	if err != nil {
+		r.log.Error(err, "encoding the locality annotation", "service", key)
+		return
+	}
+	want.Annotations = maps.Clone(want.Annotations)
+	if want.Annotations == nil {
+		want.Annotations = map[string]string{}
+	}
+	want.Annotations[names.AnnotationLocality] = string(b)
+	recordLocality(r.id, key, plan)
+
+	var before localityAnnotation
+	if old, ok := stored.Annotations[names.AnnotationLocality]; ok && json.Unmarshal([]byte(old), &before) == nil {
+		if changes := tierChanges(before, ann); len(changes) > 0 {
+			failoversTotal.WithLabelValues(r.id).Add(float64(worse(before, ann)))
+			r.events.Eventf(stored, corev1.EventTypeNormal, "LocalityChanged", "%s", strings.Join(changes, "; "))
+		}
+	}
+}
+
+// tierChanges describes what moved between two annotations, zone by zone, then the DNS.
+func tierChanges(before, after localityAnnotation) []string {
+	var out []string
+	for _, z := range slices.Sorted(maps.Keys(after.Zones)) {
+		if b := before.Zones[z]; b != "" && b != after.Zones[z] {
+			out = append(out, fmt.Sprintf("zone %s: %s -> %s", z, b, after.Zones[z]))
+		}
+	}
+	if before.DNSTier != after.DNSTier {
+		out = append(out, fmt.Sprintf("DNS: %s -> %s %v", before.DNSTier, after.DNSTier, after.DNSClusters))
+	}
+	return out
+}
+
+// worse counts the zones, and the DNS, that moved to a farther tier: the failovers.
+func worse(before, after localityAnnotation) int {
+	rank := func(s string) int {
+		return slices.IndexFunc(allTiers, func(t locality.Tier) bool { return t.String() == s })
+	}
+	n := 0
+	for z, t := range after.Zones {
+		if b, ok := before.Zones[z]; ok && rank(t) > rank(b) {
+			n++
+		}
+	}
+	if before.DNSTier != "" && rank(after.DNSTier) > rank(before.DNSTier) {
+		n++
+	}
+	return n
+}
+
+var allTiers = []locality.Tier{locality.SameZone, locality.SameCluster, locality.SameRegion, locality.Anywhere, locality.Draining, locality.None}
