@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -97,14 +96,6 @@ func (r *reconciler) mapTopology(ctx context.Context, _ client.Object) []reconci
 	return reqs
 }
 
-// localityAnnotation is the JSON of names.AnnotationLocality: the tier each node zone's kube-proxy uses and the
-// tier and clusters of the member's headless DNS answers.
-type localityAnnotation struct {
-	Zones       map[string]string `json:"zones"`
-	DNSTier     string            `json:"dnsTier"`
-	DNSClusters []string          `json:"dnsClusters"`
-}
-
 // locate ranks the import's endpoints: it sets the zone hints on the desired slices, records the tiers in the
 // desired ServiceImport's annotations, and reports tier changes as an event and in metrics. An import whose
 // endpoints all count alike gets neither hints nor the annotation.
@@ -123,24 +114,19 @@ func (r *reconciler) locate(stored, want *mcsv1beta1.ServiceImport, top locality
 		forgetLocality(r.id, key)
 		return
 	}
-	ann := localityAnnotation{Zones: map[string]string{}, DNSTier: plan.DNSTier.String(), DNSClusters: plan.DNSClusters}
-	for z, t := range plan.Zones {
-		ann.Zones[z] = t.String()
-	}
-	b, err := json.Marshal(ann)
-	if err != nil {
-		r.log.Error(err, "encoding the locality annotation", "service", key)
-		return
-	}
+	ann := locality.Annotate(plan)
 	want.Annotations = maps.Clone(want.Annotations)
 	if want.Annotations == nil {
 		want.Annotations = map[string]string{}
 	}
-	want.Annotations[names.AnnotationLocality] = string(b)
+	want.Annotations[names.AnnotationLocality] = ann.Encode()
 	recordLocality(r.id, key, plan)
 
-	var before localityAnnotation
-	if old, ok := stored.Annotations[names.AnnotationLocality]; ok && json.Unmarshal([]byte(old), &before) == nil {
+	if old, ok := stored.Annotations[names.AnnotationLocality]; ok {
+		before, err := locality.Decode(old)
+		if err != nil {
+			return // written by someone else: nothing to compare with
+		}
 		if changes := tierChanges(before, ann); len(changes) > 0 {
 			failoversTotal.WithLabelValues(r.id).Add(float64(worse(before, ann)))
 			r.events.Eventf(stored, corev1.EventTypeNormal, "LocalityChanged", "%s", strings.Join(changes, "; "))
@@ -149,7 +135,7 @@ func (r *reconciler) locate(stored, want *mcsv1beta1.ServiceImport, top locality
 }
 
 // tierChanges describes what moved between two annotations, zone by zone, then the DNS.
-func tierChanges(before, after localityAnnotation) []string {
+func tierChanges(before, after locality.Annotation) []string {
 	var out []string
 	for _, z := range slices.Sorted(maps.Keys(after.Zones)) {
 		if b := before.Zones[z]; b != "" && b != after.Zones[z] {
@@ -163,10 +149,8 @@ func tierChanges(before, after localityAnnotation) []string {
 }
 
 // worse counts the zones, and the DNS, that moved to a farther tier: the failovers.
-func worse(before, after localityAnnotation) int {
-	rank := func(s string) int {
-		return slices.IndexFunc(allTiers, func(t locality.Tier) bool { return t.String() == s })
-	}
+func worse(before, after locality.Annotation) int {
+	rank := locality.Rank
 	n := 0
 	for z, t := range after.Zones {
 		if b, ok := before.Zones[z]; ok && rank(t) > rank(b) {
@@ -178,5 +162,3 @@ func worse(before, after localityAnnotation) int {
 	}
 	return n
 }
-
-var allTiers = []locality.Tier{locality.SameZone, locality.SameCluster, locality.SameRegion, locality.Anywhere, locality.Draining, locality.None}

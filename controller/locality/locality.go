@@ -16,6 +16,7 @@
 package locality
 
 import (
+	"encoding/json"
 	"slices"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -225,4 +226,45 @@ func dnsPick(top Topology, eps []candidate, tiers []Tier) (Tier, []string) {
 	}
 	slices.Sort(clusters)
 	return t, slices.Compact(clusters)
+}
+
+// Annotation is what the importing controller records on the ServiceImport (names.AnnotationLocality): the
+// tier each node zone uses, and the tier and clusters of the member's headless DNS answers, which this member's
+// DNS server reads.
+type Annotation struct {
+	Zones       map[string]string `json:"zones"`
+	DNSTier     string            `json:"dnsTier"`
+	DNSClusters []string          `json:"dnsClusters"`
+}
+
+// Annotate renders a plan as its Annotation.
+func Annotate(p Plan) Annotation {
+	a := Annotation{Zones: make(map[string]string, len(p.Zones)), DNSTier: p.DNSTier.String(), DNSClusters: p.DNSClusters}
+	for z, t := range p.Zones {
+		a.Zones[z] = t.String()
+	}
+	return a
+}
+
+// Encode is the annotation's value.
+func (a Annotation) Encode() string {
+	b, _ := json.Marshal(a) // maps and strings always marshal
+	return string(b)
+}
+
+// Decode reads an annotation's value.
+func Decode(s string) (Annotation, error) {
+	var a Annotation
+	err := json.Unmarshal([]byte(s), &a)
+	return a, err
+}
+
+// Rank orders tier names, closest first; an unknown name ranks last.
+func Rank(name string) int {
+	for t, n := range tierNames {
+		if n == name {
+			return t
+		}
+	}
+	return len(tierNames)
 }

@@ -154,3 +154,17 @@ func TestModeOf(t *testing.T) {
 		}
 	}
 }
+
+func TestAnnotationRoundTrip(t *testing.T) {
+	plan := Plan{Zones: map[string]Tier{"a1": SameZone, "a2": SameRegion}, DNSTier: SameRegion, DNSClusters: []string{"b"}}
+	a, err := Decode(Annotate(plan).Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Zones["a1"] != "same-zone" || a.Zones["a2"] != "same-region" || a.DNSTier != "same-region" || !slices.Equal(a.DNSClusters, []string{"b"}) {
+		t.Errorf("round trip: %+v", a)
+	}
+	if Rank("same-zone") >= Rank("same-cluster") || Rank("draining") >= Rank("none") || Rank("bogus") <= Rank("none") {
+		t.Error("Rank does not order the tiers closest first, unknown last")
+	}
+}

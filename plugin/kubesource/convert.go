@@ -6,6 +6,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/controller/locality"
+	"vksfleet.dev/fleet/controller/names"
 	"vksfleet.dev/fleet/plugin/zone"
 )
 
@@ -24,6 +26,12 @@ func toService(si *mcsv1beta1.ServiceImport, slices []*discoveryv1.EndpointSlice
 	}
 	for _, p := range si.Spec.Ports {
 		s.Ports = append(s.Ports, zone.Port{Name: p.Name, Protocol: string(p.Protocol), Port: uint16(p.Port)})
+	}
+	// The importing controller ranks the clusters for this member; a ranking that does not parse ranks nothing.
+	if v, ok := si.Annotations[names.AnnotationLocality]; ok {
+		if a, err := locality.Decode(v); err == nil && len(a.DNSClusters) > 0 {
+			s.Preferred = a.DNSClusters
+		}
 	}
 	for _, sl := range slices {
 		cluster := sl.Labels[mcsv1beta1.LabelSourceCluster]

@@ -16,6 +16,7 @@ import (
 	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/controller/names"
 	"vksfleet.dev/fleet/plugin/mcstest"
 	"vksfleet.dev/fleet/plugin/zone"
 )
@@ -53,7 +54,7 @@ func TestDetectServiceImport(t *testing.T) {
 
 func TestSlimServiceImportFromEitherVersion(t *testing.T) {
 	full := mcstest.Import("ns", "web", mcsv1beta1.ClusterSetIP, []string{"10.0.0.1"}, mcstest.Port("http", corev1.ProtocolTCP, 80))
-	full.Annotations = map[string]string{"big": "value"}
+	full.Annotations = map[string]string{"big": "value", names.AnnotationLocality: `{"dnsClusters":["a"]}`}
 	full.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "x"}}
 	full.Status.Clusters = []mcsv1beta1.ClusterStatus{{Cluster: "a"}}
 	full.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
@@ -72,7 +73,7 @@ func TestSlimServiceImportFromEitherVersion(t *testing.T) {
 			t.Fatal(err)
 		}
 		si := out.(*mcsv1beta1.ServiceImport)
-		if si.Name != "web" || si.Namespace != "ns" || si.Annotations != nil || si.ManagedFields != nil ||
+		if si.Name != "web" || si.Namespace != "ns" || len(si.Annotations) != 1 || si.Annotations[names.AnnotationLocality] == "" || si.ManagedFields != nil ||
 			si.Status.Clusters != nil || !reflect.DeepEqual(si.Spec.IPs, []string{"10.0.0.1"}) ||
 			si.Spec.Type != mcsv1beta1.ClusterSetIP || si.Spec.Ports[0].Port != 80 || si.Spec.IPFamilies != nil {
 			t.Errorf("%s: slim import = %+v", version, si)
@@ -119,5 +120,14 @@ func TestToService(t *testing.T) {
 	}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("toService =\n%+v\nwant\n%+v", got, want)
+	}
+	ranked := mcstest.Import("ns", "db", mcsv1beta1.Headless, nil)
+	ranked.Annotations = map[string]string{names.AnnotationLocality: `{"zones":{},"dnsTier":"same-region","dnsClusters":["b","c"]}`}
+	if got := toService(ranked, nil).Preferred; !reflect.DeepEqual(got, []string{"b", "c"}) {
+		t.Errorf("preferred clusters %v, want the ranking's [b c]", got)
+	}
+	ranked.Annotations[names.AnnotationLocality] = "not json"
+	if got := toService(ranked, nil).Preferred; got != nil {
+		t.Errorf("a broken ranking prefers %v, want every cluster", got)
 	}
 }

@@ -7,10 +7,12 @@ import (
 	"k8s.io/client-go/tools/cache"
 	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"vksfleet.dev/fleet/controller/names"
 )
 
 // The informer transforms below keep only what the zone needs, so that the caches of a large clusterset stay
-// small: no managed fields, annotations, status or unused spec fields.
+// small: no managed fields, status, unused spec fields or annotations but the locality ranking.
 
 // slimServiceImport turns a ServiceImport of either served version (v1alpha1 and v1beta1 share the schema of
 // the fields kept) into a slim *mcsv1beta1.ServiceImport.
@@ -19,12 +21,14 @@ func slimServiceImport(obj any) (any, error) {
 	switch in := obj.(type) {
 	case *mcsv1beta1.ServiceImport:
 		out = &mcsv1beta1.ServiceImport{ObjectMeta: slimMeta(&in.ObjectMeta, nil)}
+		keepLocality(&out.ObjectMeta, &in.ObjectMeta)
 		out.Spec.Type, out.Spec.IPs = in.Spec.Type, in.Spec.IPs
 		for _, p := range in.Spec.Ports {
 			out.Spec.Ports = append(out.Spec.Ports, mcsv1beta1.ServicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port})
 		}
 	case *mcsv1alpha1.ServiceImport:
 		out = &mcsv1beta1.ServiceImport{ObjectMeta: slimMeta(&in.ObjectMeta, nil)}
+		keepLocality(&out.ObjectMeta, &in.ObjectMeta)
 		out.Spec.Type, out.Spec.IPs = mcsv1beta1.ServiceImportType(in.Spec.Type), in.Spec.IPs
 		for _, p := range in.Spec.Ports {
 			out.Spec.Ports = append(out.Spec.Ports, mcsv1beta1.ServicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port})
@@ -33,6 +37,13 @@ func slimServiceImport(obj any) (any, error) {
 		return obj, nil // tombstones
 	}
 	return out, nil
+}
+
+// keepLocality keeps the one annotation the zone reads: the member's ranking of the import's clusters.
+func keepLocality(out, in *metav1.ObjectMeta) {
+	if v, ok := in.Annotations[names.AnnotationLocality]; ok {
+		out.Annotations = map[string]string{names.AnnotationLocality: v}
+	}
 }
 
 // slimEndpointSlice keeps an EndpointSlice's two multicluster labels, ports and endpoints (addresses, hostname,

@@ -2,6 +2,7 @@ package zone
 
 import (
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -70,10 +71,14 @@ func (b *builder) clusterSetIP(s *Service) {
 }
 
 func (b *builder) headless(s *Service) {
+	preferred := preferredClusters(s)
 	for _, ep := range s.Endpoints {
 		if !ep.Ready || len(ep.Addresses) == 0 || ep.Cluster == "" {
 			continue
 		}
+		// The service's name, bare or with a port, answers the preferred clusters only; the endpoint's own name
+		// answers always.
+		shared := preferred == nil || slices.Contains(preferred, ep.Cluster)
 		host := lower(ep.Hostname)
 		if host == "" {
 			host = addressHostname(ep.Addresses[0])
@@ -84,9 +89,14 @@ func (b *builder) headless(s *Service) {
 			continue
 		}
 		for _, ip := range ep.Addresses {
-			b.address("", ip)
+			if shared {
+				b.address("", ip)
+			}
 			b.address(prefix, ip)
 			b.ptr(ip, target)
+		}
+		if !shared {
+			continue
 		}
 		ports := ep.Ports
 		if len(ports) == 0 {
@@ -101,6 +111,20 @@ func (b *builder) headless(s *Service) {
 			}
 		}
 	}
+}
+
+// preferredClusters returns the clusters a headless service's name answers with: s.Preferred while one of them
+// has a ready endpoint, else nil, which means every cluster.
+func preferredClusters(s *Service) []string {
+	if len(s.Preferred) == 0 {
+		return nil
+	}
+	for _, ep := range s.Endpoints {
+		if ep.Ready && len(ep.Addresses) > 0 && slices.Contains(s.Preferred, ep.Cluster) {
+			return s.Preferred
+		}
+	}
+	return nil
 }
 
 // node returns the node of prefix, creating it and, for a port name "_<port>._<proto>", the "_<proto>" empty

@@ -49,6 +49,10 @@ type Service struct {
 	Ports []Port
 	// Endpoints are the endpoints of every source cluster; only Headless services publish them.
 	Endpoints []Endpoint
+	// Preferred, when set, are the clusters whose endpoints the service's own name answers with (A, AAAA and
+	// SRV): the member's closest tier with a ready endpoint, as its controller ranked them. While none of them
+	// has a ready endpoint, the name answers every cluster's. Per-endpoint names always answer.
+	Preferred []string
 }
 
 // Key returns the index key of a service, "<name>.<namespace>" in lower case, which is also how it appears in

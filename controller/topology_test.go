@@ -1,0 +1,24 @@
+package controller
+
+import (
+	"slices"
+	"testing"
+
+	"vksfleet.dev/fleet/controller/locality"
+)
+
+func TestTierChanges(t *testing.T) {
+	before := locality.Annotation{Zones: map[string]string{"z1": "same-zone", "z2": "same-zone"}, DNSTier: "same-cluster"}
+	after := locality.Annotation{Zones: map[string]string{"z1": "same-region", "z2": "same-zone", "z3": "same-zone"},
+		DNSTier: "same-region", DNSClusters: []string{"b"}}
+	want := []string{"zone z1: same-zone -> same-region", "DNS: same-cluster -> same-region [b]"}
+	if got := tierChanges(before, after); !slices.Equal(got, want) {
+		t.Errorf("tierChanges = %q, want %q", got, want)
+	}
+	if n := worse(before, after); n != 2 {
+		t.Errorf("worse = %d, want 2 (zone z1 and the DNS moved farther; new zone z3 is no failover)", n)
+	}
+	if n := worse(after, before); n != 0 {
+		t.Errorf("moving back closer counts %d failovers, want 0", n)
+	}
+}
