@@ -96,6 +96,8 @@ func TestTraffic(t *testing.T) {
 	t.Run("exported from B and C, both answer A", e.testSpread)
 	t.Run("not exported: NXDOMAIN and no route", e.testNotExported)
 	t.Run("headless StatefulSet across B and C", e.testHeadless)
+	t.Run("locality: PreferSameZone tiers, drain and member loss", e.testLocality)
+	t.Run("locality: headless answers the closest cluster tier", e.testHeadlessLocality)
 
 	// Every process of this fleet names its binaries' folder or a member's folder (its kubeconfig's).
 	dirs := []string{bin}

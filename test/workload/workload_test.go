@@ -20,3 +20,21 @@ func TestParseLoop(t *testing.T) {
 		t.Errorf("ParseLoop =\n%+v\nwant\n%+v", got, want)
 	}
 }
+
+func TestFailover(t *testing.T) {
+	ok := func(ms int64, c string) Request { return Request{StartMs: ms, OK: true, Cluster: c} }
+	fail := func(ms int64) Request { return Request{StartMs: ms, Reason: "dial"} }
+	reqs := []Request{ok(0, "a"), ok(50, "a"), fail(100), fail(150), ok(200, "b"), ok(250, "b")}
+	isA := func(r Request) bool { return r.Cluster == "a" }
+	isB := func(r Request) bool { return r.Cluster == "b" }
+	if gap, failed, done := Failover(reqs, isA, isB); !done || gap != 150 || failed != 2 {
+		t.Errorf("Failover = %d ms, %d failed, %v; want 150 ms, 2 failed", gap, failed, done)
+	}
+	// A clean move: no failure, one interval apart.
+	if gap, failed, done := Failover([]Request{ok(0, "a"), ok(50, "b")}, isA, isB); !done || gap != 50 || failed != 0 {
+		t.Errorf("clean move = %d ms, %d failed, %v", gap, failed, done)
+	}
+	if _, _, done := Failover(reqs[:4], isA, isB); done {
+		t.Error("a move that has not happened reports done")
+	}
+}

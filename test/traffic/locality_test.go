@@ -1,0 +1,274 @@
+package traffic
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"vksfleet.dev/fleet/controller/names"
+	"vksfleet.dev/fleet/test/fleet"
+	"vksfleet.dev/fleet/test/poll"
+	"vksfleet.dev/fleet/test/workload"
+)
+
+// place says where a request was answered: "z0" and "z1" for cluster-a's two zones, else the cluster's name.
+func place(r workload.Request) string {
+	if r.Cluster == "cluster-a" {
+		if i := strings.Index(r.Pod, "-z"); i >= 0 {
+			return r.Pod[i+1 : i+3]
+		}
+	}
+	return r.Cluster
+}
+
+// nearPods deploys app in m as one serve pod per placement (a zone of m, or anywhere: ""), all behind the
+// Service app with trafficDistribution td, exported.
+func (e *env) nearPods(t *testing.T, m *fleet.Member, app string, headless bool, td *string, zones ...string) {
+	t.Helper()
+	ctx := context.Background()
+	svc := workload.ServiceFor(app, ns, headless)
+	svc.Spec.TrafficDistribution = td
+	if err := m.Client.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	for i, zone := range zones {
+		tmpl := workload.ServePod(app, m.Name, filepath.Join(e.bin, "serve"))
+		name := app
+		if zone != "" {
+			tmpl.Spec.NodeSelector = map[string]string{corev1.LabelTopologyZone: zone}
+			name = fmt.Sprintf("%s-z%d", app, i)
+		}
+		tmpl.Labels["part"] = name
+		d := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Template: tmpl,
+				Selector: &metav1.LabelSelector{MatchLabels: tmpl.Labels}},
+		}
+		if err := m.Client.Create(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Client.Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitReady(t, m, "app="+app, len(zones))
+}
+
+func (e *env) scale(t *testing.T, m *fleet.Member, deployment string, replicas int32) {
+	t.Helper()
+	ctx := context.Background()
+	d := &appsv1.Deployment{}
+	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: deployment}, d); err != nil {
+		t.Fatal(err)
+	}
+	d.Spec.Replicas = ptr.To(replicas)
+	if err := m.Client.Update(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) setDrain(t *testing.T, m *fleet.Member, app string, drain bool) {
+	t.Helper()
+	ctx := context.Background()
+	se := &mcsv1beta1.ServiceExport{}
+	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: app}, se); err != nil {
+		t.Fatal(err)
+	}
+	if drain {
+		se.Annotations = map[string]string{names.AnnotationDrain: "true"}
+	} else {
+		delete(se.Annotations, names.AnnotationDrain)
+	}
+	if err := m.Client.Update(ctx, se); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// step is one change of the clusterset and where traffic must go after it.
+type step struct {
+	name string
+	do   func(t *testing.T)
+	to   string // the place that must answer afterwards
+	// never is a place that must not answer any request from the change on: a farther tier than both the old
+	// and the new one.
+	never string
+}
+
+// testLocality: a client in cluster-a's zone 0 calls a PreferSameZone service with pods in A/zone 0, A/zone 1,
+// B (same region) and C (other region). Traffic stays in the closest tier that has a ready pod, moves tier by
+// tier as pods, drains and members go, and comes back in reverse. Every move is timed and its failed requests
+// counted.
+func (e *env) testLocality(t *testing.T) {
+	ctx := context.Background()
+	td := ptr.To(corev1.ServiceTrafficDistributionPreferSameZone)
+	zones := []string{e.a.Nodes[0].Zone, e.a.Nodes[1].Zone}
+	e.nearPods(t, e.a, "near", false, td, zones...)
+	e.nearPods(t, e.b, "near", false, td, "")
+	e.nearPods(t, e.c, "near", false, td, "")
+	e.waitImportedEndpoints(t, e.a, "near", map[string]int{"cluster-a": 2, "cluster-b": 1, "cluster-c": 1})
+
+	pod := workload.LoopPod("near-client", ns, filepath.Join(e.bin, "serve"),
+		fmt.Sprintf("near.%s.svc.clusterset.local:%d", ns, workload.EchoPort), 50*time.Millisecond, 10*time.Minute)
+	pod.Spec.NodeSelector = map[string]string{corev1.LabelTopologyZone: zones[0]}
+	loopCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	loop, err := workload.StartLoop(loopCtx, e.a.Kube, pod, timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = e.a.Kube.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}) }()
+
+	// Settled: 200 requests in a row, at least 99% answered in the client's own zone.
+	from := e.settle(t, loop, time.Now().UnixMilli(), "z0")
+	var reqs []workload.Request
+	poll.T(t, timeout, "200 requests", func() error {
+		if reqs = loop.Requests(from, 0); len(reqs) < 200 {
+			return fmt.Errorf("%d requests so far", len(reqs))
+		}
+		return nil
+	})
+	local := 0
+	for _, r := range reqs[:200] {
+		if r.OK && place(r) == "z0" {
+			local++
+		}
+	}
+	t.Logf("PreferSameZone from cluster-a zone 0: %d of 200 requests answered in zone 0", local)
+	if local < 198 {
+		t.Errorf("%d of 200 requests answered in the client's zone, want at least 99%%", local)
+	}
+
+	steps := []step{
+		{"zone 0's pod deleted", func(t *testing.T) { e.scale(t, e.a, "near-z0", 0) }, "z1", ""},
+		{"cluster-a's pods all deleted", func(t *testing.T) { e.scale(t, e.a, "near-z1", 0) }, "cluster-b", "cluster-c"},
+		{"cluster-b's export drained", func(t *testing.T) { e.setDrain(t, e.b, "near", true) }, "cluster-c", ""},
+		{"cluster-b's drain lifted", func(t *testing.T) { e.setDrain(t, e.b, "near", false) }, "cluster-b", ""},
+		{"cluster-b's controller stopped (lease expires)", func(*testing.T) { e.b.StopController() }, "cluster-c", ""},
+		{"cluster-b's controller back", func(t *testing.T) {
+			if err := e.b.StartController(); err != nil {
+				t.Fatal(err)
+			}
+		}, "cluster-b", ""},
+		{"a pod back in zone 1", func(t *testing.T) { e.scale(t, e.a, "near-z1", 1) }, "z1", "cluster-c"},
+		{"a pod back in zone 0", func(t *testing.T) { e.scale(t, e.a, "near-z0", 1) }, "z0", "cluster-c"},
+	}
+	prev := "z0"
+	for _, s := range steps {
+		start := time.Now().UnixMilli()
+		s.do(t)
+		end := e.settle(t, loop, start, s.to)
+		moved := loop.Requests(start-1000, end)
+		gap, failed, _ := workload.Failover(moved, func(r workload.Request) bool { return place(r) == prev },
+			func(r workload.Request) bool { return place(r) == s.to })
+		t.Logf("%-48s %-9s -> %-9s failover %5d ms, %d failed of %d requests", s.name, prev, s.to, gap, failed, len(loop.Requests(start, end)))
+		if s.never != "" {
+			for _, r := range loop.Requests(start, end) {
+				if r.OK && place(r) == s.never {
+					t.Errorf("%s: request %d answered by %s/%s, which must not be used while %s can answer", s.name, r.Seq, r.Cluster, r.Pod, s.to)
+					break
+				}
+			}
+		}
+		prev = s.to
+	}
+
+	// Without trafficDistribution every cluster answers.
+	for _, m := range e.f.Members {
+		svc := &corev1.Service{}
+		if err := m.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "near"}, svc); err != nil {
+			t.Fatal(err)
+		}
+		svc.Spec.TrafficDistribution = nil
+		if err := m.Client.Update(ctx, svc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now().UnixMilli()
+	poll.T(t, timeout, "every cluster answers without trafficDistribution", func() error {
+		seen := map[string]int{}
+		for _, r := range loop.Requests(start, 0) {
+			if r.OK {
+				seen[r.Cluster]++
+			}
+		}
+		if seen["cluster-a"] == 0 || seen["cluster-b"] == 0 || seen["cluster-c"] == 0 {
+			return fmt.Errorf("answered by %v", seen)
+		}
+		return nil
+	})
+}
+
+// settle waits until the last 20 requests that started after from were all answered at place, and returns when
+// the last of them started.
+func (e *env) settle(t *testing.T, loop *workload.Loop, from int64, at string) int64 {
+	t.Helper()
+	var end int64
+	poll.T(t, timeout, "traffic settles in "+at, func() error {
+		if err := loop.Err(); err != nil {
+			return err
+		}
+		reqs := loop.Requests(from, 0)
+		if len(reqs) < 20 {
+			return fmt.Errorf("%d requests since the change", len(reqs))
+		}
+		for _, r := range reqs[len(reqs)-20:] {
+			if !r.OK || place(r) != at {
+				return fmt.Errorf("request %d: ok=%v place=%s %s", r.Seq, r.OK, place(r), r.Reason)
+			}
+		}
+		end = reqs[len(reqs)-1].StartMs + 1
+		return nil
+	})
+	return end
+}
+
+// testHeadlessLocality: a PreferSameZone headless service answers, in a pod of cluster-a, only the closest
+// cluster tier that has a ready pod: cluster-a, then cluster-b (same region), then cluster-c.
+func (e *env) testHeadlessLocality(t *testing.T) {
+	td := ptr.To(corev1.ServiceTrafficDistributionPreferSameZone)
+	for _, m := range e.f.Members {
+		e.nearPods(t, m, "nearh", true, td, "")
+	}
+	name := "nearh." + ns + ".svc.clusterset.local"
+	ips := map[string][]string{}
+	for _, m := range e.f.Members {
+		ips[m.Name] = e.podIPs(t, m, "app=nearh")
+	}
+	expect := func(what string, want []string) {
+		t.Helper()
+		start := time.Now()
+		poll.T(t, timeout, what, func() error {
+			got := strings.Fields(e.execOK(t, e.a, "client", "dig", "+short", name, "A"))
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				return fmt.Errorf("dig %s in a pod of cluster-a: %v, want %v", name, got, want)
+			}
+			return nil
+		})
+		t.Logf("headless %-40s answers %v after %s", what, want, time.Since(start).Round(10*time.Millisecond))
+	}
+	expect("cluster-a's own pod", ips["cluster-a"])
+	e.scale(t, e.a, "nearh", 0)
+	expect("cluster-b's pod once cluster-a has none", ips["cluster-b"])
+	e.b.StopController()
+	expect("cluster-c's pod once cluster-b's lease expired", ips["cluster-c"])
+	if err := e.b.StartController(); err != nil {
+		t.Fatal(err)
+	}
+	expect("cluster-b's pod once cluster-b is back", ips["cluster-b"])
+	e.scale(t, e.a, "nearh", 1)
+	e.waitReady(t, e.a, "app=nearh", 1)
+	expect("cluster-a's pod again", e.podIPs(t, e.a, "app=nearh"))
+}

@@ -1,0 +1,140 @@
+package workload
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"vksfleet.dev/fleet/test/poll"
+)
+
+// LoopPod is a pod that runs `serve loop` against target (host:port, resolved through the pod's DNS for every
+// request), one TCP request every interval, for at most duration.
+func LoopPod(name, namespace, serveBin, target string, interval, duration time.Duration) *corev1.Pod {
+	p := ClientPod(name, namespace)
+	p.Spec.Containers[0].Command = []string{serveBin, "loop", "-target", target, "-proto", "tcp",
+		"-interval", interval.String(), "-timeout", "1s", "-duration", duration.String()}
+	return p
+}
+
+// Loop is a running loop pod whose requests are read from its log as they are made, through the API server and
+// the node agent, as `kubectl logs -f` does.
+type Loop struct {
+	// Name is the pod's.
+	Name string
+
+	mu   sync.Mutex
+	reqs []Request // in the order they were made
+	err  error     // why the log ended, once it has
+}
+
+// StartLoop creates the loop pod and follows its log until ctx ends; it returns once the log is followed.
+func StartLoop(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, timeout time.Duration) (*Loop, error) {
+	pods := kube.CoreV1().Pods(pod.Namespace)
+	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	var logs io.ReadCloser
+	err := poll.Until(ctx, poll.Interval, timeout, func() error {
+		// Before its container runs, the API server answers a pod's log with nothing at all, not an error.
+		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].State.Running == nil {
+			return fmt.Errorf("pod %s is %s, its container not running yet", pod.Name, p.Status.Phase)
+		}
+		logs, err = pods.GetLogs(pod.Name, &corev1.PodLogOptions{Follow: true}).Stream(ctx)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("following loop %s: %w", pod.Name, err)
+	}
+	l := &Loop{Name: pod.Name}
+	go l.read(logs)
+	return l, nil
+}
+
+func (l *Loop) read(logs io.ReadCloser) {
+	defer logs.Close()
+	lines := bufio.NewScanner(logs)
+	for lines.Scan() {
+		reqs := ParseLoop(lines.Text())
+		l.mu.Lock()
+		l.reqs = append(l.reqs, reqs...)
+		l.mu.Unlock()
+	}
+	l.mu.Lock()
+	l.err = fmt.Errorf("the log of %s ended: %w", l.Name, cmp.Or(lines.Err(), io.EOF))
+	l.mu.Unlock()
+}
+
+// Requests returns the requests that started in [from, to), in unix milliseconds; to 0 is no bound.
+func (l *Loop) Requests(from, to int64) []Request {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var in []Request
+	for _, r := range l.reqs {
+		if r.StartMs >= from && (to == 0 || r.StartMs < to) {
+			in = append(in, r)
+		}
+	}
+	return in
+}
+
+// Reported says whether every request that started before ms has been read. The loop makes one request at a
+// time and writes each line when the request ends, so a request that started at ms or later vouches for all
+// before it; so does the end of the log.
+func (l *Loop) Reported(ms int64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err != nil || len(l.reqs) > 0 && l.reqs[len(l.reqs)-1].StartMs >= ms
+}
+
+// Err is why the log ended, nil while it is followed.
+func (l *Loop) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Failover measures a move of traffic in reqs: from the last success of the old place (old) before the first
+// success of the new place (new) to that first success, in milliseconds, and the requests that failed in
+// between. ok is false while the new place has not answered.
+func Failover(reqs []Request, old, new func(Request) bool) (gapMs int64, failed int, ok bool) {
+	first := -1
+	for i, r := range reqs {
+		if r.OK && new(r) {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		return 0, 0, false
+	}
+	last := -1
+	for i := first - 1; i >= 0; i-- {
+		if reqs[i].OK && old(reqs[i]) {
+			last = i
+			break
+		}
+	}
+	from := reqs[0].StartMs
+	if last >= 0 {
+		from = reqs[last].StartMs
+	}
+	for _, r := range reqs[last+1 : first] {
+		if !r.OK {
+			failed++
+		}
+	}
+	return reqs[first].StartMs - from, failed, true
+}
