@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -49,7 +49,7 @@ type reconciler struct {
 	local    client.Client // cached reads
 	broker   client.Client // cached reads of the controller's broker objects
 	liveness *broker.Liveness
-	events   record.EventRecorder
+	events   events.EventRecorder
 	log      logr.Logger
 
 	mu    sync.Mutex

@@ -159,7 +159,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 		local:    mgr.GetClient(),
 		broker:   brokerCluster.GetClient(),
 		liveness: broker.NewLiveness(id, opts.LeaseGrace),
-		events:   mgr.GetEventRecorderFor(ControllerName(id)),
+		events:   mgr.GetEventRecorder(names.ManagedBy),
 		log:      log,
 	}
 	if err := r.setup(mgr, brokerCluster, opts.Workers); err != nil {

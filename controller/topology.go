@@ -129,7 +129,7 @@ func (r *reconciler) locate(stored, want *mcsv1beta1.ServiceImport, top locality
 		}
 		if changes := tierChanges(before, ann); len(changes) > 0 {
 			failoversTotal.WithLabelValues(r.id).Add(float64(worse(before, ann)))
-			r.events.Eventf(stored, corev1.EventTypeNormal, "LocalityChanged", "%s", strings.Join(changes, "; "))
+			r.events.Eventf(stored, nil, corev1.EventTypeNormal, "LocalityChanged", "Rank", "%s", strings.Join(changes, "; "))
 		}
 	}
 }
