@@ -47,7 +47,7 @@ command -v ip >/dev/null || missing+=(iproute2)
 command -v nsenter >/dev/null || missing+=(util-linux)
 command -v socat >/dev/null || missing+=(socat)
 command -v curl >/dev/null || missing+=(curl)
-[ "$(readlink -f "$(command -v nc 2>/dev/null)")" = /bin/nc.openbsd ] || missing+=(netcat-openbsd)
+case "$(readlink -f "$(command -v nc 2>/dev/null)")" in */nc.openbsd) ;; *) missing+=(netcat-openbsd) ;; esac
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "tools: installing ${missing[*]}" >&2
 	sudo=""
