@@ -1,0 +1,336 @@
+package mcsctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
+	"vksfleet.dev/fleet/controller/broker"
+	"vksfleet.dev/fleet/controller/mcsversion"
+	"vksfleet.dev/fleet/controller/names"
+)
+
+// Where the deploy manifests (build/deploy) put the controller and CoreDNS; the manifests are YAML, so these
+// names exist only there and here.
+const (
+	controllerNamespace  = "mcs-system"
+	controllerDeployment = "mcs-controller"
+	corednsConfigMap     = "coredns"
+	corefileKey          = "Corefile"
+	kubeDNSService       = "kube-dns"
+)
+
+// source is one cluster to read: its context and how to reach it.
+type source struct {
+	context string
+	config  *rest.Config
+	// err says why no config could be made for the context.
+	err error
+	// dns is the DNS address given for it (flag or environment), and dnsSource says which.
+	dns, dnsSource string
+}
+
+// collect reads every member and the broker concurrently; a member or broker that fails is recorded with its
+// error, never left out.
+func collect(ctx context.Context, members []source, brokerSrc *source, now func() time.Time) *Snapshot {
+	s := &Snapshot{Members: make([]Member, len(members))}
+	var wg sync.WaitGroup
+	for i, src := range members {
+		wg.Go(func() { s.Members[i] = readMember(ctx, src, now) })
+	}
+	if brokerSrc != nil {
+		wg.Go(func() { s.Broker = readBroker(ctx, *brokerSrc, now) })
+	}
+	wg.Wait()
+	s.Now = now()
+	return s
+}
+
+// clockOffset asks the API server for /version and compares its Date header with the local clock at the
+// request's midpoint; it doubles as the reachability probe.
+func clockOffset(ctx context.Context, cfg *rest.Config, now func() time.Time) (time.Duration, error) {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(cfg.Host, "/")+"/version", nil)
+	if err != nil {
+		return 0, err
+	}
+	before := now()
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	after := now()
+	date, err := http.ParseTime(resp.Header.Get("Date"))
+	if err != nil {
+		return 0, fmt.Errorf("no Date header from %s: %w", cfg.Host, err)
+	}
+	// Date truncates to the second: compare with the midpoint truncated likewise, so that a perfect clock
+	// reads 0 rather than up to -1 s.
+	mid := before.Add(after.Sub(before) / 2).Truncate(time.Second)
+	return date.Sub(mid), nil
+}
+
+// servedAPIs returns the mcs-api group version serving ServiceImports (zero if none) and the needed resources
+// the server lacks, among ServiceExport, ServiceImport and, when want is set, ClusterProperty.
+func servedAPIs(cfg *rest.Config, clusterProperty bool) (schema.GroupVersion, []string, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return schema.GroupVersion{}, nil, err
+	}
+	has := func(gv schema.GroupVersion, resource string) (bool, error) {
+		list, err := dc.ServerResourcesForGroupVersion(gv.String())
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == resource }), nil
+	}
+	var gv schema.GroupVersion
+	var missing []string
+	want := []schema.GroupVersionResource{
+		mcsv1beta1.SchemeGroupVersion.WithResource(mcsv1beta1.ServiceImportPluralName),
+		mcsv1beta1.SchemeGroupVersion.WithResource(mcsv1beta1.ServiceExportPluralName),
+	}
+	if clusterProperty {
+		want = append(want, aboutv1alpha1.GroupVersion.WithResource("clusterproperties"))
+	}
+	for _, r := range want {
+		versions := []schema.GroupVersion{r.GroupVersion()}
+		if r.Group == mcsv1beta1.GroupName {
+			versions = append(versions, mcsv1alpha1.SchemeGroupVersion)
+		}
+		found := false
+		for _, v := range versions {
+			ok, err := has(v, r.Resource)
+			if err != nil {
+				return gv, nil, fmt.Errorf("discovering %s: %w", v, err)
+			}
+			if ok {
+				found = true
+				if r.Resource == mcsv1beta1.ServiceImportPluralName && gv.Empty() {
+					gv = v
+				}
+				break
+			}
+		}
+		if !found {
+			missing = append(missing, r.GroupResource().String())
+		}
+	}
+	return gv, missing, nil
+}
+
+// newClient is a client for the server's mcs-api version, v1beta1 when it serves none (lists of mcs-api kinds
+// are then skipped).
+func newClient(cfg *rest.Config, gv schema.GroupVersion) (client.Client, error) {
+	if gv.Empty() {
+		gv = mcsv1beta1.SchemeGroupVersion
+	}
+	scheme, err := mcsversion.NewScheme(gv)
+	if err != nil {
+		return nil, err
+	}
+	return client.New(cfg, client.Options{Scheme: scheme})
+}
+
+func readMember(ctx context.Context, src source, now func() time.Time) Member {
+	m := Member{Context: src.context}
+	if src.err != nil {
+		m.Error = src.err.Error()
+		return m
+	}
+	var err error
+	if m.ClockOffset, err = clockOffset(ctx, src.config, now); err != nil {
+		m.Error = err.Error()
+		return m
+	}
+	if err := fillMember(ctx, &m, src); err != nil {
+		m.Error = err.Error()
+	}
+	return m
+}
+
+func fillMember(ctx context.Context, m *Member, src source) error {
+	gv, missing, err := servedAPIs(src.config, true)
+	if err != nil {
+		return err
+	}
+	m.MissingAPIs = missing
+	c, err := newClient(src.config, gv)
+	if err != nil {
+		return err
+	}
+	for name, value := range map[string]*string{aboutv1alpha1.ClusterIDName: &m.ClusterID, aboutv1alpha1.ClusterSetName: &m.ClusterSet} {
+		cp := &aboutv1alpha1.ClusterProperty{}
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, cp); ignoreAbsent(err) != nil {
+			return err
+		}
+		*value = cp.Spec.Value
+	}
+	nsList := &corev1.NamespaceList{}
+	if err := c.List(ctx, nsList); err != nil {
+		return err
+	}
+	for _, ns := range nsList.Items {
+		if ns.DeletionTimestamp == nil {
+			m.Namespaces = append(m.Namespaces, ns.Name)
+		}
+	}
+	if !gv.Empty() {
+		exports := &mcsv1beta1.ServiceExportList{}
+		if err := c.List(ctx, exports); ignoreAbsent(err) != nil {
+			return err
+		}
+		imports := &mcsv1beta1.ServiceImportList{}
+		if err := c.List(ctx, imports); err != nil {
+			return err
+		}
+		m.Exports, m.Imports = exports.Items, imports.Items
+	}
+	slices := &discoveryv1.EndpointSliceList{}
+	if err := c.List(ctx, slices, client.MatchingLabels{discoveryv1.LabelManagedBy: names.ManagedBy}); err != nil {
+		return err
+	}
+	derived := &corev1.ServiceList{}
+	if err := c.List(ctx, derived, client.MatchingLabels{names.LabelManagedBy: names.ManagedBy}); err != nil {
+		return err
+	}
+	m.Slices, m.DerivedServices = slices.Items, derived.Items
+	cm := &corev1.ConfigMap{}
+	switch err := c.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: corednsConfigMap}, cm); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return err
+	default:
+		if corefile, ok := cm.Data[corefileKey]; ok {
+			m.Corefile = &corefile
+		}
+	}
+	dep := &appsv1.Deployment{}
+	switch err := c.Get(ctx, client.ObjectKey{Namespace: controllerNamespace, Name: controllerDeployment}, dep); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return err
+	default:
+		m.ControllerVersion = imageVersion(dep.Spec.Template.Spec.Containers)
+	}
+	m.DNS, m.DNSSource = src.dns, src.dnsSource
+	if m.DNS == "" {
+		svc := &corev1.Service{}
+		err := c.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: kubeDNSService}, svc)
+		if ignoreAbsent(err) != nil {
+			return err
+		}
+		if err == nil && svc.Spec.ClusterIP != "" && svc.Spec.ClusterIP != corev1.ClusterIPNone {
+			m.DNS, m.DNSSource = net.JoinHostPort(svc.Spec.ClusterIP, "53"), "Service kube-system/"+kubeDNSService
+		}
+	}
+	return nil
+}
+
+// imageVersion is the tag (or digest) of the first container's image.
+func imageVersion(containers []corev1.Container) string {
+	if len(containers) == 0 {
+		return ""
+	}
+	image := containers[0].Image
+	if _, digest, ok := strings.Cut(image, "@"); ok {
+		return digest
+	}
+	if i := strings.LastIndex(image, ":"); i > strings.LastIndex(image, "/") {
+		return image[i+1:]
+	}
+	return "latest"
+}
+
+// ignoreAbsent treats a missing object or an unserved kind as no error.
+func ignoreAbsent(err error) error {
+	if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+		return nil
+	}
+	return err
+}
+
+func readBroker(ctx context.Context, src source, now func() time.Time) Broker {
+	b := Broker{Context: src.context}
+	err := src.err
+	if err == nil {
+		b.ClockOffset, err = clockOffset(ctx, src.config, now)
+	}
+	if err == nil {
+		err = fillBroker(ctx, &b, src.config)
+	}
+	if err != nil {
+		b.Error = err.Error()
+	}
+	return b
+}
+
+func fillBroker(ctx context.Context, b *Broker, cfg *rest.Config) error {
+	gv, missing, err := servedAPIs(cfg, false)
+	if err != nil {
+		return err
+	}
+	// The broker holds records as ServiceImports only; a missing ServiceExport kind is no fault there.
+	for _, r := range missing {
+		if r != mcsv1beta1.SchemeGroupVersion.WithResource(mcsv1beta1.ServiceExportPluralName).GroupResource().String() {
+			b.MissingAPIs = append(b.MissingAPIs, r)
+		}
+	}
+	c, err := newClient(cfg, gv)
+	if err != nil {
+		return err
+	}
+	sel := client.MatchingLabelsSelector{Selector: broker.Selector}
+	records := &mcsv1beta1.ServiceImportList{}
+	if !gv.Empty() {
+		if err := c.List(ctx, records, sel); err != nil {
+			return err
+		}
+	}
+	slices := &discoveryv1.EndpointSliceList{}
+	leases := &coordinationv1.LeaseList{}
+	err = errors.Join(c.List(ctx, slices, sel), c.List(ctx, leases, sel))
+	b.Records, b.Slices, b.Leases = records.Items, slices.Items, leases.Items
+	return err
+}
+
+// dnsAddress is where a member's DNS is asked: --dns, else its FLEET_DNS_<MEMBER> variable, else "" (the
+// collector then tries the member's kube-dns Service).
+func dnsAddress(context string, flags map[string]string) (string, string) {
+	if a, ok := flags[context]; ok {
+		return a, "--dns"
+	}
+	if a := os.Getenv(dnsEnv(context)); a != "" {
+		return a, "$" + dnsEnv(context)
+	}
+	return "", ""
+}

@@ -1,0 +1,518 @@
+package mcsctl
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"vksfleet.dev/fleet/controller/broker"
+	"vksfleet.dev/fleet/controller/merge"
+	"vksfleet.dev/fleet/controller/names"
+	"vksfleet.dev/fleet/plugin/zone"
+)
+
+// Result is a check's outcome.
+type Result string
+
+// Results. Unknown is for what the plugin cannot see (no Corefile ConfigMap, no DNS address): it is reported
+// with a hint but does not fail diagnose.
+const (
+	Pass    Result = "PASS"
+	Fail    Result = "FAIL"
+	Unknown Result = "UNKNOWN"
+)
+
+// The checks' names, stable for scripts reading -o json.
+const (
+	CheckReachable        = "reachable"
+	CheckCRDs             = "crds"
+	CheckCorefile         = "corefile"
+	CheckDNS              = "dns"
+	CheckLease            = "lease"
+	CheckClock            = "clock"
+	CheckStaleSlices      = "stale-slices"
+	CheckExportValid      = "export-valid"
+	CheckExportConflict   = "export-conflict"
+	CheckImportPresent    = "import-present"
+	CheckImportConsistent = "import-consistent"
+)
+
+// Check is one line of `kubectl mcs diagnose`.
+type Check struct {
+	Check string `json:"check"`
+	// Cluster is the member's context, or the broker's.
+	Cluster string `json:"cluster"`
+	// Service is namespace/name for the per-service checks.
+	Service string `json:"service,omitempty"`
+	Result  Result `json:"result"`
+	Message string `json:"message"`
+	// Hint says how to fix what did not pass.
+	Hint string `json:"hint,omitempty"`
+}
+
+// Passed reports whether no check failed.
+func Passed(checks []Check) bool {
+	return !slices.ContainsFunc(checks, func(c Check) bool { return c.Result == Fail })
+}
+
+// Diagnose runs every check on the snapshot: the clusterset's (broker, then each member) and, for each service of
+// scope, the export, import and DNS checks in each member.
+func Diagnose(s *Snapshot, scope []types.NamespacedName) []Check {
+	var out []Check
+	out = append(out, brokerChecks(s)...)
+	for i := range s.Members {
+		out = append(out, memberChecks(s, &s.Members[i])...)
+	}
+	for _, svc := range scope {
+		for i := range s.Members {
+			out = append(out, serviceChecks(s, &s.Members[i], svc)...)
+		}
+	}
+	return out
+}
+
+func brokerChecks(s *Snapshot) []Check {
+	b := &s.Broker
+	if b.Context == "" {
+		return []Check{{Check: CheckReachable, Cluster: "broker", Result: Fail, Message: "no broker context",
+			Hint: "name the broker's kubeconfig context with --broker-context"}}
+	}
+	if b.Error != "" {
+		return []Check{{Check: CheckReachable, Cluster: b.Context, Result: Fail, Message: b.Error,
+			Hint: fmt.Sprintf("check the broker's address and credentials: kubectl --context %s get --raw /version", b.Context)}}
+	}
+	out := []Check{{Check: CheckReachable, Cluster: b.Context, Result: Pass, Message: "broker reachable"}}
+	return append(out, crdCheck(b.Context, b.MissingAPIs, "bin/manifests/broker.yaml"))
+}
+
+func crdCheck(context string, missing []string, manifest string) Check {
+	if len(missing) == 0 {
+		return Check{Check: CheckCRDs, Cluster: context, Result: Pass, Message: "CRDs installed"}
+	}
+	return Check{Check: CheckCRDs, Cluster: context, Result: Fail,
+		Message: "not served: " + strings.Join(missing, ", "),
+		Hint:    fmt.Sprintf("install the CRDs: kubectl --context %s apply -f %s (make manifests renders it)", context, manifest)}
+}
+
+func memberChecks(s *Snapshot, m *Member) []Check {
+	if !m.reachable() {
+		return []Check{{Check: CheckReachable, Cluster: m.Context, Result: Fail, Message: m.Error,
+			Hint: fmt.Sprintf("check the member's address and credentials: kubectl --context %s get --raw /version", m.Context)}}
+	}
+	return []Check{
+		{Check: CheckReachable, Cluster: m.Context, Result: Pass, Message: "member reachable"},
+		crdCheck(m.Context, m.MissingAPIs, "bin/manifests/member.yaml"),
+		corefileCheck(m),
+		zoneCheck(m),
+		leaseCheck(s, m),
+		clockCheck(s, m),
+		staleSlicesCheck(s, m),
+	}
+}
+
+func corefileCheck(m *Member) Check {
+	c := Check{Check: CheckCorefile, Cluster: m.Context}
+	if m.Corefile == nil {
+		c.Result, c.Message = Unknown, fmt.Sprintf("no ConfigMap %s/%s with a %s key", metav1.NamespaceSystem, corednsConfigMap, corefileKey)
+		c.Hint = "if CoreDNS reads its Corefile elsewhere, check it has a `multicluster clusterset.local` stanza (Corefile.example)"
+		return c
+	}
+	ok, err := servesZone(*m.Corefile)
+	switch {
+	case err != nil:
+		c.Result, c.Message = Fail, err.Error()
+		c.Hint = fmt.Sprintf("fix the Corefile: kubectl --context %s -n %s edit configmap %s", m.Context, metav1.NamespaceSystem, corednsConfigMap)
+	case !ok:
+		c.Result, c.Message = Fail, "the Corefile has no multicluster stanza for clusterset.local"
+		c.Hint = fmt.Sprintf("add `multicluster clusterset.local` to its server block (see Corefile.example): kubectl --context %s -n %s edit configmap %s",
+			m.Context, metav1.NamespaceSystem, corednsConfigMap)
+	default:
+		c.Result, c.Message = Pass, "the Corefile serves clusterset.local with multicluster"
+	}
+	return c
+}
+
+// dnsHint says how to reach a member's DNS when the address tried did not answer.
+func dnsHint(m *Member) string {
+	if m.DNSSource == "" || strings.HasPrefix(m.DNSSource, "Service ") {
+		return fmt.Sprintf("a cluster's DNS Service address is rarely reachable from outside: pass --dns %s=HOST:PORT", m.Context)
+	}
+	return fmt.Sprintf("check that a DNS server runs at %s (from %s)", m.DNS, m.DNSSource)
+}
+
+func zoneCheck(m *Member) Check {
+	c := Check{Check: CheckDNS, Cluster: m.Context}
+	a, ok := m.DNSAnswers[versionQuery]
+	switch {
+	case m.DNS == "" || !ok:
+		c.Result, c.Message, c.Hint = Unknown, "no DNS address known", dnsHint(m)
+	case a.Error != "":
+		c.Result, c.Message, c.Hint = Fail, fmt.Sprintf("no answer from %s: %s", m.DNS, a.Error), dnsHint(m)
+	case a.Rcode != "NOERROR" || len(a.Records) == 0:
+		c.Result = Fail
+		c.Message = fmt.Sprintf("%s answers dns-version.%s with %s: it does not serve the zone", m.DNS, clustersetZone, a.Rcode)
+		c.Hint = "add the multicluster stanza to the Corefile of the member's CoreDNS (see Corefile.example)"
+	default:
+		c.Result = Pass
+		c.Message = fmt.Sprintf("%s serves %s (dns-version %s)", m.DNS, strings.TrimSuffix(clustersetZone, "."), strings.Join(a.Records, ","))
+		if a.Records[0] != zone.Version {
+			c.Message += fmt.Sprintf("; our CoreDNS answers %s", zone.Version)
+		}
+	}
+	return c
+}
+
+func leaseCheck(s *Snapshot, m *Member) Check {
+	c := Check{Check: CheckLease, Cluster: m.Context}
+	logs := fmt.Sprintf("the member's mcs-controller is down or cannot reach the broker: kubectl --context %s -n %s logs deploy/%s",
+		m.Context, controllerNamespace, controllerDeployment)
+	switch l := s.lease(m.ClusterID); {
+	case s.Broker.Context == "" || s.Broker.Error != "":
+		c.Result, c.Message, c.Hint = Unknown, "the broker cannot be read", "see the broker's reachable check"
+	case m.ClusterID == "":
+		c.Result, c.Message = Fail, fmt.Sprintf("no ClusterProperty %s: the controller never ran here", "cluster.clusterset.k8s.io")
+		c.Hint = logs
+	case !l.found:
+		c.Result, c.Message = Fail, fmt.Sprintf("no Lease %s/%s on the broker", names.BrokerNamespace(m.ClusterID), names.LeaseName)
+		c.Hint = logs
+	case l.age < -l.grace:
+		c.Result = Fail
+		c.Message = fmt.Sprintf("renewed %s in the broker's future (grace %s)", round(-l.age), l.grace)
+		c.Hint = "the controller's clock runs ahead of the broker's: synchronise the clocks (NTP)"
+	case !l.alive():
+		c.Result, c.Message = Fail, fmt.Sprintf("renewed %s ago, past the grace of %s: its endpoints are withdrawn everywhere", round(l.age), l.grace)
+		c.Hint = logs
+	default:
+		c.Result, c.Message = Pass, fmt.Sprintf("renewed %s ago (grace %s)", round(max(l.age, 0)), l.grace)
+	}
+	return c
+}
+
+func clockCheck(s *Snapshot, m *Member) Check {
+	c := Check{Check: CheckClock, Cluster: m.Context}
+	if s.Broker.Context == "" || s.Broker.Error != "" {
+		c.Result, c.Message, c.Hint = Unknown, "the broker cannot be read", "see the broker's reachable check"
+		return c
+	}
+	skew, grace := m.ClockOffset-s.Broker.ClockOffset, s.leaseGrace()
+	if skew.Abs() > grace {
+		c.Result = Fail
+		c.Message = fmt.Sprintf("the API server's clock is %s off the broker's, more than the lease grace %s", round(skew), grace)
+		c.Hint = "synchronise the clocks (NTP): members judge each other's Leases on the broker's clock"
+		return c
+	}
+	c.Result, c.Message = Pass, fmt.Sprintf("within %s of the broker's clock (grace %s)", round(skew.Abs()), grace)
+	return c
+}
+
+// staleSlicesCheck finds imported slices whose source cluster no longer contributes: it has no Lease (it left),
+// its Lease expired, or it no longer exports the service. The member's own endpoints are never stale.
+func staleSlicesCheck(s *Snapshot, m *Member) Check {
+	c := Check{Check: CheckStaleSlices, Cluster: m.Context}
+	if s.Broker.Context == "" || s.Broker.Error != "" {
+		c.Result, c.Message, c.Hint = Unknown, "the broker cannot be read", "see the broker's reachable check"
+		return c
+	}
+	var stale []string
+	var sources []string
+	for _, sl := range m.Slices {
+		src := broker.ClusterOf(&sl)
+		if src == m.ClusterID {
+			continue
+		}
+		svc := types.NamespacedName{Namespace: sl.Namespace, Name: sl.Labels[mcsv1beta1.LabelServiceName]}
+		why := ""
+		switch l := s.lease(src); {
+		case !l.found:
+			why = "which left the clusterset (no Lease)"
+		case l.age > l.grace+withdrawMargin:
+			why = fmt.Sprintf("whose Lease was last renewed %s ago (grace %s)", round(l.age), l.grace)
+		case !l.alive():
+			continue // being withdrawn right now
+		case !slices.ContainsFunc(s.exports(svc), func(e merge.Export) bool { return e.Cluster == src }):
+			why = "which no longer exports it"
+		default:
+			continue
+		}
+		stale = append(stale, fmt.Sprintf("%s/%s of %s from %s, %s", sl.Namespace, sl.Name, svc, src, why))
+		if !slices.Contains(sources, src) {
+			sources = append(sources, src)
+		}
+	}
+	if len(stale) == 0 {
+		c.Result, c.Message = Pass, "every imported slice comes from a live exporter"
+		return c
+	}
+	slices.Sort(stale)
+	c.Result, c.Message = Fail, fmt.Sprintf("%d stale slices: %s", len(stale), strings.Join(stale, "; "))
+	c.Hint = fmt.Sprintf("the member's mcs-controller deletes them when it runs (see its lease check); by hand: kubectl --context %s delete endpointslices -A -l %s=%s",
+		m.Context, mcsv1beta1.LabelSourceCluster, names.LabelValue(sources[0]))
+	return c
+}
+
+// withdrawMargin is how long past a Lease's expiry its member's slices may remain before they count as stale:
+// the controllers withdraw them within about a second, and diagnose must not flag that window.
+const withdrawMargin = 5 * time.Second
+
+func round(d time.Duration) time.Duration { return d.Round(time.Second) }
+
+func serviceChecks(s *Snapshot, m *Member, svc types.NamespacedName) []Check {
+	if !m.reachable() || len(m.MissingAPIs) > 0 {
+		return nil // the member's reachable and crds checks already fail
+	}
+	var out []Check
+	if se := m.export(svc); se != nil {
+		out = append(out, exportValidCheck(m, svc, se), exportConflictCheck(m, svc, se))
+	}
+	if !m.hasNamespace(svc.Namespace) {
+		return out
+	}
+	exports := s.exports(svc)
+	si := m.serviceImport(svc)
+	if present := importPresentCheck(s, m, svc, exports, si); present != nil {
+		out = append(out, *present)
+	}
+	if si != nil && len(exports) > 0 && s.Broker.Error == "" {
+		out = append(out, importConsistentCheck(s, m, svc, exports, si))
+	}
+	if m.DNS != "" && len(exports) > 0 {
+		out = append(out, serviceDNSCheck(m, svc, si))
+	}
+	return out
+}
+
+func newCheck(name string, m *Member, svc types.NamespacedName) Check {
+	return Check{Check: name, Cluster: m.Context, Service: svc.String()}
+}
+
+// controllerHint points at the member's controller, which writes what a failed check found missing.
+func controllerHint(m *Member) string {
+	return fmt.Sprintf("the member's mcs-controller writes this: see its lease check and its logs (kubectl --context %s -n %s logs deploy/%s)",
+		m.Context, controllerNamespace, controllerDeployment)
+}
+
+func exportValidCheck(m *Member, svc types.NamespacedName, se *mcsv1beta1.ServiceExport) Check {
+	c := newCheck(CheckExportValid, m, svc)
+	cond := meta.FindStatusCondition(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionValid))
+	switch {
+	case cond == nil:
+		c.Result, c.Message, c.Hint = Fail, "the ServiceExport has no Valid condition yet", controllerHint(m)
+	case cond.Status != metav1.ConditionTrue:
+		c.Result, c.Message = Fail, fmt.Sprintf("Valid=%s/%s: %s", cond.Status, cond.Reason, cond.Message)
+		switch mcsv1beta1.ServiceExportConditionReason(cond.Reason) {
+		case mcsv1beta1.ServiceExportReasonNoService:
+			c.Hint = fmt.Sprintf("create the Service %s in %s, or delete its ServiceExport", svc, m.Context)
+		case mcsv1beta1.ServiceExportReasonInvalidServiceType:
+			c.Hint = "an ExternalName Service cannot be exported: export a ClusterIP or headless Service"
+		default:
+			c.Hint = "fix what the message names, or export from another namespace"
+		}
+	default:
+		c.Result, c.Message = Pass, "the ServiceExport is valid"
+	}
+	return c
+}
+
+func exportConflictCheck(m *Member, svc types.NamespacedName, se *mcsv1beta1.ServiceExport) Check {
+	c := newCheck(CheckExportConflict, m, svc)
+	cond := meta.FindStatusCondition(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionConflict))
+	if cond != nil && cond.Status == metav1.ConditionTrue {
+		c.Result, c.Message = Fail, fmt.Sprintf("Conflict=True/%s: %s", cond.Reason, cond.Message)
+		c.Hint = fmt.Sprintf("make the exported Services agree in every cluster (kubectl mcs services -n %s %s -o wide); until then the oldest export wins", svc.Namespace, svc.Name)
+		return c
+	}
+	c.Result, c.Message = Pass, "no conflict"
+	return c
+}
+
+// importPresentCheck: an import exists in every member with the namespace while a cluster exports the service,
+// and nowhere once none does. It says nothing about a service that no cluster exports and no member imports.
+func importPresentCheck(s *Snapshot, m *Member, svc types.NamespacedName, exports []merge.Export, si *mcsv1beta1.ServiceImport) *Check {
+	c := newCheck(CheckImportPresent, m, svc)
+	switch {
+	case s.Broker.Context == "" || s.Broker.Error != "":
+		return nil
+	case len(exports) == 0 && si == nil:
+		return nil
+	case len(exports) == 0:
+		c.Result, c.Message, c.Hint = Fail, "a ServiceImport remains though no cluster exports the service", controllerHint(m)
+	case si == nil:
+		c.Result = Fail
+		c.Message = fmt.Sprintf("namespace %s exists but there is no ServiceImport (exported by %s)", svc.Namespace, clustersOf(exports))
+		c.Hint = controllerHint(m)
+	default:
+		c.Result, c.Message = Pass, fmt.Sprintf("imported (exported by %s)", clustersOf(exports))
+	}
+	return &c
+}
+
+func clustersOf(exports []merge.Export) string {
+	ids := make([]string, len(exports))
+	for i, e := range exports {
+		ids[i] = e.Cluster
+	}
+	return strings.Join(ids, ", ")
+}
+
+// importConsistentCheck compares the member's import with what the broker's records make of it: the merged type
+// and ports, the derived Service's IPs as the import's ClusterSetIPs, and per live exporter the same endpoints
+// as that exporter's slices on the broker.
+func importConsistentCheck(s *Snapshot, m *Member, svc types.NamespacedName, exports []merge.Export, si *mcsv1beta1.ServiceImport) Check {
+	c := newCheck(CheckImportConsistent, m, svc)
+	merged := merge.Merge(exports)
+	var problems []string
+	if si.Spec.Type != merged.Spec.Type {
+		problems = append(problems, fmt.Sprintf("type %s, the exports make %s", si.Spec.Type, merged.Spec.Type))
+	}
+	if got, want := portTexts(si.Spec.Ports), portTexts(merged.Spec.Ports); !slices.Equal(got, want) {
+		problems = append(problems, fmt.Sprintf("ports %v, the exports make %v", got, want))
+	}
+	if si.Spec.Type == mcsv1beta1.ClusterSetIP {
+		switch d := m.derivedService(svc); {
+		case d == nil:
+			problems = append(problems, "no derived Service "+names.DerivedServiceName(svc.Namespace, svc.Name))
+		case !slices.Equal(d.Spec.ClusterIPs, si.Spec.IPs):
+			problems = append(problems, fmt.Sprintf("ips %v, the derived Service has %v", si.Spec.IPs, d.Spec.ClusterIPs))
+		}
+	}
+	local := m.importedSlices(svc)
+	for _, e := range exports {
+		if e.Cluster != m.ClusterID && !s.lease(e.Cluster).alive() {
+			continue // withdrawn: the stale-slices check looks at what remains of it
+		}
+		here := endpointKeys(slices.DeleteFunc(slices.Clone(local), func(sl discoveryv1.EndpointSlice) bool { return broker.ClusterOf(&sl) != e.Cluster }))
+		there := endpointKeys(s.brokerSlices(svc, e.Cluster))
+		if !slices.Equal(here, there) {
+			problems = append(problems, fmt.Sprintf("endpoints from %s: %d here %v, %d on the broker %v", e.Cluster, len(here), here, len(there), there))
+		}
+	}
+	if len(problems) > 0 {
+		c.Result, c.Message, c.Hint = Fail, strings.Join(problems, "; "), controllerHint(m)
+		return c
+	}
+	c.Result, c.Message = Pass, "the import, derived Service and slices match the broker"
+	return c
+}
+
+func portTexts(ps []mcsv1beta1.ServicePort) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = portText(p)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// endpointKeys are the slices' endpoints as sorted "address(ready,serving)" strings, so that two sets of slices
+// compare equal however the endpoints are split among them.
+func endpointKeys(in []discoveryv1.EndpointSlice) []string {
+	out := []string{}
+	for _, sl := range in {
+		for _, ep := range sl.Endpoints {
+			ready := ep.Conditions.Ready == nil || *ep.Conditions.Ready
+			serving := ep.Conditions.Serving == nil || *ep.Conditions.Serving
+			state := ""
+			if !ready {
+				state = "(not ready)"
+			} else if !serving {
+				state = "(not serving)"
+			}
+			out = append(out, strings.Join(ep.Addresses, ",")+state)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// serviceDNSCheck asks whether the member's DNS answers the service's name as its import says: a ClusterSetIP
+// import's IPs exactly; for a headless one a non-empty subset of the ready endpoints (locality may narrow it),
+// or NXDOMAIN when none is ready.
+func serviceDNSCheck(m *Member, svc types.NamespacedName, si *mcsv1beta1.ServiceImport) Check {
+	c := newCheck(CheckDNS, m, svc)
+	qs := serviceQueries(svc)
+	name := strings.TrimSuffix(qs[0].name, ".")
+	if si == nil {
+		a := m.DNSAnswers[qs[0].key()]
+		c.Result, c.Message = Fail, fmt.Sprintf("%s does not resolve (%s%s): there is no ServiceImport here", name, a.Rcode, a.Error)
+		c.Hint = controllerHint(m)
+		return c
+	}
+	var want []string
+	headless := si.Spec.Type == mcsv1beta1.Headless
+	if headless {
+		want = readyAddresses(m.importedSlices(svc))
+	} else {
+		want = slices.Clone(si.Spec.IPs)
+	}
+	var problems, got []string
+	for _, q := range qs {
+		a, ok := m.DNSAnswers[q.key()]
+		if !ok {
+			c.Result, c.Message, c.Hint = Unknown, "not asked", dnsHint(m)
+			return c
+		}
+		if a.Error != "" {
+			c.Result, c.Message, c.Hint = Fail, fmt.Sprintf("no answer from %s: %s", m.DNS, a.Error), dnsHint(m)
+			return c
+		}
+		family := familyOf(want, q.qtype == dns.TypeAAAA)
+		records := slices.Sorted(slices.Values(a.Records))
+		got = append(got, records...)
+		switch {
+		case headless && len(want) == 0:
+			if a.Rcode != "NXDOMAIN" && len(records) > 0 {
+				problems = append(problems, fmt.Sprintf("%s answered %v though no endpoint is ready", dns.TypeToString[q.qtype], records))
+			}
+		case headless:
+			if len(family) > 0 && (len(records) == 0 || !subset(records, family)) {
+				problems = append(problems, fmt.Sprintf("%s answered %v (%s), the ready endpoints are %v", dns.TypeToString[q.qtype], records, a.Rcode, family))
+			}
+		case !slices.Equal(records, family):
+			problems = append(problems, fmt.Sprintf("%s answered %v (%s), the ClusterSetIPs are %v", dns.TypeToString[q.qtype], records, a.Rcode, family))
+		}
+	}
+	if len(problems) > 0 {
+		c.Result, c.Message = Fail, name+": "+strings.Join(problems, "; ")
+		c.Hint = fmt.Sprintf("check the member's CoreDNS (its Corefile and logs) at %s; it may lag the import by its cache TTL", m.DNS)
+		return c
+	}
+	c.Result, c.Message = Pass, fmt.Sprintf("%s resolves to %v", name, got)
+	return c
+}
+
+// familyOf keeps the addresses of one family, sorted: IPv6 when v6, else IPv4.
+func familyOf(addrs []string, v6 bool) []string {
+	var out []string
+	for _, a := range addrs {
+		if ip, err := netip.ParseAddr(a); err == nil && ip.Is6() == v6 {
+			out = append(out, ip.String())
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func readyAddresses(in []discoveryv1.EndpointSlice) []string {
+	var out []string
+	for _, sl := range in {
+		for _, ep := range sl.Endpoints {
+			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+				out = append(out, ep.Addresses...)
+			}
+		}
+	}
+	return out
+}
+
+func subset(a, b []string) bool {
+	return !slices.ContainsFunc(a, func(x string) bool { return !slices.Contains(b, x) })
+}

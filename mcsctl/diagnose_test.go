@@ -1,0 +1,183 @@
+package mcsctl
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"vksfleet.dev/fleet/controller/broker"
+	"vksfleet.dev/fleet/controller/imports"
+	"vksfleet.dev/fleet/controller/merge"
+	"vksfleet.dev/fleet/controller/names"
+)
+
+var (
+	web   = types.NamespacedName{Namespace: "demo", Name: "web"}
+	epoch = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+)
+
+// fixture is a healthy clusterset built with the controller's own builders: cluster-a exports demo/web with two
+// ready endpoints, cluster-a and cluster-b import it, both Leases are fresh, and each member's DNS answers.
+func fixture(t *testing.T) *Snapshot {
+	t.Helper()
+	export := merge.Export{Cluster: "cluster-a", Created: epoch, Spec: mcsv1beta1.ServiceImportSpec{
+		Type: mcsv1beta1.ClusterSetIP, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+		Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
+	}}
+	record, err := broker.Record(web, export)
+	if err != nil {
+		t.Fatal(err)
+	}
+	source := discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "web-abcde"},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{
+			{Addresses: []string{"10.1.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}},
+			{Addresses: []string{"10.1.0.2"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}},
+		},
+	}
+	brokerSlice := broker.Slice("cluster-a", web, &source)
+	brokerSlice.Name = names.BrokerSliceName(web.Namespace, web.Name, source.Name, 0)
+	s := &Snapshot{Now: epoch.Add(time.Hour), Broker: Broker{
+		Context: "broker", Records: []mcsv1beta1.ServiceImport{*record},
+		Slices: []discoveryv1.EndpointSlice{*brokerSlice},
+		Leases: []coordinationv1.Lease{lease("cluster-a", 2*time.Second), lease("cluster-b", time.Second)},
+	}}
+	merged := merge.Merge([]merge.Export{export})
+	for i, name := range []string{"cluster-a", "cluster-b"} {
+		derived := imports.DerivedService(web, merged, nil)
+		derived.Spec.ClusterIPs = []string{"10.128.0." + string(rune('1'+i))}
+		si := imports.ServiceImport(web, merged, derived)
+		m := Member{
+			Context: name, ClusterID: name, ClusterSet: "set", Namespaces: []string{"default", "demo"},
+			Imports: []mcsv1beta1.ServiceImport{*si}, DerivedServices: []corev1.Service{*derived},
+			Slices: imports.Slices(web, []imports.Source{{Cluster: "cluster-a", Slice: *brokerSlice}}, nil),
+			DNS:    "127.0.0.1:53" + string(rune('1'+i)), DNSSource: "--dns",
+			DNSAnswers: map[string]DNSAnswer{
+				versionQuery:                 {Rcode: "NOERROR", Records: []string{"1.0.0"}},
+				serviceQueries(web)[0].key(): {Rcode: "NOERROR", Records: derived.Spec.ClusterIPs},
+				serviceQueries(web)[1].key(): {Rcode: "NOERROR"},
+			},
+		}
+		s.Members = append(s.Members, m)
+	}
+	s.Members[0].Exports = []mcsv1beta1.ServiceExport{{
+		ObjectMeta: metav1.ObjectMeta{Namespace: web.Namespace, Name: web.Name},
+		Status: mcsv1beta1.ServiceExportStatus{Conditions: []metav1.Condition{
+			{Type: "Valid", Status: metav1.ConditionTrue, Reason: "Valid"},
+			{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Exported"},
+			{Type: "Conflict", Status: metav1.ConditionFalse, Reason: "NoConflicts"},
+		}},
+	}}
+	return s
+}
+
+// lease is the member's broker Lease renewed age before the fixture's Now, with a 30 s grace.
+func lease(id string, age time.Duration) coordinationv1.Lease {
+	return coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: names.BrokerNamespace(id), Name: names.LeaseName,
+			Annotations: map[string]string{names.AnnotationClusterID: id}},
+		Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](30),
+			RenewTime: &metav1.MicroTime{Time: epoch.Add(time.Hour - age)}},
+	}
+}
+
+func TestDiagnose(t *testing.T) {
+	if checks := Diagnose(fixture(t), []types.NamespacedName{web}); !Passed(checks) {
+		t.Fatalf("the healthy fixture fails: %+v", checks)
+	}
+	cases := []struct {
+		name            string
+		fault           func(*Snapshot)
+		check, cluster  string
+		service         string
+		want            Result
+		messageContains string
+	}{
+		{"member unreachable", func(s *Snapshot) { s.Members[1] = Member{Context: "cluster-b", Error: "connection refused"} },
+			CheckReachable, "cluster-b", "", Fail, "connection refused"},
+		{"broker absent", func(s *Snapshot) { s.Broker = Broker{} }, CheckReachable, "broker", "", Fail, "no broker context"},
+		{"CRD missing", func(s *Snapshot) { s.Members[1].MissingAPIs = []string{"serviceexports.multicluster.x-k8s.io"} },
+			CheckCRDs, "cluster-b", "", Fail, "serviceexports"},
+		{"no Corefile ConfigMap", func(*Snapshot) {}, CheckCorefile, "cluster-a", "", Unknown, "no ConfigMap"},
+		{"Corefile without the stanza", func(s *Snapshot) { s.Members[0].Corefile = ptr.To(".:53 {\n  errors\n}\n") },
+			CheckCorefile, "cluster-a", "", Fail, "no multicluster stanza"},
+		{"Corefile with the stanza", func(s *Snapshot) { s.Members[0].Corefile = ptr.To(".:53 {\n  multicluster clusterset.local\n}\n") },
+			CheckCorefile, "cluster-a", "", Pass, ""},
+		{"DNS without the zone", func(s *Snapshot) { s.Members[1].DNSAnswers[versionQuery] = DNSAnswer{Rcode: "REFUSED"} },
+			CheckDNS, "cluster-b", "", Fail, "REFUSED"},
+		{"DNS unreachable", func(s *Snapshot) { s.Members[1].DNSAnswers[versionQuery] = DNSAnswer{Error: "i/o timeout"} },
+			CheckDNS, "cluster-b", "", Fail, "i/o timeout"},
+		{"no DNS address", func(s *Snapshot) { s.Members[1].DNS, s.Members[1].DNSAnswers = "", nil },
+			CheckDNS, "cluster-b", "", Unknown, "no DNS address"},
+		{"DNS answers another IP", func(s *Snapshot) {
+			s.Members[1].DNSAnswers[serviceQueries(web)[0].key()] = DNSAnswer{Rcode: "NOERROR", Records: []string{"10.9.9.9"}}
+		}, CheckDNS, "cluster-b", "demo/web", Fail, "10.9.9.9"},
+		{"DNS NXDOMAIN for the service", func(s *Snapshot) {
+			s.Members[1].DNSAnswers[serviceQueries(web)[0].key()] = DNSAnswer{Rcode: "NXDOMAIN"}
+		}, CheckDNS, "cluster-b", "demo/web", Fail, "NXDOMAIN"},
+		{"lease expired", func(s *Snapshot) { s.Broker.Leases[1] = lease("cluster-b", 31*time.Second) },
+			CheckLease, "cluster-b", "", Fail, "past the grace"},
+		{"lease absent", func(s *Snapshot) { s.Broker.Leases = s.Broker.Leases[:1] }, CheckLease, "cluster-b", "", Fail, "no Lease"},
+		{"lease renewed in the future", func(s *Snapshot) { s.Broker.Leases[1] = lease("cluster-b", -time.Minute) },
+			CheckLease, "cluster-b", "", Fail, "future"},
+		{"clock skew", func(s *Snapshot) { s.Members[1].ClockOffset = 45 * time.Second }, CheckClock, "cluster-b", "", Fail, "45s off"},
+		{"clock skew within the grace", func(s *Snapshot) { s.Members[1].ClockOffset = 20 * time.Second }, CheckClock, "cluster-b", "", Pass, ""},
+		{"slices of a member that left", func(s *Snapshot) { s.Broker.Leases = s.Broker.Leases[1:] },
+			CheckStaleSlices, "cluster-b", "", Fail, "left the clusterset"},
+		{"slices of an expired member", func(s *Snapshot) { s.Broker.Leases[0] = lease("cluster-a", time.Minute) },
+			CheckStaleSlices, "cluster-b", "", Fail, "last renewed 1m0s ago"},
+		{"slices being withdrawn right after expiry", func(s *Snapshot) { s.Broker.Leases[0] = lease("cluster-a", 32*time.Second) },
+			CheckStaleSlices, "cluster-b", "", Pass, ""},
+		{"the exporter's own slices are never stale", func(s *Snapshot) { s.Broker.Leases[0] = lease("cluster-a", time.Minute) },
+			CheckStaleSlices, "cluster-a", "", Pass, ""},
+		{"export invalid", func(s *Snapshot) {
+			s.Members[0].Exports[0].Status.Conditions[0] = metav1.Condition{Type: "Valid", Status: metav1.ConditionFalse, Reason: "NoService"}
+		}, CheckExportValid, "cluster-a", "demo/web", Fail, "NoService"},
+		{"export in conflict", func(s *Snapshot) {
+			s.Members[0].Exports[0].Status.Conditions[2] = metav1.Condition{Type: "Conflict", Status: metav1.ConditionTrue, Reason: "PortConflict", Message: "ports differ"}
+		}, CheckExportConflict, "cluster-a", "demo/web", Fail, "PortConflict"},
+		{"import missing", func(s *Snapshot) { s.Members[1].Imports = nil }, CheckImportPresent, "cluster-b", "demo/web", Fail, "no ServiceImport"},
+		{"import left behind", func(s *Snapshot) { s.Broker.Records = nil }, CheckImportPresent, "cluster-b", "demo/web", Fail, "no cluster exports"},
+		{"import's slices lag the broker", func(s *Snapshot) { s.Members[1].Slices[0].Endpoints = s.Members[1].Slices[0].Endpoints[:1] },
+			CheckImportConsistent, "cluster-b", "demo/web", Fail, "1 here"},
+		{"derived Service missing", func(s *Snapshot) { s.Members[1].DerivedServices = nil },
+			CheckImportConsistent, "cluster-b", "demo/web", Fail, "no derived Service"},
+		{"import's ports differ", func(s *Snapshot) { s.Members[1].Imports[0].Spec.Ports[0].Port = 81 },
+			CheckImportConsistent, "cluster-b", "demo/web", Fail, "ports"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := fixture(t)
+			c.fault(s)
+			checks := Diagnose(s, []types.NamespacedName{web})
+			var found []Check
+			for _, got := range checks {
+				if got.Check == c.check && got.Cluster == c.cluster && got.Service == c.service {
+					found = append(found, got)
+				}
+			}
+			if len(found) != 1 {
+				t.Fatalf("%d %s checks for %s %s in %+v", len(found), c.check, c.cluster, c.service, checks)
+			}
+			got := found[0]
+			if got.Result != c.want || !strings.Contains(got.Message, c.messageContains) {
+				t.Errorf("%s: %s %q, want %s containing %q", c.check, got.Result, got.Message, c.want, c.messageContains)
+			}
+			if got.Result != Pass && got.Hint == "" {
+				t.Errorf("%s %s without a hint", c.check, got.Result)
+			}
+			if c.want == Fail && Passed(checks) {
+				t.Error("Passed with a failed check")
+			}
+		})
+	}
+}

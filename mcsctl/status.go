@@ -1,0 +1,104 @@
+package mcsctl
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+)
+
+// StatusRow is one member in `kubectl mcs status`.
+type StatusRow struct {
+	// Name is the member's context.
+	Name      string `json:"name"`
+	Reachable bool   `json:"reachable"`
+	// Error says why an unreachable member could not be read.
+	Error      string `json:"error,omitempty"`
+	ClusterID  string `json:"clusterID,omitempty"`
+	ClusterSet string `json:"clusterSet,omitempty"`
+	// Controller is the mcs-controller's version, "" when the member does not say.
+	Controller string `json:"controller,omitempty"`
+	// LeaseAgeSeconds is how long ago the member's broker Lease was renewed (on the broker's clock); nil without
+	// a Lease. Alive says whether that is within the Lease's grace.
+	LeaseAgeSeconds *float64 `json:"leaseAgeSeconds,omitempty"`
+	Alive           bool     `json:"alive"`
+	// Broker is the context of the broker holding the member's Lease; "" when it holds none.
+	Broker string `json:"broker,omitempty"`
+	// DNS says whether the member's DNS server answers clusterset.local: "yes", "no", or "unknown" when no
+	// address is known; DNSAddress is where it was asked.
+	DNS        string `json:"dns"`
+	DNSAddress string `json:"dnsAddress,omitempty"`
+}
+
+// Status is one row per member, in context order; unreachable members are rows too.
+func Status(s *Snapshot) []StatusRow {
+	rows := make([]StatusRow, 0, len(s.Members))
+	for i := range s.Members {
+		m := &s.Members[i]
+		row := StatusRow{Name: m.Context, Reachable: m.reachable(), Error: m.Error, DNSAddress: m.DNS}
+		if !row.Reachable {
+			row.DNS = dnsUnknown
+			rows = append(rows, row)
+			continue
+		}
+		row.ClusterID, row.ClusterSet, row.Controller = m.ClusterID, m.ClusterSet, m.ControllerVersion
+		if l := s.lease(m.ClusterID); m.ClusterID != "" && l.found {
+			age := l.age.Seconds()
+			row.LeaseAgeSeconds, row.Alive, row.Broker = &age, l.alive(), s.Broker.Context
+		}
+		row.DNS = zoneServed(m)
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// DNS column values.
+const (
+	dnsYes     = "yes"
+	dnsNo      = "no"
+	dnsUnknown = "unknown"
+)
+
+// zoneServed says whether the member's DNS answered dns-version.clusterset.local with our schema version.
+func zoneServed(m *Member) string {
+	a, ok := m.DNSAnswers[versionQuery]
+	switch {
+	case !ok:
+		return dnsUnknown
+	case a.Rcode == "NOERROR" && len(a.Records) > 0:
+		return dnsYes
+	default:
+		return dnsNo
+	}
+}
+
+func statusTable(rows []StatusRow) *metav1.Table {
+	t := &metav1.Table{ColumnDefinitions: []metav1.TableColumnDefinition{
+		{Name: "Name", Type: "string"}, {Name: "Status", Type: "string"}, {Name: "Cluster-ID", Type: "string"},
+		{Name: "ClusterSet", Type: "string"}, {Name: "Controller", Type: "string"}, {Name: "Lease-Age", Type: "string"},
+		{Name: "Alive", Type: "string"}, {Name: "Broker", Type: "string"}, {Name: "DNS", Type: "string"},
+		{Name: "DNS-Address", Type: "string", Priority: 1}, {Name: "Message", Type: "string", Priority: 1},
+	}}
+	for _, r := range rows {
+		status, age, alive := "Reachable", "-", "-"
+		if !r.Reachable {
+			status = "Unreachable"
+		}
+		if r.LeaseAgeSeconds != nil {
+			age = duration.HumanDuration(time.Duration(*r.LeaseAgeSeconds * float64(time.Second)))
+			alive = "no"
+			if r.Alive {
+				alive = "yes"
+			}
+		}
+		controller := r.Controller
+		if r.Reachable && controller == "" {
+			controller = "unknown"
+		}
+		t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{
+			r.Name, status, dash(r.ClusterID), dash(r.ClusterSet), dash(controller), age, alive, dash(r.Broker), r.DNS,
+			dash(r.DNSAddress), dash(r.Error),
+		}})
+	}
+	return t
+}

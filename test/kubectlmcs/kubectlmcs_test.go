@@ -1,0 +1,407 @@
+package kubectlmcs
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"vksfleet.dev/fleet/build/deploy/crds"
+	"vksfleet.dev/fleet/controller/names"
+	"vksfleet.dev/fleet/mcsctl"
+	"vksfleet.dev/fleet/test/clusterset"
+	"vksfleet.dev/fleet/test/poll"
+	"vksfleet.dev/fleet/test/proc"
+)
+
+const ns = "demo"
+
+// TestKubectlMCS runs on one fleet: a healthy clusterset first, then each fault diagnose is meant to find, caused
+// for real, seen to fail its check, fixed, and seen to pass. The subtests run in order and each leaves the
+// clusterset healthy.
+func TestKubectlMCS(t *testing.T) {
+	ctx := context.Background()
+	createNamespace(t, ns, clusterset.DefaultMembers...)
+	serve(t, "cluster-a", ns, "web", 80, 1)
+	serve(t, "cluster-b", ns, "web", 80, 2)
+	for _, m := range []string{"cluster-a", "cluster-b"} {
+		if r := mcs(t, "export", "web", "-n", ns, "--context", m, "--timeout", "30s"); r.code != 0 || !strings.Contains(r.stdout, "Ready=True/Exported") {
+			t.Fatalf("export web in %s: exit %d, %q %q", m, r.code, r.stdout, r.stderr)
+		}
+	}
+
+	t.Run("healthy", func(t *testing.T) {
+		waitPassed(t)
+		var status struct{ Members []mcsctl.StatusRow }
+		decode(t, mcs(t, "status", "-o", "json"), &status)
+		if len(status.Members) != 3 {
+			t.Fatalf("status lists %d members, want 3: %+v", len(status.Members), status.Members)
+		}
+		for i, row := range status.Members {
+			if row.Name != clusterset.DefaultMembers[i] || !row.Reachable || !row.Alive || row.ClusterID != row.Name ||
+				row.ClusterSet != "clusterset" || row.Broker != clusterset.BrokerName || row.DNS != "yes" {
+				t.Errorf("status row %+v, want %s reachable, alive, on the broker, DNS serving", row, clusterset.DefaultMembers[i])
+			}
+		}
+		var matrix struct{ Services []mcsctl.ServiceRow }
+		decode(t, mcs(t, "services", "-n", ns, "-o", "json"), &matrix)
+		var cells []string
+		for _, r := range matrix.Services {
+			cells = append(cells, fmt.Sprintf("%s/%s@%s exported=%v imported=%v %s ips=%d %s", r.Namespace, r.Name, r.Cluster,
+				r.Exported, r.Imported, r.Type, len(r.ClusterSetIPs), endpoints(r.Endpoints)))
+		}
+		want := []string{
+			"demo/web@cluster-a exported=true imported=true ClusterSetIP ips=1 cluster-a=1/1 cluster-b=2/2",
+			"demo/web@cluster-b exported=true imported=true ClusterSetIP ips=1 cluster-a=1/1 cluster-b=2/2",
+			"demo/web@cluster-c exported=false imported=true ClusterSetIP ips=1 cluster-a=1/1 cluster-b=2/2",
+		}
+		if !slices.Equal(cells, want) {
+			t.Errorf("services matrix:\n%s\nwant:\n%s", strings.Join(cells, "\n"), strings.Join(want, "\n"))
+		}
+		r := mcs(t, "services", "-o", "wide")
+		for _, col := range []string{"NAMESPACE", "CLUSTERSET-IP", "ENDPOINTS", "LOCALITY", "PORTS", "http:80/TCP"} {
+			if !strings.Contains(r.stdout, col) {
+				t.Errorf("services -o wide lacks %q:\n%s", col, r.stdout)
+			}
+		}
+		// kubectl itself finds the plugin on PATH.
+		assets, err := clusterset.AssetsDir("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(filepath.Join(assets, "kubectl"), "mcs", "status", "--kubeconfig", kubeconfig)
+		cmd.Env = append(os.Environ(), "PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "CLUSTER-ID") || !strings.Contains(string(out), "cluster-c") {
+			t.Errorf("kubectl mcs status: %v\n%s", err, out)
+		}
+		for _, args := range [][]string{{"status"}, {"services"}, {"diagnose", "web"}} {
+			r := mcs(t, args...)
+			t.Logf("kubectl mcs %s (exit %d):\n%s", strings.Join(args, " "), r.code, r.stdout)
+		}
+	})
+
+	t.Run("unreachable member", func(t *testing.T) {
+		withGone := addContext(t, "cluster-gone", "https://127.0.0.1:1")
+		r := mcs(t, "--kubeconfig", withGone, "status")
+		if r.code != 0 || !hasLine(r.stdout, "cluster-gone", "Unreachable") {
+			t.Errorf("status with an unreachable member: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+		d := diagnose(t, "--kubeconfig", withGone)
+		if err := d.expect(mcsctl.CheckReachable, "cluster-gone", "", mcsctl.Fail); err != nil || d.code == 0 {
+			t.Errorf("exit %d: %v", d.code, err)
+		}
+		d = diagnose(t, "--kubeconfig", withGone, "--contexts", strings.Join(clusterset.DefaultMembers, ","))
+		if !d.Passed || len(d.find(mcsctl.CheckReachable, "cluster-gone", "")) > 0 {
+			t.Errorf("without the unreachable context: %v", failures(d))
+		}
+	})
+
+	t.Run("export-valid", func(t *testing.T) {
+		r := mcs(t, "export", "ghost", "-n", ns, "--context", "cluster-a", "--timeout", "30s")
+		if r.code == 0 || !strings.Contains(r.stderr, string(mcsv1beta1.ServiceExportReasonNoService)) {
+			t.Errorf("export of a missing Service: exit %d, %q %q", r.code, r.stdout, r.stderr)
+		}
+		waitCheck(t, mcsctl.CheckExportValid, "cluster-a", ns+"/ghost", mcsctl.Fail, ns+"/ghost")
+		serve(t, "cluster-a", ns, "ghost", 80, 1)
+		waitCheck(t, mcsctl.CheckExportValid, "cluster-a", ns+"/ghost", mcsctl.Pass, ns+"/ghost")
+		if r := mcs(t, "unexport", "ghost", "-n", ns, "--context", "cluster-a"); r.code != 0 {
+			t.Fatalf("unexport: exit %d %q", r.code, r.stderr)
+		}
+		err := fl.Member("cluster-a").Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "ghost"}, &mcsv1beta1.ServiceExport{})
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("after unexport, the ServiceExport: %v", err)
+		}
+	})
+
+	t.Run("export-conflict", func(t *testing.T) {
+		serve(t, "cluster-a", ns, "api", 80, 1)
+		serve(t, "cluster-b", ns, "api", 8080, 1)
+		for _, m := range []string{"cluster-a", "cluster-b"} {
+			if r := mcs(t, "export", "api", "-n", ns, "--context", m); r.code != 0 {
+				t.Fatalf("export api in %s: %q", m, r.stderr)
+			}
+		}
+		for _, m := range []string{"cluster-a", "cluster-b"} {
+			c := waitCheck(t, mcsctl.CheckExportConflict, m, ns+"/api", mcsctl.Fail, ns+"/api")
+			if !strings.Contains(c.Message, string(mcsv1beta1.ServiceExportReasonPortConflict)) {
+				t.Errorf("conflict in %s: %q, want PortConflict", m, c.Message)
+			}
+		}
+		svc := &corev1.Service{}
+		b := fl.Member("cluster-b").Client
+		if err := b.Get(ctx, client.ObjectKey{Namespace: ns, Name: "api"}, svc); err != nil {
+			t.Fatal(err)
+		}
+		svc.Spec.Ports[0].Port = 80
+		if err := b.Update(ctx, svc); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range []string{"cluster-a", "cluster-b"} {
+			waitCheck(t, mcsctl.CheckExportConflict, m, ns+"/api", mcsctl.Pass, ns+"/api")
+		}
+	})
+
+	t.Run("corefile and dns", func(t *testing.T) {
+		a := fl.Member("cluster-a")
+		port, err := clusterset.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A CoreDNS for cluster-a that does not serve clusterset.local, reloading its Corefile as a cluster's
+		// CoreDNS reloads its ConfigMap.
+		without := fmt.Sprintf(".:%d {\n    bind 127.0.0.1\n    reload 2s\n    errors\n}\n", port)
+		with := fmt.Sprintf(".:%d {\n    bind 127.0.0.1\n    reload 2s\n    errors\n    multicluster clusterset.local {\n        kubeconfig %s %s\n    }\n}\n",
+			port, a.KubeconfigPath, a.Name)
+		path := filepath.Join(t.TempDir(), "Corefile")
+		if err := os.WriteFile(path, []byte(without), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p, err := proc.Start(io.Discard, "coredns-for-cluster-a", filepath.Join(binDir, "coredns"), "-conf", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Stop()
+		cm := &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "coredns"},
+			Data:       map[string]string{"Corefile": without},
+		}
+		if err := a.Client.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+		dnsFlag := fmt.Sprintf("--dns=cluster-a=127.0.0.1:%d", port)
+		waitCheck(t, mcsctl.CheckCorefile, "cluster-a", "", mcsctl.Fail, dnsFlag, ns+"/web")
+		waitCheck(t, mcsctl.CheckDNS, "cluster-a", "", mcsctl.Fail, dnsFlag, ns+"/web")
+		waitCheck(t, mcsctl.CheckDNS, "cluster-a", ns+"/web", mcsctl.Fail, dnsFlag, ns+"/web")
+
+		cm.Data["Corefile"] = with
+		if err := a.Client.Update(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(with), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		waitCheck(t, mcsctl.CheckCorefile, "cluster-a", "", mcsctl.Pass, dnsFlag, ns+"/web")
+		waitCheck(t, mcsctl.CheckDNS, "cluster-a", "", mcsctl.Pass, dnsFlag, ns+"/web")
+		waitCheck(t, mcsctl.CheckDNS, "cluster-a", ns+"/web", mcsctl.Pass, dnsFlag, ns+"/web")
+	})
+
+	t.Run("lease", func(t *testing.T) {
+		b := fl.Member("cluster-b")
+		b.StopController()
+		waitCheck(t, mcsctl.CheckLease, "cluster-b", "", mcsctl.Fail)
+		var status struct{ Members []mcsctl.StatusRow }
+		decode(t, mcs(t, "status", "-o", "json"), &status)
+		if row := status.Members[1]; row.Name != "cluster-b" || row.Alive {
+			t.Errorf("status of a member whose controller stopped: %+v, want not alive", row)
+		}
+		if err := b.StartController(); err != nil {
+			t.Fatal(err)
+		}
+		waitCheck(t, mcsctl.CheckLease, "cluster-b", "", mcsctl.Pass)
+	})
+
+	t.Run("import-present and import-consistent", func(t *testing.T) {
+		const late = "late"
+		createNamespace(t, late, "cluster-a", "cluster-b")
+		serve(t, "cluster-a", late, "app", 80, 1)
+		if r := mcs(t, "export", "app", "-n", late, "--context", "cluster-a"); r.code != 0 {
+			t.Fatalf("export: %q", r.stderr)
+		}
+		c := fl.Member("cluster-c")
+		c.StopController()
+		// The namespace appears while cluster-c's controller is down, and cluster-b's endpoints change.
+		createNamespace(t, late, "cluster-c")
+		addPod(t, "cluster-b", ns, "web")
+		waitCheck(t, mcsctl.CheckImportPresent, "cluster-c", late+"/app", mcsctl.Fail)
+		waitCheck(t, mcsctl.CheckImportConsistent, "cluster-c", ns+"/web", mcsctl.Fail)
+		for _, m := range []string{"cluster-a", "cluster-b"} {
+			waitCheck(t, mcsctl.CheckImportConsistent, m, ns+"/web", mcsctl.Pass)
+		}
+		if err := c.StartController(); err != nil {
+			t.Fatal(err)
+		}
+		waitCheck(t, mcsctl.CheckImportPresent, "cluster-c", late+"/app", mcsctl.Pass)
+		waitCheck(t, mcsctl.CheckImportConsistent, "cluster-c", ns+"/web", mcsctl.Pass)
+	})
+
+	t.Run("stale-slices", func(t *testing.T) {
+		a, b := fl.Member("cluster-a"), fl.Member("cluster-b")
+		a.StopController()
+		b.StopController()
+		// cluster-b leaves: its broker records, slices and Lease go, while cluster-a's controller is down.
+		brokerNS := client.InNamespace(names.BrokerNamespace(b.ID))
+		bc := fl.Broker.Client
+		for _, obj := range []client.Object{&mcsv1beta1.ServiceImport{}, &discoveryv1.EndpointSlice{}, &coordinationv1.Lease{}} {
+			if err := bc.DeleteAllOf(ctx, obj, brokerNS); err != nil {
+				t.Fatal(err)
+			}
+		}
+		check := waitCheck(t, mcsctl.CheckStaleSlices, "cluster-a", "", mcsctl.Fail)
+		if !strings.Contains(check.Message, "from cluster-b, which left the clusterset") {
+			t.Errorf("stale slices: %q", check.Message)
+		}
+		// cluster-c's controller runs and withdraws cluster-b's slices itself.
+		waitCheck(t, mcsctl.CheckStaleSlices, "cluster-c", "", mcsctl.Pass)
+		if err := a.StartController(); err != nil {
+			t.Fatal(err)
+		}
+		waitCheck(t, mcsctl.CheckStaleSlices, "cluster-a", "", mcsctl.Pass)
+		if err := b.StartController(); err != nil {
+			t.Fatal(err)
+		}
+		waitPassed(t)
+	})
+
+	t.Run("crds", func(t *testing.T) {
+		c := fl.Member("cluster-c").Client
+		parsed, err := crds.Parse(crds.ServiceExport)
+		if err != nil {
+			t.Fatal(err)
+		}
+		crd := parsed[0]
+		if err := c.Delete(ctx, crd.DeepCopy()); err != nil {
+			t.Fatal(err)
+		}
+		check := waitCheck(t, mcsctl.CheckCRDs, "cluster-c", "", mcsctl.Fail)
+		if !strings.Contains(check.Message, "serviceexports.multicluster.x-k8s.io") {
+			t.Errorf("crds: %q", check.Message)
+		}
+		poll.T(t, propagation, "recreating the CRD", func() error {
+			return c.Create(ctx, crd.DeepCopy())
+		})
+		waitCheck(t, mcsctl.CheckCRDs, "cluster-c", "", mcsctl.Pass)
+		waitPassed(t)
+	})
+}
+
+// waitPassed polls until diagnose passes as a whole.
+func waitPassed(t *testing.T) {
+	t.Helper()
+	poll.T(t, propagation, "diagnose passes", func() error {
+		if d := diagnose(t); !d.Passed {
+			return failures(d)
+		}
+		return nil
+	})
+}
+
+// waitCheck polls `diagnose args` until the check of cluster (and service) has the result, and returns it.
+func waitCheck(t *testing.T, check, cluster, service string, want mcsctl.Result, args ...string) mcsctl.Check {
+	t.Helper()
+	var found mcsctl.Check
+	poll.T(t, propagation, fmt.Sprintf("%s of %s %s is %s", check, cluster, service, want), func() error {
+		d := diagnose(t, args...)
+		if err := d.expect(check, cluster, service, want); err != nil {
+			return err
+		}
+		if want == mcsctl.Fail && (d.code == 0 || d.find(check, cluster, service)[0].Hint == "") {
+			return fmt.Errorf("a failed check with exit code %d and hint %q", d.code, d.find(check, cluster, service)[0].Hint)
+		}
+		found = d.find(check, cluster, service)[0]
+		return nil
+	})
+	return found
+}
+
+func decode(t *testing.T, r result, into any) {
+	t.Helper()
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if err := json.Unmarshal([]byte(r.stdout), into); err != nil {
+		t.Fatalf("decoding %q: %v", r.stdout, err)
+	}
+}
+
+func endpoints(es []mcsctl.SourceEndpoints) string {
+	var parts []string
+	for _, e := range es {
+		parts = append(parts, fmt.Sprintf("%s=%d/%d", e.Cluster, e.Ready, e.Serving))
+	}
+	return strings.Join(parts, " ")
+}
+
+// hasLine reports whether a line of out holds every word.
+func hasLine(out string, words ...string) bool {
+	for _, line := range strings.Split(out, "\n") {
+		if !slices.ContainsFunc(words, func(w string) bool { return !strings.Contains(line, w) }) {
+			return true
+		}
+	}
+	return false
+}
+
+// addContext writes a copy of the fleet's kubeconfig with one more context reaching server, and returns its path.
+func addContext(t *testing.T, name, server string) string {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster := cfg.Clusters["cluster-a"].DeepCopy()
+	cluster.Server = server
+	cfg.Clusters[name] = cluster
+	ctx := cfg.Contexts["cluster-a"].DeepCopy()
+	ctx.Cluster = name
+	cfg.Contexts[name] = ctx
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// createNamespace creates the namespace in each of the members.
+func createNamespace(t *testing.T, name string, members ...string) {
+	t.Helper()
+	for _, m := range members {
+		obj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if err := fl.Member(m).Client.Create(context.Background(), obj); err != nil {
+			t.Fatalf("creating namespace %s in %s: %v", name, m, err)
+		}
+	}
+}
+
+// serve creates, in member, a Service on port and that many ready pods behind it.
+func serve(t *testing.T, member, namespace, name string, port int32, pods int) {
+	t.Helper()
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": name},
+			Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: port}}},
+	}
+	if err := fl.Member(member).Client.Create(context.Background(), svc); err != nil {
+		t.Fatalf("creating Service %s/%s in %s: %v", namespace, name, member, err)
+	}
+	for range pods {
+		addPod(t, member, namespace, name)
+	}
+}
+
+// addPod adds a pod to the service's selector; the local clusterset makes it ready.
+func addPod(t *testing.T, member, namespace, name string) {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: name + "-", Labels: map[string]string{"app": name}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}},
+	}
+	if err := fl.Member(member).Client.Create(context.Background(), pod); err != nil {
+		t.Fatalf("creating a pod of %s/%s in %s: %v", namespace, name, member, err)
+	}
+}
