@@ -1,6 +1,7 @@
-// Command demo brings up a local fleet (3 members + broker, each member with an mcs-controller and our CoreDNS),
-// walks the two user stories of VKS Fleet, prints what a user would see, and exits non-zero if any expectation
-// fails. `make demo` runs it.
+// Command demo brings up a local fleet (3 members + broker, each member with an mcs-controller, our CoreDNS and
+// two nodes that run pods), walks the two user stories of VKS Fleet with client loops sending requests from
+// cluster-a throughout, prints what a user would see and the traffic phase by phase, and exits non-zero if any
+// expectation fails. `make demo` runs it.
 package main
 
 import (
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -18,7 +20,7 @@ import (
 )
 
 func main() {
-	bin := flag.String("bin", "bin", "folder with the coredns and controller binaries")
+	bin := flag.String("bin", "bin", "folder with the coredns, controller, nodeagent and serve binaries (make build)")
 	grace := flag.Duration("lease-grace", 10*time.Second, "the controllers' --lease-grace")
 	timeout := flag.Duration("timeout", time.Minute, "how long each expectation may take to hold")
 	logPath := flag.String("log", ".fleet/demo.log", "where the fleet's processes log")
@@ -40,10 +42,15 @@ func run(bin, logPath string, grace, timeout time.Duration) error {
 		return err
 	}
 	defer logf.Close()
-	fmt.Printf("Starting a local fleet: cluster-a, cluster-b, cluster-c + broker (logs: %s)\n", logPath)
+	// The fleet checks for its own binaries; serve only runs in the stories' pods, so its absence would show late.
+	serve := filepath.Join(bin, "serve")
+	if _, err := os.Stat(serve); err != nil {
+		return fmt.Errorf("%w: run `make build` first", err)
+	}
+	fmt.Printf("Starting a local fleet: cluster-a, cluster-b, cluster-c + broker, 2 nodes each (logs: %s)\n", logPath)
 	start := time.Now()
 	f, err := fleet.Start(ctx, fleet.Options{
-		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(3)},
+		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(3), Nodes: 2},
 		BinDir:     bin, LeaseGrace: grace, Log: logf,
 	})
 	if err != nil {
@@ -51,7 +58,7 @@ func run(bin, logPath string, grace, timeout time.Duration) error {
 	}
 	defer f.Stop()
 	fmt.Printf("Fleet up in %s.\n", time.Since(start).Round(100*time.Millisecond))
-	d := &demo.Demo{Fleet: f, Out: os.Stdout, Timeout: timeout}
+	d := &demo.Demo{Fleet: f, Serve: serve, Out: os.Stdout, Timeout: timeout}
 	if err := d.Run(ctx); err != nil {
 		return fmt.Errorf("%w (process logs: %s)", err, logPath)
 	}

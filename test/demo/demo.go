@@ -1,6 +1,7 @@
-// Package demo walks the two user stories of VKS Fleet on a running local fleet, printing what a user would see
-// (kubectl tables with conditions, dig answers) and checking every expectation. `make demo` runs it on a fresh
-// fleet; its test runs it in `make test` with a short lease grace.
+// Package demo walks the two user stories of VKS Fleet on a running local fleet with a data plane, printing what
+// a user would see (kubectl tables with conditions, dig answers, and the traffic of client loops in cluster-a,
+// phase by phase) and checking every expectation. `make demo` runs it on a fresh fleet; its test runs it in
+// `make test` with a short lease grace.
 package demo
 
 import (
@@ -12,17 +13,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/miekg/dns"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -30,6 +28,7 @@ import (
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/fleet"
 	"vksfleet.dev/fleet/test/poll"
+	"vksfleet.dev/fleet/test/workload"
 )
 
 // Namespace is where the demo's services live, in every member.
@@ -37,14 +36,22 @@ const Namespace = "demo"
 
 // Demo is one walk through the stories.
 type Demo struct {
-	// Fleet needs members cluster-a, cluster-b and cluster-c.
+	// Fleet needs members cluster-a, cluster-b and cluster-c, with nodes (clusterset.Options.Nodes), since the
+	// stories send traffic.
 	Fleet *fleet.Fleet
+	// Serve is the serve binary (test/cmd/serve): the command of every pod the demo runs, which the node agents
+	// start as a process of this machine.
+	Serve string
 	// Out receives the narration.
 	Out io.Writer
 	// Timeout bounds each expectation; it must exceed the fleet's lease grace.
 	Timeout time.Duration
 	// Kubectl is the kubectl binary used for the printed tables.
 	Kubectl string
+
+	loops  []*workload.Loop
+	phases []*phase
+	notes  []string // the measurements, repeated under the summary table
 }
 
 // Run walks both stories and returns the first expectation that failed.
@@ -56,17 +63,40 @@ func (d *Demo) Run(ctx context.Context) error {
 		}
 		d.Kubectl = filepath.Join(assets, "kubectl")
 	}
+	// Containers run with / as their working directory.
+	serve, err := filepath.Abs(d.Serve)
+	if err != nil {
+		return err
+	}
+	d.Serve = serve
 	for _, m := range d.Fleet.Members {
 		if err := m.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
 	}
+	// The loops' logs are followed as long as the run lasts.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	if err := d.storyMigration(ctx); err != nil {
+		return fmt.Errorf("story 1: %w", err)
+	}
+	// Story 2's first phase starts as story 1's last ends, so that every request of frontend counts in a phase.
+	if err := d.nextPhase(ctx, 2, "web, a conflict and db"); err != nil {
+		return err
+	}
+	if err := d.noFailures(1); err != nil {
 		return fmt.Errorf("story 1: %w", err)
 	}
 	if err := d.storySpread(ctx); err != nil {
 		return fmt.Errorf("story 2: %w", err)
 	}
+	if err := d.storyFailover(ctx); err != nil {
+		return fmt.Errorf("story 2: %w", err)
+	}
+	if err := d.endPhases(ctx); err != nil {
+		return err
+	}
+	d.summary()
 	d.say("\nBoth stories told; every expectation held.")
 	return nil
 }
@@ -78,15 +108,19 @@ func (d *Demo) say(format string, args ...any) { fmt.Fprintf(d.Out, format+"\n",
 // step prints a heading.
 func (d *Demo) step(format string, args ...any) { d.say("\n==> "+format, args...) }
 
-// kubectl prints a kubectl command and its output, as a user would see it.
-func (d *Demo) kubectl(ctx context.Context, m *fleet.Member, args ...string) {
-	full := append([]string{"--kubeconfig", m.KubeconfigPath, "--context", m.Name}, args...)
+// kubectl prints a kubectl command and its output, as a user would see it. Its error matters only where the
+// demo acts through kubectl; a table that fails to print fails no expectation.
+func (d *Demo) kubectl(ctx context.Context, m *fleet.Member, args ...string) error {
 	d.say("$ kubectl --context %s %s", m.Name, strings.Join(args, " "))
-	out, err := exec.CommandContext(ctx, d.Kubectl, full...).CombinedOutput()
-	d.say("%s", strings.TrimRight(string(out), "\n"))
-	if err != nil {
-		d.say("(kubectl: %v)", err)
+	stdout, stderr, code, err := workload.Kubectl(ctx, d.Kubectl, m.KubeconfigPath, m.Name, args...)
+	d.say("%s", strings.TrimRight(stdout+stderr, "\n"))
+	if err == nil && code != 0 {
+		err = fmt.Errorf("kubectl %s: exit code %d", strings.Join(args, " "), code)
 	}
+	if err != nil {
+		d.say("(%v)", err)
+	}
+	return err
 }
 
 // dig prints a dig query against a member's DNS and its answer section.
@@ -171,7 +205,10 @@ func localPodIPs(ctx context.Context, m *fleet.Member, app string) ([]string, er
 	}
 	var ips []string
 	for _, p := range pods.Items {
-		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && p.Status.PodIP != "" {
+		ready := slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+			return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+		})
+		if ready && p.DeletionTimestamp == nil && p.Status.PodIP != "" {
 			ips = append(ips, p.Status.PodIP)
 		}
 	}
@@ -179,51 +216,13 @@ func localPodIPs(ctx context.Context, m *fleet.Member, app string) ([]string, er
 	return ips, nil
 }
 
-// deploy creates a Deployment (or a StatefulSet when headless) of app with replicas pods and its Service.
-func deploy(ctx context.Context, m *fleet.Member, app string, replicas int32, port int32, headless bool) error {
-	labels := map[string]string{"app": app}
-	tmpl := corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Labels: labels},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{
-			Name: app, Image: "example.invalid/" + app, Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
-		}}},
-	}
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: Namespace},
-		Spec: corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{
-			Name: "http", Protocol: corev1.ProtocolTCP, Port: port, TargetPort: intstr.FromInt32(8080),
-		}}},
-	}
-	var workload client.Object = &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: Namespace},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(replicas), Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl,
-		},
-	}
-	if headless {
-		svc.Spec.ClusterIP = corev1.ClusterIPNone
-		workload = &appsv1.StatefulSet{
-			ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: Namespace},
-			Spec: appsv1.StatefulSetSpec{
-				Replicas: ptr.To(replicas), ServiceName: app,
-				Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl,
-			},
-		}
-	}
-	for _, o := range []client.Object{svc, workload} {
-		if err := m.Client.Create(ctx, o); err != nil {
-			return fmt.Errorf("%s: creating %s: %w", m.Name, o.GetName(), err)
-		}
-	}
-	return nil
+// deploy runs app as serve pods behind its Service in m, each pod answering with m's name.
+func (d *Demo) deploy(ctx context.Context, m *fleet.Member, app string, replicas int32, headless bool) error {
+	return workload.Deploy(ctx, m.Client, Namespace, app, m.Name, d.Serve, replicas, headless)
 }
 
 func export(ctx context.Context, m *fleet.Member, svc string) error {
 	return m.Client.Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: svc, Namespace: Namespace}})
-}
-
-func unexport(ctx context.Context, m *fleet.Member, svc string) error {
-	return m.Client.Delete(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: svc, Namespace: Namespace}})
 }
 
 // exportCondition returns a ServiceExport condition on a member, or nil.
@@ -250,46 +249,6 @@ func sameSet(got map[string][]string, want map[string][]string) error {
 		}
 	}
 	return nil
-}
-
-// watchResolution asks name on m every 50 ms, from startWatch until finish is called and at least minQueries
-// were asked, and records the answers that were not a NOERROR with at least one address.
-type watchResolution struct {
-	stop     chan struct{}
-	wg       sync.WaitGroup
-	asked    int
-	failures []string
-}
-
-// watchQueries is how many queries a watch makes at the least, so that a quick migration is still observed over
-// a few seconds.
-const watchQueries = 100
-
-func startWatch(m *fleet.Member, name string) *watchResolution {
-	w := &watchResolution{stop: make(chan struct{})}
-	w.wg.Go(func() {
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		stopped := false
-		for !stopped || w.asked < watchQueries {
-			select {
-			case <-w.stop:
-				stopped = true
-			case <-tick.C:
-				w.asked++
-				if ips, err := addresses(m, name, dns.TypeA); err != nil || len(ips) == 0 {
-					w.failures = append(w.failures, fmt.Sprintf("%s: %v %v", time.Now().Format("15:04:05.000"), ips, err))
-				}
-			}
-		}
-	})
-	return w
-}
-
-func (w *watchResolution) finish() (asked int, failures []string) {
-	close(w.stop)
-	w.wg.Wait()
-	return w.asked, w.failures
 }
 
 func isIPv4(s string) bool {

@@ -3,12 +3,13 @@ package demo
 import (
 	"context"
 	"os"
-	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"vksfleet.dev/fleet/test/clusterset"
+	"vksfleet.dev/fleet/test/dataplane"
 	"vksfleet.dev/fleet/test/fleet"
 )
 
@@ -20,15 +21,15 @@ func (w logWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// TestStories is the fast variant of `make demo`: the same stories and expectations, with a 5 s lease grace.
+// TestStories is the fast variant of `make demo`: the same stories, traffic and expectations, with a 5 s lease
+// grace.
 func TestStories(t *testing.T) {
+	if err := dataplane.CheckHost(); err != nil {
+		t.Skip(err)
+	}
 	bin := t.TempDir()
-	for _, pkg := range []string{"coredns", "controller"} {
-		cmd := exec.Command("go", "build", "-o", bin+"/"+pkg, "./cmd/"+pkg)
-		cmd.Dir = "../.."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("building %s: %v\n%s", pkg, err, out)
-		}
+	if err := fleet.Build(bin); err != nil {
+		t.Fatal(err)
 	}
 	logf, err := os.CreateTemp(t.TempDir(), "fleet-*.log")
 	if err != nil {
@@ -36,14 +37,14 @@ func TestStories(t *testing.T) {
 	}
 	ctx := context.Background()
 	f, err := fleet.Start(ctx, fleet.Options{
-		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(3)},
+		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(3), Nodes: 2},
 		BinDir:     bin, LeaseGrace: 5 * time.Second, Log: logf,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = f.Stop() })
-	d := &Demo{Fleet: f, Out: logWriter{t}, Timeout: time.Minute}
+	d := &Demo{Fleet: f, Serve: filepath.Join(bin, "serve"), Out: logWriter{t}, Timeout: time.Minute}
 	if err := d.Run(ctx); err != nil {
 		b, _ := os.ReadFile(logf.Name())
 		if len(b) > 20000 {

@@ -4,35 +4,35 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/test/fleet"
+	"vksfleet.dev/fleet/test/workload"
 )
 
 const conditionsColumns = `jsonpath={range .items[*]}{.metadata.name}{"\t"}{range .status.conditions[*]}{.type}={.status}/{.reason} {end}{"\n"}{end}`
 
-// storyMigration is story 1: a consumer keeps resolving its backend while the backend moves between clusters.
+// storyMigration is story 1: a consumer keeps reaching its backend, request after request, while the backend
+// moves between clusters.
 func (d *Demo) storyMigration(ctx context.Context) error {
 	a, b, c := d.member("cluster-a"), d.member("cluster-b"), d.member("cluster-c")
 	name := "backend." + Namespace + ".svc.clusterset.local"
 	d.step("Story 1: frontend in cluster-a consumes backend in cluster-b as %s", name)
-	if err := deploy(ctx, b, "backend", 2, 80, false); err != nil {
+	if err := d.deploy(ctx, b, "backend", 2, false); err != nil {
 		return err
 	}
 	if err := export(ctx, b, "backend"); err != nil {
 		return err
 	}
-	if err := deployFrontend(ctx, a, name); err != nil {
-		return err
-	}
-	d.say("frontend's only configuration: BACKEND_URL=http://%s", name)
-
 	var vip []string
 	err := d.eventually(ctx, "cluster-a resolves backend to the ClusterSetIP of its ServiceImport", func(ctx context.Context) error {
 		si := &mcsv1beta1.ServiceImport{}
@@ -62,9 +62,29 @@ func (d *Demo) storyMigration(ctx context.Context) error {
 	d.kubectl(ctx, a, "get", "serviceimports", "-n", Namespace)
 	d.dig(ctx, a, name, "A")
 
-	d.step("backend migrates to cluster-c: exported there, then unexported in cluster-b; frontend is not touched")
-	watch := startWatch(a, name)
-	if err := deploy(ctx, c, "backend", 2, 80, false); err != nil {
+	if err := d.proxied(ctx, a, "backend"); err != nil {
+		return err
+	}
+	d.say("frontend's only configuration is the name; it sends a request every %s, each on a new connection", loopInterval)
+	if err := d.nextPhase(ctx, 1, "backend in cluster-b"); err != nil {
+		return err
+	}
+	at := time.Now().UnixMilli()
+	frontend, err := d.startLoop(ctx, a, "frontend", name+":"+strconv.Itoa(workload.EchoPort))
+	if err != nil {
+		return err
+	}
+	if err := d.waitTraffic(ctx, frontend, at, "frontend's last 20 requests were answered by cluster-b", lastAnswered(20, b.Name)); err != nil {
+		return err
+	}
+
+	if err := d.nextPhase(ctx, 1, "exported in cluster-c too"); err != nil {
+		return err
+	}
+	d.step("backend migrates to cluster-c: exported there, then unexported in cluster-b, then scaled to zero there; frontend is not touched")
+	at = time.Now().UnixMilli()
+	d.say("cluster-c runs backend too, and exports it")
+	if err := d.deploy(ctx, c, "backend", 2, false); err != nil {
 		return err
 	}
 	if err := export(ctx, c, "backend"); err != nil {
@@ -75,7 +95,15 @@ func (d *Demo) storyMigration(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	if err := unexport(ctx, b, "backend"); err != nil {
+	if err := d.waitTraffic(ctx, frontend, at, "frontend's requests are answered by cluster-b and cluster-c", answeredBy(10, b.Name, c.Name)); err != nil {
+		return err
+	}
+
+	if err := d.nextPhase(ctx, 1, "unexported in cluster-b"); err != nil {
+		return err
+	}
+	at = time.Now().UnixMilli()
+	if err := d.kubectl(ctx, b, "delete", "serviceexport", "backend", "-n", Namespace); err != nil {
 		return err
 	}
 	if err := d.eventually(ctx, "cluster-a's imports hold cluster-c's backend pods only", func(ctx context.Context) error {
@@ -83,11 +111,34 @@ func (d *Demo) storyMigration(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	asked, failures := watch.finish()
-	if len(failures) > 0 {
-		return fmt.Errorf("%s failed to resolve %d of %d times during the migration: %s", name, len(failures), asked, strings.Join(failures, "; "))
+	// The imports change first; the requests show when kube-proxy on frontend's node has caught up.
+	if err := d.waitTraffic(ctx, frontend, at, "frontend's last 20 requests were answered by cluster-c", lastAnswered(20, c.Name)); err != nil {
+		return err
 	}
-	d.say("    ok: %s resolved on every one of %d queries made during the migration", name, asked)
+
+	if err := d.nextPhase(ctx, 1, "scaled to zero in cluster-b"); err != nil {
+		return err
+	}
+	if err := d.kubectl(ctx, b, "scale", "deployment", "backend", "-n", Namespace, "--replicas=0"); err != nil {
+		return err
+	}
+	if err := d.eventually(ctx, "cluster-b's backend pods are gone", func(ctx context.Context) error {
+		pods := &corev1.PodList{}
+		if err := b.Client.List(ctx, pods, client.InNamespace(Namespace), client.MatchingLabels{"app": "backend"}); err != nil {
+			return err
+		}
+		if n := len(pods.Items); n > 0 {
+			return fmt.Errorf("%d pods left", n)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	// A little more traffic, about 2 s, shows that nothing still went to the pods that are gone.
+	at = time.Now().UnixMilli()
+	if err := d.waitTraffic(ctx, frontend, at, "frontend's next 40 requests were answered by cluster-c", lastAnswered(40, c.Name)); err != nil {
+		return err
+	}
 	got, err := addresses(a, name, dns.TypeA)
 	if err != nil || !slices.Equal(got, vip) {
 		return fmt.Errorf("the ClusterSetIP changed during the migration: %v, was %v (%v)", got, vip, err)
@@ -98,13 +149,13 @@ func (d *Demo) storyMigration(ctx context.Context) error {
 	return nil
 }
 
-// storySpread is story 2: one service in every cluster, a conflict, a headless StatefulSet, and a member lost and
-// regained.
+// storySpread is the first part of story 2: one service in every cluster, a conflict, and a headless
+// StatefulSet.
 func (d *Demo) storySpread(ctx context.Context) error {
 	members := d.Fleet.Members
 	d.step("Story 2: web is deployed and exported in all three clusters")
 	for _, m := range members {
-		if err := deploy(ctx, m, "web", 2, 80, false); err != nil {
+		if err := d.deploy(ctx, m, "web", 2, false); err != nil {
 			return err
 		}
 		if err := export(ctx, m, "web"); err != nil {
@@ -127,13 +178,17 @@ func (d *Demo) storySpread(ctx context.Context) error {
 		d.dig(ctx, m, name, "A")
 	}
 
-	d.step("cluster-c changes web's port to 8080: a conflict, shown on every export")
+	d.step("cluster-c changes web's http port from %d to 8080: a conflict, shown on every export", workload.ServicePort)
 	c := d.member("cluster-c")
 	svc := &corev1.Service{}
 	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: "web"}, svc); err != nil {
 		return err
 	}
-	svc.Spec.Ports[0].Port = 8080
+	httpPort := slices.IndexFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == "http" })
+	if httpPort < 0 {
+		return fmt.Errorf("web in %s has no Service port named http: %+v", c.Name, svc.Spec.Ports)
+	}
+	svc.Spec.Ports[httpPort].Port = 8080
 	if err := c.Client.Update(ctx, svc); err != nil {
 		return err
 	}
@@ -156,7 +211,7 @@ func (d *Demo) storySpread(ctx context.Context) error {
 
 	d.step("a StatefulSet db, exported as a headless service from all three clusters")
 	for _, m := range members {
-		if err := deploy(ctx, m, "db", 2, 5432, true); err != nil {
+		if err := d.deploy(ctx, m, "db", 2, true); err != nil {
 			return err
 		}
 		if err := export(ctx, m, "db"); err != nil {
@@ -194,14 +249,98 @@ func (d *Demo) storySpread(ctx context.Context) error {
 	}
 	d.dig(ctx, members[0], fmt.Sprintf("db-0.%s.db.%s.svc.clusterset.local", d.member("cluster-b").ID, Namespace), "A")
 	d.dig(ctx, members[0], srv, "SRV")
+	return nil
+}
 
+// storyFailover is the rest of story 2: traffic from cluster-a to a service of cluster-b and cluster-c while
+// cluster-b's pods crash, and while cluster-b's controller is down and up again.
+func (d *Demo) storyFailover(ctx context.Context) error {
+	members := d.Fleet.Members
+	a, b, c := d.member("cluster-a"), d.member("cluster-b"), d.member("cluster-c")
+	name := "failover." + Namespace + ".svc.clusterset.local"
+	if err := d.nextPhase(ctx, 2, "failover in cluster-b and cluster-c"); err != nil {
+		return err
+	}
+	d.step("failover is deployed and exported in cluster-b and cluster-c; failover-client in cluster-a sends to %s", name)
+	for _, m := range []*fleet.Member{b, c} {
+		if err := d.deploy(ctx, m, "failover", 2, false); err != nil {
+			return err
+		}
+		if err := export(ctx, m, "failover"); err != nil {
+			return err
+		}
+	}
+	if err := d.eventually(ctx, "cluster-a's imports hold cluster-b's and cluster-c's failover pods", func(ctx context.Context) error {
+		return d.expectEndpoints(ctx, a, "failover", b, c)
+	}); err != nil {
+		return err
+	}
+	if err := d.proxied(ctx, a, "failover"); err != nil {
+		return err
+	}
+	at := time.Now().UnixMilli()
+	loop, err := d.startLoop(ctx, a, "failover-client", name+":"+strconv.Itoa(workload.EchoPort))
+	if err != nil {
+		return err
+	}
+	if err := d.waitTraffic(ctx, loop, at, "failover-client's requests are answered by cluster-b and cluster-c", answeredBy(10, b.Name, c.Name)); err != nil {
+		return err
+	}
+
+	pods := &corev1.PodList{}
+	if err := b.Client.List(ctx, pods, client.InNamespace(Namespace), client.MatchingLabels{"app": "failover"}); err != nil {
+		return err
+	}
+	crashed := map[string]bool{}
+	for _, p := range pods.Items {
+		crashed[p.Name] = true
+	}
+	if err := d.nextPhase(ctx, 2, "cluster-b's failover pods killed"); err != nil {
+		return err
+	}
+	d.step("cluster-b's failover pods crash: all deleted at once with no grace period; their Deployment replaces them")
+	// Through the API rather than kubectl, so that the instant of the kill is known to the millisecond.
+	d.say("$ kubectl --context %s delete pods -n %s -l app=failover --grace-period=0 --force", b.Name, Namespace)
+	killed := time.Now().UnixMilli()
+	if err := b.Kube.CoreV1().Pods(Namespace).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)},
+		metav1.ListOptions{LabelSelector: "app=failover"}); err != nil {
+		return err
+	}
+	var recovered workload.Request
+	if err := d.waitTraffic(ctx, loop, killed, "cluster-b's new failover pods answer", func(reqs []workload.Request) error {
+		i := slices.IndexFunc(reqs, func(r workload.Request) bool { return r.OK && r.Cluster == b.Name && !crashed[r.Pod] })
+		if i < 0 {
+			return fmt.Errorf("no answer from cluster-b's new pods yet (so far: %v)", tally(reqs))
+		}
+		recovered = reqs[i]
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := d.eventually(ctx, "cluster-a's imports hold cluster-b's new failover pods and cluster-c's", func(ctx context.Context) error {
+		return d.expectEndpoints(ctx, a, "failover", b, c)
+	}); err != nil {
+		return err
+	}
+	if err := d.waitTraffic(ctx, loop, killed, "failover-client's last 20 requests were answered", lastAnswered(20, "")); err != nil {
+		return err
+	}
+	d.note("cluster-b's failover pods killed: %s", disruption(loop, "the kill", killed))
+	d.note("cluster-b's failover pods killed: recovered when cluster-b's new pod %s answered, %d ms after the kill", recovered.Pod, recovered.StartMs-killed)
+
+	if err := d.nextPhase(ctx, 2, "cluster-b's controller stopped"); err != nil {
+		return err
+	}
 	d.step("cluster-b's controller stops: once its Lease expires, its endpoints leave the other clusters")
-	b := d.member("cluster-b")
+	stopped := time.Now().UnixMilli()
 	b.StopController()
-	others := []*fleet.Member{d.member("cluster-a"), d.member("cluster-c")}
+	others := []*fleet.Member{a, c}
 	for _, m := range others {
-		if err := d.eventually(ctx, m.Name+" no longer has cluster-b's web and db endpoints", func(ctx context.Context) error {
+		if err := d.eventually(ctx, m.Name+" no longer has cluster-b's web, db and failover endpoints", func(ctx context.Context) error {
 			if err := d.expectEndpoints(ctx, m, "web", others...); err != nil {
+				return err
+			}
+			if err := d.expectEndpoints(ctx, m, "failover", c); err != nil {
 				return err
 			}
 			return d.expectEndpoints(ctx, m, "db", others...)
@@ -209,14 +348,32 @@ func (d *Demo) storySpread(ctx context.Context) error {
 			return err
 		}
 	}
-	d.dig(ctx, others[0], "db."+Namespace+".svc.clusterset.local", "A")
+	if err := d.waitTraffic(ctx, loop, stopped, "failover-client's last 20 requests were answered by cluster-c", lastAnswered(20, c.Name)); err != nil {
+		return err
+	}
+	served := "cluster-b answered no request after the stop"
+	for _, r := range loop.Requests(stopped, 0) {
+		if r.OK && r.Cluster == b.Name {
+			served = fmt.Sprintf("cluster-b's pods, still running, answered until %d ms after the stop, cluster-c alone after that", r.StartMs-stopped)
+		}
+	}
+	d.note("cluster-b's controller stopped: %s; %s", disruption(loop, "the stop", stopped), served)
+	d.dig(ctx, a, "db."+Namespace+".svc.clusterset.local", "A")
+
+	if err := d.nextPhase(ctx, 2, "cluster-b's controller restarted"); err != nil {
+		return err
+	}
 	d.step("cluster-b's controller restarts: its endpoints return")
+	restarted := time.Now().UnixMilli()
 	if err := b.StartController(); err != nil {
 		return err
 	}
 	for _, m := range others {
-		if err := d.eventually(ctx, m.Name+" has cluster-b's web and db endpoints again", func(ctx context.Context) error {
+		if err := d.eventually(ctx, m.Name+" has cluster-b's web, db and failover endpoints again", func(ctx context.Context) error {
 			if err := d.expectEndpoints(ctx, m, "web", members...); err != nil {
+				return err
+			}
+			if err := d.expectEndpoints(ctx, m, "failover", b, c); err != nil {
 				return err
 			}
 			return d.expectEndpoints(ctx, m, "db", members...)
@@ -224,7 +381,19 @@ func (d *Demo) storySpread(ctx context.Context) error {
 			return err
 		}
 	}
-	d.dig(ctx, others[0], "db."+Namespace+".svc.clusterset.local", "A")
+	var back workload.Request
+	if err := d.waitTraffic(ctx, loop, restarted, "cluster-b answers failover-client again", func(reqs []workload.Request) error {
+		i := slices.IndexFunc(reqs, func(r workload.Request) bool { return r.OK && r.Cluster == b.Name })
+		if i < 0 {
+			return fmt.Errorf("no answer from cluster-b yet (so far: %v)", tally(reqs))
+		}
+		back = reqs[i]
+		return nil
+	}); err != nil {
+		return err
+	}
+	d.note("cluster-b's controller restarted: cluster-b answered again %d ms after the restart", back.StartMs-restarted)
+	d.dig(ctx, a, "db."+Namespace+".svc.clusterset.local", "A")
 	return nil
 }
 
@@ -257,16 +426,4 @@ func podIP(ctx context.Context, m *fleet.Member, name string) (string, error) {
 		return "", fmt.Errorf("pod %s/%s has no IP yet", m.Name, name)
 	}
 	return p.Status.PodIP, nil
-}
-
-// deployFrontend runs the consumer: its only knowledge of backend is the clusterset name.
-func deployFrontend(ctx context.Context, m *fleet.Member, backend string) error {
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "frontend", Namespace: Namespace, Labels: map[string]string{"app": "frontend"}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{
-			Name: "frontend", Image: "example.invalid/frontend",
-			Env: []corev1.EnvVar{{Name: "BACKEND_URL", Value: "http://" + backend}},
-		}}},
-	}
-	return m.Client.Create(ctx, pod)
 }
