@@ -11,7 +11,7 @@ import (
 )
 
 // FuzzServeDNS asks the plugin any name and type: it must not panic, and whatever it writes must be a
-// well-formed reply to the question that packs and unpacks.
+// well-formed reply to the question, whose answers are owned by the name as asked, that packs and unpacks.
 func FuzzServeDNS(f *testing.F) {
 	for _, seed := range []struct {
 		name  string
@@ -23,9 +23,11 @@ func FuzzServeDNS(f *testing.F) {
 		{"web.ns.svc.clusterset.local.", dns.TypeA},
 		{"_http._tcp.web.ns.svc.clusterset.local.", dns.TypeSRV},
 		{"db-0.east.prod.db.ns.svc.clusterset.local.", dns.TypeAAAA},
+		{"Db-0.EaSt.PrOd.dB.nS.sVc.ClUsTeRsEt.LoCaL.", dns.TypeA},
 		{"east.prod.db.ns.svc.clusterset.local.", dns.TypeANY},
 		{"x.y.pod.clusterset.local.", dns.TypeA},
 		{"10.0.96.10.in-addr.arpa.", dns.TypePTR},
+		{"10.0.96.10.In-AdDr.ArPa.", dns.TypePTR},
 		{"a\\.b.ns.svc.clusterset.local.", dns.TypeA},
 		{".", dns.TypeA},
 		{"svc.clusterset.local.", 65535},
@@ -50,6 +52,11 @@ func FuzzServeDNS(f *testing.F) {
 		}
 		if rec.Msg.Id != req.Id || !rec.Msg.Response || len(rec.Msg.Question) != 1 || rec.Msg.Question[0] != req.Question[0] {
 			t.Fatalf("%q %d: reply does not match the request: %v", name, qtype, rec.Msg)
+		}
+		for _, rr := range rec.Msg.Answer {
+			if rr.Header().Name != req.Question[0].Name {
+				t.Fatalf("%q %d: answer %v is not owned by the name as asked", name, qtype, rr)
+			}
 		}
 		wire, err := rec.Msg.Pack()
 		if err != nil {

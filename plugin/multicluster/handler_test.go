@@ -69,6 +69,11 @@ func TestServeDNS(t *testing.T) {
 		{"web.ns.svc.clusterset.local.", dns.TypeA, dns.RcodeSuccess, 1, false},
 		{"WEB.ns.svc.clusterset.local.", dns.TypeA, dns.RcodeSuccess, 1, false},
 		{"_http._tcp.web.ns.svc.clusterset.local.", dns.TypeSRV, dns.RcodeSuccess, 1, false},
+		{"_HtTp._TcP.wEb.Ns.SvC.ClUsTeRsEt.LoCaL.", dns.TypeSRV, dns.RcodeSuccess, 1, false},
+		{"Db-0.EaSt.PrOd.dB.nS.sVc.ClUsTeRsEt.LoCaL.", dns.TypeA, dns.RcodeSuccess, 1, false},
+		{"wEb.Ns.SvC.ClUsTeRsEt.LoCaL.", dns.TypeAAAA, dns.RcodeSuccess, 0, false},
+		{"NoPe.Ns.SvC.ClUsTeRsEt.LoCaL.", dns.TypeA, dns.RcodeNameError, 0, false},
+		{"5.0.1.10.In-AdDr.ArPa.", dns.TypePTR, dns.RcodeSuccess, 1, false},
 		{"web.ns.svc.clusterset.local.", dns.TypeAAAA, dns.RcodeSuccess, 0, false},
 		{"db-0.east.prod.db.ns.svc.clusterset.local.", dns.TypeA, dns.RcodeSuccess, 1, false},
 		{"east.prod.db.ns.svc.clusterset.local.", dns.TypeA, dns.RcodeNameError, 0, false},
@@ -94,7 +99,14 @@ func TestServeDNS(t *testing.T) {
 		if !msg.Authoritative || msg.Rcode != tt.rcode || len(msg.Answer) != tt.answer {
 			t.Errorf("%s %s: aa %v rcode %d answer %v", tt.name, dns.TypeToString[tt.qtype], msg.Authoritative, msg.Rcode, msg.Answer)
 		}
-		if len(msg.Answer) == 0 && (len(msg.Ns) != 1 || msg.Ns[0].Header().Rrtype != dns.TypeSOA) {
+		// Owners are the question's name byte for byte, as stock CoreDNS answers; the SOA is owned by the apex.
+		for _, rr := range msg.Answer {
+			if rr.Header().Name != tt.name {
+				t.Errorf("%s %s: answer %v, want it owned by the name as asked", tt.name, dns.TypeToString[tt.qtype], rr)
+			}
+		}
+		if len(msg.Answer) == 0 && (len(msg.Ns) != 1 || msg.Ns[0].Header().Rrtype != dns.TypeSOA ||
+			msg.Ns[0].Header().Name != "clusterset.local.") {
 			t.Errorf("%s %s: authority %v, want the SOA", tt.name, dns.TypeToString[tt.qtype], msg.Ns)
 		}
 	}
@@ -134,14 +146,27 @@ func TestServeDNSNoQuestion(t *testing.T) {
 	}
 }
 
+// BenchmarkServeDNS asks each question in lower case and in mixed case, whose answer owners are rewritten.
 func BenchmarkServeDNS(b *testing.B) {
 	m, synced := testPlugin(b, fall.F{})
 	synced.Store(true)
-	req := new(dns.Msg)
-	req.SetQuestion("db-0.east.prod.db.ns.svc.clusterset.local.", dns.TypeA)
-	w := &test.ResponseWriter{}
-	b.ReportAllocs()
-	for b.Loop() {
-		_, _ = m.ServeDNS(context.Background(), w, req)
+	for _, bb := range []struct {
+		name, qname string
+		qtype       uint16
+	}{
+		{"endpoint_A/lower", "db-0.east.prod.db.ns.svc.clusterset.local.", dns.TypeA},
+		{"endpoint_A/mixed", "Db-0.EaSt.PrOd.dB.nS.sVc.ClUsTeRsEt.LoCaL.", dns.TypeA},
+		{"PTR/lower", "5.0.1.10.in-addr.arpa.", dns.TypePTR},
+		{"PTR/mixed", "5.0.1.10.In-AdDr.ArPa.", dns.TypePTR},
+	} {
+		b.Run(bb.name, func(b *testing.B) {
+			req := new(dns.Msg)
+			req.SetQuestion(bb.qname, bb.qtype)
+			w := &test.ResponseWriter{}
+			b.ReportAllocs()
+			for b.Loop() {
+				_, _ = m.ServeDNS(context.Background(), w, req)
+			}
+		})
 	}
 }

@@ -68,6 +68,12 @@ func TestLookup(t *testing.T) {
 		db7    = "10-2-0-7.cluster-b.db.ns.svc." + zone
 		dbV6   = "fd02--0.cluster-b.db.ns.svc." + zone
 		nodata = "NODATA"
+		// The same names in mixed case, as a resolver using 0x20 asks them.
+		mZone = "ClUsTeRsEt.LoCaL."
+		mWeb  = "wEb.Ns.sVc." + mZone
+		mDb   = "dB.nS.SvC." + mZone
+		mDb0  = "Db-0.EaSt.PrOd." + mDb
+		mDb7  = "10-2-0-7.ClUsTeR-B." + mDb
 	)
 	tests := []struct {
 		qname string
@@ -87,7 +93,6 @@ func TestLookup(t *testing.T) {
 		{"web.ns.pod." + zone, dns.TypeA, nx, nil},
 		{"pod." + zone, dns.TypeA, nx, nil},
 		{web, dns.TypeA, ok, []string{web + " 5 IN A 10.96.0.10"}},
-		{"WeB.Ns.SvC.ClusterSet.LOCAL.", dns.TypeA, ok, []string{web + " 5 IN A 10.96.0.10"}},
 		{web, dns.TypeAAAA, ok, []string{web + " 5 IN AAAA fd00::a"}},
 		{web, dns.TypeTXT, ok, nil},
 		{web, dns.TypeSRV, ok, []string{
@@ -117,6 +122,28 @@ func TestLookup(t *testing.T) {
 		{"db-0.prod.db.ns.svc." + zone, dns.TypeA, nx, nil},
 		{"down.ns.svc." + zone, dns.TypeA, nx, nil}, // headless without a ready endpoint
 		{"down.ns.svc." + zone, dns.TypeSRV, nx, nil},
+		// Mixed case: the owners are the name as asked, byte for byte; the names in the data stay lower case.
+		{"Dns-Version." + mZone, dns.TypeTXT, ok, []string{`Dns-Version.ClUsTeRsEt.LoCaL. 5 IN TXT "1.0.0"`}},
+		{mZone, dns.TypeNS, ok, []string{mZone + " 5 IN NS ns.dns.clusterset.local."}},
+		{"Ns.DnS." + mZone, dns.TypeA, ok, []string{"Ns.DnS." + mZone + " 5 IN A 10.0.0.53"}},
+		{mWeb, dns.TypeA, ok, []string{mWeb + " 5 IN A 10.96.0.10"}},
+		{mWeb, dns.TypeAAAA, ok, []string{mWeb + " 5 IN AAAA fd00::a"}},
+		{mWeb, dns.TypeSRV, ok, []string{
+			mWeb + " 5 IN SRV 0 100 53 " + web, mWeb + " 5 IN SRV 0 100 80 " + web, mWeb + " 5 IN SRV 0 100 9000 " + web}},
+		{"_HtTp._TcP." + mWeb, dns.TypeSRV, ok, []string{"_HtTp._TcP." + mWeb + " 5 IN SRV 0 100 80 " + web}},
+		{mDb, dns.TypeA, ok, []string{mDb + " 5 IN A 10.1.0.5", mDb + " 5 IN A 10.2.0.7"}},
+		{mDb, dns.TypeSRV, ok, []string{mDb + " 5 IN SRV 0 100 5432 " + dbV6, mDb + " 5 IN SRV 0 100 5432 " + db7,
+			mDb + " 5 IN SRV 0 100 5432 " + db0}},
+		{"_SqL._tCp." + mDb, dns.TypeSRV, ok, []string{"_SqL._tCp." + mDb + " 5 IN SRV 0 100 5432 " + dbV6,
+			"_SqL._tCp." + mDb + " 5 IN SRV 0 100 5432 " + db7, "_SqL._tCp." + mDb + " 5 IN SRV 0 100 5432 " + db0}},
+		{mDb0, dns.TypeA, ok, []string{mDb0 + " 5 IN A 10.1.0.5"}},
+		{mDb0, dns.TypeAAAA, ok, []string{mDb0 + " 5 IN AAAA fd01::5"}},
+		{mDb7, dns.TypeA, ok, []string{mDb7 + " 5 IN A 10.2.0.7"}},
+		{mWeb, dns.TypeTXT, ok, nil},
+		{mDb7, dns.TypeAAAA, ok, nil},
+		{mZone, dns.TypeA, ok, nil},
+		{"NoPe.Ns.SvC." + mZone, dns.TypeA, nx, nil},
+		{"EaSt.PrOd." + mDb, dns.TypeA, nx, nil},
 	}
 	s := fixture(t).Snapshot()
 	for _, tt := range tests {
@@ -133,8 +160,8 @@ func TestLookup(t *testing.T) {
 		if got := rrStrings(r.Answer); !slices.Equal(got, tt.want) {
 			t.Errorf("%s: answer\n%s\nwant\n%s", name, strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
 		}
-		if len(r.Answer) == 0 && (len(r.Ns) != 1 || r.Ns[0].Header().Rrtype != dns.TypeSOA) {
-			t.Errorf("%s: no answer and authority %v, want the SOA", name, r.Ns)
+		if len(r.Answer) == 0 && (len(r.Ns) != 1 || r.Ns[0].Header().Rrtype != dns.TypeSOA || r.Ns[0].Header().Name != zone) {
+			t.Errorf("%s: no answer and authority %v, want the SOA owned by the apex in lower case", name, r.Ns)
 		}
 	}
 	if _, in := s.Lookup("web.ns.svc.cluster.local.", dns.TypeA); in {
@@ -153,14 +180,37 @@ func TestLookupApexSOAAndNSGlue(t *testing.T) {
 	if got := rrStrings(r.Extra); !slices.Equal(got, []string{"ns.dns.clusterset.local. 5 IN A 10.0.0.53"}) {
 		t.Errorf("NS extra = %v", got)
 	}
+	// In mixed case, the apex records are owned by the name as asked; the glue's owner is another name, kept.
+	const mZone = "ClUsTeRsEt.LoCaL."
+	for _, qtype := range []uint16{dns.TypeSOA, dns.TypeNS, dns.TypeANY} {
+		r, _ = s.Lookup(mZone, qtype)
+		if len(r.Answer) == 0 {
+			t.Errorf("%s %s: no answer", mZone, dns.TypeToString[qtype])
+		}
+		for _, rr := range r.Answer {
+			if rr.Header().Name != mZone {
+				t.Errorf("%s %s: answer %v, want it owned by %s", mZone, dns.TypeToString[qtype], rr, mZone)
+			}
+		}
+	}
+	r, _ = s.Lookup(mZone, dns.TypeNS)
+	if got := rrStrings(r.Extra); !slices.Equal(got, []string{"ns.dns.clusterset.local. 5 IN A 10.0.0.53"}) {
+		t.Errorf("NS extra in mixed case = %v", got)
+	}
 }
 
 func TestLookupPTR(t *testing.T) {
 	s := fixture(t).Snapshot()
+	rev, _ := dns.ReverseAddr("fd00::a")
+	mRev := strings.ToUpper(rev)
 	tests := map[string][]string{
 		"10.0.96.10.in-addr.arpa.": {"10.0.96.10.in-addr.arpa. 5 IN PTR web.ns.svc.clusterset.local."},
-		"5.0.1.10.IN-ADDR.ARPA.":   {"5.0.1.10.in-addr.arpa. 5 IN PTR db-0.east.prod.db.ns.svc.clusterset.local."},
+		"5.0.1.10.IN-ADDR.ARPA.":   {"5.0.1.10.IN-ADDR.ARPA. 5 IN PTR db-0.east.prod.db.ns.svc.clusterset.local."},
+		"5.0.1.10.In-AdDr.ArPa.":   {"5.0.1.10.In-AdDr.ArPa. 5 IN PTR db-0.east.prod.db.ns.svc.clusterset.local."},
+		rev:                        {rev + " 5 IN PTR web.ns.svc.clusterset.local."},
+		mRev:                       {mRev + " 5 IN PTR web.ns.svc.clusterset.local."},
 		"8.0.2.10.in-addr.arpa.":   nil, // not ready
+		"8.0.2.10.IN-ADDR.ARPA.":   nil,
 		"1.0.0.10.in-addr.arpa.":   nil,
 	}
 	for q, want := range tests {
@@ -168,9 +218,55 @@ func TestLookupPTR(t *testing.T) {
 			t.Errorf("PTR %s = %v, want %v", q, got, want)
 		}
 	}
-	rev, _ := dns.ReverseAddr("fd00::a")
-	if got := s.LookupPTR(rev); len(got) != 1 || got[0].(*dns.PTR).Ptr != "web.ns.svc.clusterset.local." {
-		t.Errorf("PTR %s = %v", rev, got)
+}
+
+// TestLookupCopiesOnlyMixedCase checks that a lower-case question gets the shared records themselves, and that a
+// mixed-case one gets copies and leaves the shared records as they were.
+func TestLookupCopiesOnlyMixedCase(t *testing.T) {
+	s := fixture(t).Snapshot()
+	const name = "db.ns.svc.clusterset.local."
+	shared, _ := s.Lookup(name, dns.TypeSRV)
+	again, _ := s.Lookup(name, dns.TypeSRV)
+	if len(shared.Answer) != 3 || &shared.Answer[0] != &again.Answer[0] {
+		t.Fatalf("two lower-case questions got different slices: %v, %v", shared.Answer, again.Answer)
+	}
+	want := rrStrings(shared.Answer)
+	mixed, _ := s.Lookup("DB.NS.SVC.CLUSTERSET.LOCAL.", dns.TypeSRV)
+	for i, rr := range mixed.Answer {
+		if rr == shared.Answer[i] {
+			t.Errorf("a mixed-case answer shares the record %v", rr)
+		}
+	}
+	if got := rrStrings(shared.Answer); !slices.Equal(got, want) {
+		t.Errorf("a mixed-case question changed the shared records: %v, want %v", got, want)
+	}
+}
+
+// TestRenamed checks that every type of record is renamed, and only renamed, without changing the original: the
+// index's types (shallow copies) and one it does not build (a deep copy).
+func TestRenamed(t *testing.T) {
+	for _, text := range []string{
+		"x.example. 5 IN A 10.0.0.1",
+		"x.example. 5 IN AAAA fd00::1",
+		"x.example. 5 IN SRV 0 100 80 x.example.",
+		"x.example. 5 IN PTR x.example.",
+		"x.example. 5 IN SOA ns.x.example. hostmaster.x.example. 1 7200 1800 86400 5",
+		"x.example. 5 IN NS ns.x.example.",
+		`x.example. 5 IN TXT "1.0.0"`,
+		"x.example. 5 IN MX 10 x.example.",
+	} {
+		rr, err := dns.NewRR(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := rr.String()
+		got := renamed(rr, "X.Example.")
+		if want := "X.Example." + strings.TrimPrefix(before, "x.example."); got.String() != want {
+			t.Errorf("renamed(%s) = %s, want %s", before, got, want)
+		}
+		if rr.String() != before {
+			t.Errorf("renamed(%s) changed the original to %s", before, rr)
+		}
 	}
 }
 
@@ -240,17 +336,55 @@ func TestLongNamesAreLeftOut(t *testing.T) {
 
 func TestLookupAllocations(t *testing.T) {
 	s := fixture(t).Snapshot()
-	for _, q := range []string{"web.ns.svc.clusterset.local.", "db-0.east.prod.db.ns.svc.clusterset.local.",
-		"nope.ns.svc.clusterset.local."} {
-		if n := testing.AllocsPerRun(100, func() { s.Lookup(q, dns.TypeA) }); n != 0 {
-			t.Errorf("Lookup(%s) allocates %v times", q, n)
+	// A lower-case question allocates nothing; a mixed-case one, its name in lower case, the answer slice and one
+	// record per answer.
+	tests := []struct {
+		qname  string
+		qtype  uint16
+		allocs float64
+	}{
+		{"web.ns.svc.clusterset.local.", dns.TypeA, 0},
+		{"db-0.east.prod.db.ns.svc.clusterset.local.", dns.TypeA, 0},
+		{"db.ns.svc.clusterset.local.", dns.TypeSRV, 0},
+		{"nope.ns.svc.clusterset.local.", dns.TypeA, 0},
+		{"10.0.96.10.in-addr.arpa.", dns.TypePTR, 0},
+		{"wEb.Ns.SvC.cLuStErSeT.lOcAl.", dns.TypeA, 3},
+		{"Db-0.EaSt.PrOd.Db.Ns.SvC.cLuStErSeT.lOcAl.", dns.TypeA, 3},
+		{"dB.nS.sVc.ClUsTeRsEt.LoCaL.", dns.TypeSRV, 5},
+		{"NoPe.Ns.SvC.cLuStErSeT.lOcAl.", dns.TypeA, 1},
+		{"10.0.96.10.In-AdDr.ArPa.", dns.TypePTR, 3},
+	}
+	for _, tt := range tests {
+		lookup := func() { s.Lookup(tt.qname, tt.qtype) }
+		if tt.qtype == dns.TypePTR {
+			lookup = func() { s.LookupPTR(tt.qname) }
+		}
+		if n := testing.AllocsPerRun(100, lookup); n != tt.allocs {
+			t.Errorf("%s %s allocates %v times, want %v", tt.qname, dns.TypeToString[tt.qtype], n, tt.allocs)
 		}
 	}
 }
 
+// BenchmarkLookup asks each question in lower case, answered with the shared records, and in mixed case, which
+// also pays for lower-casing the name and for records owned by the name as asked.
 func BenchmarkLookup(b *testing.B) {
 	s := fixture(b).Snapshot()
-	for b.Loop() {
-		s.Lookup("db-0.east.prod.db.ns.svc.clusterset.local.", dns.TypeA)
+	for _, bb := range []struct {
+		name, qname string
+		qtype       uint16
+	}{
+		{"ClusterSetIP_A/lower", "web.ns.svc.clusterset.local.", dns.TypeA},
+		{"ClusterSetIP_A/mixed", "wEb.Ns.sVc.ClUsTeRsEt.LoCaL.", dns.TypeA},
+		{"endpoint_A/lower", "db-0.east.prod.db.ns.svc.clusterset.local.", dns.TypeA},
+		{"endpoint_A/mixed", "Db-0.EaSt.PrOd.dB.nS.sVc.ClUsTeRsEt.LoCaL.", dns.TypeA},
+		{"headless_SRV/lower", "db.ns.svc.clusterset.local.", dns.TypeSRV},
+		{"headless_SRV/mixed", "dB.nS.sVc.ClUsTeRsEt.LoCaL.", dns.TypeSRV},
+	} {
+		b.Run(bb.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				s.Lookup(bb.qname, bb.qtype)
+			}
+		})
 	}
 }
