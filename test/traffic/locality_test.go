@@ -172,7 +172,12 @@ func (e *env) testLocality(t *testing.T) {
 		moved := loop.Requests(start-1000, end)
 		gap, failed, _ := workload.Failover(moved, func(r workload.Request) bool { return place(r) == prev },
 			func(r workload.Request) bool { return place(r) == s.to })
-		t.Logf("%-48s %-9s -> %-9s failover %5d ms, %d failed of %d requests", s.name, prev, s.to, gap, failed, len(loop.Requests(start, end)))
+		after := int64(-1)
+		if i := slices.IndexFunc(loop.Requests(start, end), func(r workload.Request) bool { return r.OK && place(r) == s.to }); i >= 0 {
+			after = loop.Requests(start, end)[i].StartMs - start
+		}
+		t.Logf("%-48s %-9s -> %-9s moved %5d ms after the change, failover %5d ms, %d failed of %d requests",
+			s.name, prev, s.to, after, gap, failed, len(loop.Requests(start, end)))
 		if s.never != "" {
 			for _, r := range loop.Requests(start, end) {
 				if r.OK && place(r) == s.never {
