@@ -24,26 +24,39 @@ var controllers = []string{
 
 // startControllerManager starts kube-controller-manager and waits until its /healthz answers.
 func startControllerManager(ctx context.Context, assets, dir, kubeconfig string, log io.Writer) (*proc.Process, error) {
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
-	p, err := proc.Start(log, "kube-controller-manager", filepath.Join(assets, "kube-controller-manager"),
-		"--kubeconfig="+kubeconfig,
-		"--authentication-kubeconfig="+kubeconfig,
-		"--authorization-kubeconfig="+kubeconfig,
+	return startComponent(ctx, assets, "kube-controller-manager", dir, kubeconfig, log,
 		"--controllers="+strings.Join(controllers, ","),
-		"--leader-elect=false",
 		"--use-service-account-credentials=false",
-		"--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(port),
-		"--cert-dir="+filepath.Join(dir, "kcm-certs"),
 		// Objects arrive by the thousand in benchmarks; the default 20 QPS would make kcm the bottleneck.
 		"--kube-api-qps=1000",
 		"--kube-api-burst=2000",
 		"--concurrent-service-endpoint-syncs=10",
 		"--concurrent-gc-syncs=40",
 	)
+}
+
+// startScheduler starts kube-scheduler and waits until its /healthz answers.
+func startScheduler(ctx context.Context, assets, dir, kubeconfig string, log io.Writer) (*proc.Process, error) {
+	return startComponent(ctx, assets, "kube-scheduler", dir, kubeconfig, log)
+}
+
+// startComponent starts a control-plane component that serves its health on a loopback port and authenticates
+// with the member's admin kubeconfig (kube-controller-manager, kube-scheduler), and waits until /healthz answers.
+func startComponent(ctx context.Context, assets, name, dir, kubeconfig string, log io.Writer, extra ...string) (*proc.Process, error) {
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(dir, name+"-certs"),
+	}, extra...)
+	p, err := proc.Start(log, name, filepath.Join(assets, name), args...)
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,6 @@ package clusterset
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/netip"
 	"path/filepath"
@@ -122,32 +121,7 @@ func (c *Cluster) stopNodes() {
 	}
 }
 
-// startScheduler starts kube-scheduler and waits until its /healthz answers.
-func startScheduler(ctx context.Context, assets, dir, kubeconfig string, log io.Writer) (*proc.Process, error) {
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
-	p, err := proc.Start(log, "kube-scheduler", filepath.Join(assets, "kube-scheduler"),
-		"--kubeconfig="+kubeconfig,
-		"--authentication-kubeconfig="+kubeconfig,
-		"--authorization-kubeconfig="+kubeconfig,
-		"--leader-elect=false",
-		"--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(port),
-		"--cert-dir="+filepath.Join(dir, "scheduler-certs"),
-	)
-	if err != nil {
-		return nil, err
-	}
-	if err := p.WaitHTTP(ctx, insecureLoopback, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), time.Minute); err != nil {
-		p.Stop()
-		return nil, err
-	}
-	return p, nil
-}
-
-// DNSServiceIP is the address the cluster DNS Service of a member gets: the tenth of its IPv4 Service range, as
+// dnsServiceIP is the address the cluster DNS Service of a member gets: the tenth of its IPv4 Service range, as
 // kubeadm does.
 func dnsServiceIP(serviceCIDRs []netip.Prefix) netip.Addr {
 	b := serviceCIDRs[0].Masked().Addr().As4()
