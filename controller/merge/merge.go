@@ -84,17 +84,8 @@ func Merge(exports []Export) Result {
 	res.Clusters = slices.Compact(res.Clusters)
 
 	var merged []mergedPort
-	var portClash *clash
-	portDisagree := 0
 	for _, e := range sorted {
-		var c *clash
-		merged, c = mergePorts(merged, e)
-		if c != nil {
-			portDisagree++
-			if portClash == nil {
-				portClash = c
-			}
-		}
+		merged = mergePorts(merged, e)
 	}
 	for _, m := range merged {
 		res.Spec.Ports = append(res.Spec.Ports, m.port)
@@ -111,10 +102,9 @@ func Merge(exports []Export) Result {
 			"Conflicting %s. Using %s from oldest service export in %q. %d/%d clusters disagree.",
 			what, value, w.Cluster, disagree, n)})
 	}
-	if portClash != nil {
+	if partial, disagree := portDifference(sorted, merged); disagree > 0 {
 		res.Conflicts = append(res.Conflicts, Conflict{Reason: mcsv1beta1.ServiceExportReasonPortConflict, Message: fmt.Sprintf(
-			"Conflicting ports. Using %s from oldest service export in %q. %d/%d clusters disagree.",
-			portClash.kept, portClash.from, portDisagree, n)})
+			"Conflicting ports. Using %s. %d/%d clusters disagree.", partial, disagree, n)})
 	}
 	add(mcsv1beta1.ServiceExportReasonTypeConflict, "type", quote(w.Spec.Type),
 		count(sorted, func(e Export) bool { return e.Spec.Type != w.Spec.Type }))
@@ -161,11 +151,6 @@ func Condition(conflicts []Conflict, generation int64) metav1.Condition {
 	}
 }
 
-// clash records the first port that a younger export could not add, and the export that the kept port came from.
-type clash struct {
-	kept, from string
-}
-
 // mergedPort is a port of the union and the cluster whose export brought it in.
 type mergedPort struct {
 	port mcsv1beta1.ServicePort
@@ -173,23 +158,49 @@ type mergedPort struct {
 }
 
 // mergePorts adds e's ports to the merged ones: a port matching a merged port by name, else by protocol and port,
-// must equal it; one that matches neither is added. On a mismatch the merged port stays, and a clash is returned.
-func mergePorts(merged []mergedPort, e Export) ([]mergedPort, *clash) {
-	var first *clash
+// is the same port, and the merged one stays even when they differ; one that matches neither is added.
+func mergePorts(merged []mergedPort, e Export) []mergedPort {
 	for _, p := range e.Spec.Ports {
 		p = normalise(p)
 		i := slices.IndexFunc(merged, func(m mergedPort) bool { return p.Name != "" && m.port.Name == p.Name })
 		if i < 0 {
 			i = slices.IndexFunc(merged, func(m mergedPort) bool { return m.port.Protocol == p.Protocol && m.port.Port == p.Port })
 		}
-		switch {
-		case i < 0:
+		if i < 0 {
 			merged = append(merged, mergedPort{port: p, from: e.Cluster})
-		case !equality.Semantic.DeepEqual(merged[i].port, p) && first == nil:
-			first = &clash{kept: describePort(merged[i].port), from: merged[i].from}
 		}
 	}
-	return merged, first
+	return merged
+}
+
+// maxListedPorts bounds the ports a PortConflict message names, so that a service with many ports keeps a
+// readable condition.
+const maxListedPorts = 4
+
+// portDifference describes the ports of the union that not every export has exactly (v1beta1 PortConflict: "the
+// ports are not identical in all the constituent Services"), each with the oldest export it came from, and
+// counts the exports whose ports are not the union. Port order does not count.
+func portDifference(sorted []Export, merged []mergedPort) (string, int) {
+	has := func(e Export, want mcsv1beta1.ServicePort) bool {
+		return slices.ContainsFunc(e.Spec.Ports, func(p mcsv1beta1.ServicePort) bool {
+			return equality.Semantic.DeepEqual(normalise(p), want)
+		})
+	}
+	var partial []string
+	for _, m := range merged {
+		if !all(sorted, func(e Export) bool { return has(e, m.port) }) {
+			partial = append(partial, fmt.Sprintf("%s from oldest service export in %q", describePort(m.port), m.from))
+		}
+	}
+	// A valid Service never has two ports of one name or protocol and port, so an export lacks a port of the
+	// union exactly when it is not the union.
+	disagree := count(sorted, func(e Export) bool {
+		return slices.ContainsFunc(merged, func(m mergedPort) bool { return !has(e, m.port) })
+	})
+	if extra := len(partial) - maxListedPorts; extra > 0 {
+		partial = append(partial[:maxListedPorts], fmt.Sprintf("and %d more", extra))
+	}
+	return strings.Join(partial, ", "), disagree
 }
 
 // normalise fills in the protocol's default, so that an unset protocol and TCP compare equal.

@@ -163,8 +163,68 @@ func TestMerge(t *testing.T) {
 					port("metrics", corev1.ProtocolTCP, 9090)}
 			},
 			want: []Conflict{{mcsv1beta1.ServiceExportReasonPortConflict,
-				`Conflicting ports. Using port "http" (TCP/80) from oldest service export in "c1". 1/3 clusters disagree.`}},
+				`Conflicting ports. Using port "http" (TCP/80) from oldest service export in "c1", port "dns" (UDP/53) from ` +
+					`oldest service export in "c2", port "metrics" (TCP/9090) from oldest service export in "c3". 3/3 clusters disagree.`}},
 			wantClusters: []string{"c1", "c2", "c3"},
+		},
+		{
+			// mcs-api v1beta1: PortConflict whenever "the ports are not identical in all the constituent Services",
+			// even when the union serves every one of them.
+			name: "different but compatible ports: the union, and a conflict",
+			exports: []Export{
+				exp("c1", 0),
+				exp("c2", 1, ports(port("https", corev1.ProtocolTCP, 443))),
+			},
+			wantSpec: func(s *mcsv1beta1.ServiceImportSpec) {
+				s.Ports = []mcsv1beta1.ServicePort{port("http", corev1.ProtocolTCP, 80), port("https", corev1.ProtocolTCP, 443)}
+			},
+			want: []Conflict{{mcsv1beta1.ServiceExportReasonPortConflict,
+				`Conflicting ports. Using port "http" (TCP/80) from oldest service export in "c1", port "https" (TCP/443) ` +
+					`from oldest service export in "c2". 2/2 clusters disagree.`}},
+			wantClusters: []string{"c1", "c2"},
+		},
+		{
+			name: "a subset of the ports: only the exports lacking some disagree",
+			exports: []Export{
+				exp("c1", 0, ports(port("http", corev1.ProtocolTCP, 80), port("https", corev1.ProtocolTCP, 443))),
+				exp("c2", 1),
+				exp("c3", 2, ports(port("https", "", 443), port("http", corev1.ProtocolTCP, 80))),
+			},
+			wantSpec: func(s *mcsv1beta1.ServiceImportSpec) {
+				s.Ports = []mcsv1beta1.ServicePort{port("http", corev1.ProtocolTCP, 80), port("https", corev1.ProtocolTCP, 443)}
+			},
+			want: []Conflict{{mcsv1beta1.ServiceExportReasonPortConflict,
+				`Conflicting ports. Using port "https" (TCP/443) from oldest service export in "c1". 1/3 clusters disagree.`}},
+			wantClusters: []string{"c1", "c2", "c3"},
+		},
+		{
+			name: "the same ports in another order agree",
+			exports: []Export{
+				exp("c1", 0, ports(port("a", corev1.ProtocolTCP, 1), port("b", corev1.ProtocolUDP, 2))),
+				exp("c2", 1, ports(port("b", corev1.ProtocolUDP, 2), port("a", "", 1))),
+			},
+			wantSpec: func(s *mcsv1beta1.ServiceImportSpec) {
+				s.Ports = []mcsv1beta1.ServicePort{port("a", corev1.ProtocolTCP, 1), port("b", corev1.ProtocolUDP, 2)}
+			},
+			wantClusters: []string{"c1", "c2"},
+		},
+		{
+			name: "a long difference names the first ports and counts the rest",
+			exports: []Export{
+				exp("c1", 0, ports(port("a", corev1.ProtocolTCP, 1), port("b", corev1.ProtocolTCP, 2), port("c", corev1.ProtocolTCP, 3))),
+				exp("c2", 1, ports(port("d", corev1.ProtocolTCP, 4), port("e", corev1.ProtocolTCP, 5), port("f", corev1.ProtocolTCP, 6))),
+			},
+			wantSpec: func(s *mcsv1beta1.ServiceImportSpec) {
+				s.Ports = nil
+				for i, n := range []string{"a", "b", "c", "d", "e", "f"} {
+					s.Ports = append(s.Ports, port(n, corev1.ProtocolTCP, int32(i+1)))
+				}
+			},
+			want: []Conflict{{mcsv1beta1.ServiceExportReasonPortConflict,
+				`Conflicting ports. Using port "a" (TCP/1) from oldest service export in "c1", port "b" (TCP/2) from oldest ` +
+					`service export in "c1", port "c" (TCP/3) from oldest service export in "c1", port "d" (TCP/4) from oldest ` +
+					`service export in "c2", and 2 more. 2/2 clusters disagree.`}},
+			wantClusters: []string{"c1", "c2"},
 		},
 		{
 			name: "same name, different port: the oldest wins",
@@ -200,7 +260,8 @@ func TestMerge(t *testing.T) {
 				s.Ports = []mcsv1beta1.ServicePort{port("http", corev1.ProtocolTCP, 80), port("grpc", corev1.ProtocolTCP, 9000)}
 			},
 			want: []Conflict{{mcsv1beta1.ServiceExportReasonPortConflict,
-				`Conflicting ports. Using port "grpc" (TCP/9000) from oldest service export in "c2". 1/3 clusters disagree.`}},
+				`Conflicting ports. Using port "http" (TCP/80) from oldest service export in "c1", port "grpc" (TCP/9000) ` +
+					`from oldest service export in "c2". 3/3 clusters disagree.`}},
 			wantClusters: []string{"c1", "c2", "c3"},
 		},
 		{

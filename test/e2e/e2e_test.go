@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -257,6 +259,68 @@ func TestIPFamilyConflict(t *testing.T) {
 			}
 			return nil
 		})
+	})
+}
+
+// Two exporters with different but compatible ports: the import serves both, and since the constituent Services'
+// ports are not identical, mcs-api v1beta1 asks for PortConflict on both exports.
+func TestCompatiblePortsConflict(t *testing.T) {
+	ns := namespace(t)
+	a, c := members["cluster-a"], members["cluster-c"]
+	deploy(t, a, ns, app{name: "web", replicas: 1})
+	deploy(t, c, ns, app{name: "web", replicas: 1, edit: func(s *corev1.Service) {
+		s.Spec.Ports[0].Name, s.Spec.Ports[0].Port = "https", 443
+	}})
+	exportService(t, a, ns, "web")
+	exportService(t, c, ns, "web")
+	poll.T(t, wait, "both ports imported, PortConflict on both exports", func() error {
+		for _, m := range []*member{a, c} {
+			if err := wantCondition(m, ns, "web", "Conflict", metav1.ConditionTrue, "PortConflict"); err != nil {
+				return err
+			}
+		}
+		return everywhere(func(m *member) error {
+			imp, err := readImport(m, ns, "web")
+			if err != nil || imp.si == nil {
+				return fmt.Errorf("no import: %v", err)
+			}
+			var got []int32
+			for _, p := range imp.si.Spec.Ports {
+				got = append(got, p.Port)
+			}
+			if !slices.Equal(got, []int32{80, 443}) {
+				return fmt.Errorf("ports %v, want [80 443]", got)
+			}
+			return nil
+		})
+	})
+	cond, err := exportCondition(c, ns, "web", "Conflict")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`port "http" (TCP/80)`, `port "https" (TCP/443)`, "2/2 clusters disagree"} {
+		if !strings.Contains(cond.Message, want) {
+			t.Errorf("Conflict message %q does not name %s", cond.Message, want)
+		}
+	}
+	// C's Service takes A's port: the ports are identical again and the conflict clears.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		svc := &corev1.Service{}
+		if err := c.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "web"}, svc); err != nil {
+			return err
+		}
+		svc.Spec.Ports[0].Name, svc.Spec.Ports[0].Port = "http", 80
+		return c.Client.Update(context.Background(), svc)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	poll.T(t, wait, "NoConflicts once the ports are identical", func() error {
+		for _, m := range []*member{a, c} {
+			if err := wantCondition(m, ns, "web", "Conflict", metav1.ConditionFalse, "NoConflicts"); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 
