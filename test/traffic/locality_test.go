@@ -11,12 +11,14 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
 	"vksfleet.dev/fleet/controller/names"
 	"vksfleet.dev/fleet/test/fleet"
 	"vksfleet.dev/fleet/test/poll"
@@ -104,6 +106,8 @@ type step struct {
 	// never is a place that must not answer any request from the change on: a farther tier than both the old
 	// and the new one.
 	never string
+	// spread, when set, replaces to: traffic settles once every one of these places answers.
+	spread []string
 }
 
 // testLocality: a client in cluster-a's zone 0 calls a PreferSameZone service with pods in A/zone 0, A/zone 1,
@@ -150,25 +154,44 @@ func (e *env) testLocality(t *testing.T) {
 		t.Errorf("%d of 200 requests answered in the client's zone, want at least 99%%", local)
 	}
 
+	e.missingHint(t, loop)
+
 	steps := []step{
-		{"zone 0's pod deleted", func(t *testing.T) { e.scale(t, e.a, "near-z0", 0) }, "z1", ""},
-		{"cluster-a's pods all deleted", func(t *testing.T) { e.scale(t, e.a, "near-z1", 0) }, "cluster-b", "cluster-c"},
-		{"cluster-b's export drained", func(t *testing.T) { e.setDrain(t, e.b, "near", true) }, "cluster-c", ""},
-		{"cluster-b's drain lifted", func(t *testing.T) { e.setDrain(t, e.b, "near", false) }, "cluster-b", ""},
-		{"cluster-b's controller stopped (lease expires)", func(*testing.T) { e.b.StopController() }, "cluster-c", ""},
+		{"zone 0's pod deleted", func(t *testing.T) { e.scale(t, e.a, "near-z0", 0) }, "z1", "", nil},
+		{"cluster-a's pods all deleted", func(t *testing.T) { e.scale(t, e.a, "near-z1", 0) }, "cluster-b", "cluster-c", nil},
+		// Topology changes take effect without a restart: cluster-b leaves cluster-a's region, and cluster-b and
+		// cluster-c are then alike, "anywhere".
+		{name: "cluster-b moved to another region", do: func(t *testing.T) { e.setRegion(t, e.b, "region-3") },
+			spread: []string{"cluster-b", "cluster-c"}},
+		{"cluster-b back in cluster-a's region", func(t *testing.T) { e.setRegion(t, e.b, e.b.Region) }, "cluster-b", "", nil},
+		{"cluster-b's export drained", func(t *testing.T) { e.setDrain(t, e.b, "near", true) }, "cluster-c", "", nil},
+		{"cluster-b's drain lifted", func(t *testing.T) { e.setDrain(t, e.b, "near", false) }, "cluster-b", "", nil},
+		{"cluster-b's controller stopped (lease expires)", func(*testing.T) { e.b.StopController() }, "cluster-c", "", nil},
 		{"cluster-b's controller back", func(t *testing.T) {
 			if err := e.b.StartController(); err != nil {
 				t.Fatal(err)
 			}
-		}, "cluster-b", ""},
-		{"a pod back in zone 1", func(t *testing.T) { e.scale(t, e.a, "near-z1", 1) }, "z1", "cluster-c"},
-		{"a pod back in zone 0", func(t *testing.T) { e.scale(t, e.a, "near-z0", 1) }, "z0", "cluster-c"},
+		}, "cluster-b", "", nil},
+		{"a pod back in zone 1", func(t *testing.T) { e.scale(t, e.a, "near-z1", 1) }, "z1", "cluster-c", nil},
+		{"a pod back in zone 0", func(t *testing.T) { e.scale(t, e.a, "near-z0", 1) }, "z0", "cluster-c", nil},
 	}
 	prev := "z0"
 	for _, s := range steps {
 		start := time.Now().UnixMilli()
 		s.do(t)
+		if s.spread != nil {
+			e.settleSpread(t, loop, start, s.spread)
+			t.Logf("%-48s traffic spreads over %v", s.name, s.spread)
+			prev = ""
+			continue
+		}
 		end := e.settle(t, loop, start, s.to)
+		if prev == "" {
+			// After a spread there is no single old place to time the move from.
+			t.Logf("%-48s traffic settles in %s", s.name, s.to)
+			prev = s.to
+			continue
+		}
 		moved := loop.Requests(start-1000, end)
 		gap, failed, _ := workload.Failover(moved, func(r workload.Request) bool { return place(r) == prev },
 			func(r workload.Request) bool { return place(r) == s.to })
@@ -213,6 +236,69 @@ func (e *env) testLocality(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// missingHint shows kube-proxy's rule that makes the controller hint every ready endpoint: one ready endpoint of
+// the derived Service without a hint, here in a slice the test adds for cluster-c's pod, and kube-proxy ignores
+// every hint and spreads over all endpoints. Removing it brings the zone preference back.
+func (e *env) missingHint(t *testing.T, loop *workload.Loop) {
+	ctx := context.Background()
+	unhinted := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "near-unhinted", Namespace: ns, Labels: map[string]string{
+			discoveryv1.LabelServiceName: names.DerivedServiceName(ns, "near"), discoveryv1.LabelManagedBy: "traffic-test",
+		}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{
+			Addresses: e.podIPs(t, e.c, "app=near")[:1], Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
+		}},
+		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("tcp"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](workload.EchoPort)}},
+	}
+	if err := e.a.Client.Create(ctx, unhinted); err != nil {
+		t.Fatal(err)
+	}
+	e.settleSpread(t, loop, time.Now().UnixMilli(), []string{"z0", "z1", "cluster-b", "cluster-c"})
+	t.Logf("one ready endpoint without a hint: kube-proxy ignores every hint and spreads over all four places")
+	if err := e.a.Client.Delete(ctx, unhinted); err != nil {
+		t.Fatal(err)
+	}
+	e.settle(t, loop, time.Now().UnixMilli(), "z0")
+}
+
+// settleSpread waits until the last 40 requests since from were all answered, by every one of places and
+// nowhere else.
+func (e *env) settleSpread(t *testing.T, loop *workload.Loop, from int64, places []string) {
+	t.Helper()
+	poll.T(t, timeout, fmt.Sprintf("traffic spreads over %v", places), func() error {
+		reqs := loop.Requests(from, 0)
+		if len(reqs) < 40 {
+			return fmt.Errorf("%d requests since the change", len(reqs))
+		}
+		seen := map[string]int{}
+		for _, r := range reqs[len(reqs)-40:] {
+			if !r.OK || !slices.Contains(places, place(r)) {
+				return fmt.Errorf("request %d: ok=%v place=%s %s", r.Seq, r.OK, place(r), r.Reason)
+			}
+			seen[place(r)]++
+		}
+		if len(seen) != len(places) {
+			return fmt.Errorf("answered by %v", seen)
+		}
+		return nil
+	})
+}
+
+// setRegion changes a member's region ClusterProperty, as an operator moving the cluster would.
+func (e *env) setRegion(t *testing.T, m *fleet.Member, region string) {
+	t.Helper()
+	ctx := context.Background()
+	cp := &aboutv1alpha1.ClusterProperty{}
+	if err := m.Client.Get(ctx, client.ObjectKey{Name: aboutv1alpha1.RegionName}, cp); err != nil {
+		t.Fatal(err)
+	}
+	cp.Spec.Value = region
+	if err := m.Client.Update(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // settle waits until the last 20 requests that started after from were all answered at place, and returns when
