@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -357,6 +360,12 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 		return errors.Join(errs...)
 	}
 
+	served, err := r.servedFamilies(ctx)
+	if err != nil {
+		return err
+	}
+	exported := merged.Spec.IPFamilies
+	merged = imports.Served(merged, served)
 	si := existing
 	if si == nil {
 		si = imports.ServiceImport(key, merged, nil)
@@ -378,9 +387,21 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 		}
 		si = upd
 	}
+	// The slices go before the status, so that Ready can say whether they are programmed: stored, and seen in the
+	// cache, where this reconcile read them.
+	programmed := allStored(sliceList.Items, desiredSlices)
+	if err := apply.Slices(ctx, r.local, sliceList.Items, desiredSlices); err != nil {
+		return fmt.Errorf("importing the endpoints of %s: %w", key, err)
+	}
+	if !programmed {
+		// The slices were just created: their events bring the service back once the cache has them, and the status
+		// is written then, once, instead of Pending now and Ready a moment later.
+		return nil
+	}
 	status := si.Status.DeepCopy()
 	status.Clusters = want.Status.Clusters
-	meta.SetStatusCondition(&status.Conditions, imports.Ready(want, si.Generation))
+	status.EndpointSliceObjects = want.Status.EndpointSliceObjects
+	meta.SetStatusCondition(&status.Conditions, imports.Ready(want, exported, si.Generation))
 	if !equality.Semantic.DeepEqual(*status, si.Status) {
 		upd := si.DeepCopy()
 		upd.Status = *status
@@ -388,10 +409,51 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 			return fmt.Errorf("updating the status of ServiceImport %s: %w", key, err)
 		}
 	}
-	if err := apply.Slices(ctx, r.local, sliceList.Items, desiredSlices); err != nil {
-		return fmt.Errorf("importing the endpoints of %s: %w", key, err)
-	}
 	return nil
+}
+
+// allStored says whether every desired slice is among the stored ones, whatever their content: an import is
+// programmed once its slices exist, and later endpoint changes do not make it unready.
+func allStored(stored, desired []discoveryv1.EndpointSlice) bool {
+	for _, d := range desired {
+		if !slices.ContainsFunc(stored, func(s discoveryv1.EndpointSlice) bool { return s.Name == d.Name }) {
+			return false
+		}
+	}
+	return true
+}
+
+// servedFamilies are the IP families this member allocates ClusterIPs from: those of its ServiceCIDRs
+// (networking.k8s.io/v1, which kube-apiserver creates from --service-cluster-ip-range as "kubernetes"). It is nil,
+// unknown, on a server without that API; the kubernetes Service would be no substitute, since it has only the
+// primary family of a dual-stack cluster.
+func (r *reconciler) servedFamilies(ctx context.Context) ([]corev1.IPFamily, error) {
+	cidrs := &networkingv1.ServiceCIDRList{}
+	if err := r.local.List(ctx, cidrs); err != nil {
+		if meta.IsNoMatchError(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("listing ServiceCIDRs for the served IP families: %w", err)
+	}
+	families := []corev1.IPFamily{}
+	for _, sc := range cidrs.Items {
+		if !sc.DeletionTimestamp.IsZero() {
+			continue
+		}
+		for _, c := range sc.Spec.CIDRs {
+			f := corev1.IPv4Protocol
+			if strings.Contains(c, ":") {
+				f = corev1.IPv6Protocol
+			}
+			if !slices.Contains(families, f) {
+				families = append(families, f)
+			}
+		}
+	}
+	if len(families) == 0 {
+		return nil, nil // kube-apiserver keeps its default ServiceCIDR: none is a view not to trust
+	}
+	return families, nil
 }
 
 // applyDerived makes the derived Service match want (nil: none) and returns it as stored.

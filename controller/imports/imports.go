@@ -9,6 +9,7 @@
 package imports
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
@@ -36,10 +37,13 @@ type Source struct {
 
 // ServiceImport is the desired ServiceImport. derived is the derived Service as stored (nil when there is none
 // yet): its allocated IPs and families become spec.ips and spec.ipFamilies, so both stay stable for its life.
+// This implementation always writes EndpointSlices, so status.endpointSliceObjects is Present, as the KEP asks
+// an implementation that does to publish.
 func ServiceImport(svc types.NamespacedName, m merge.Result, derived *corev1.Service) *mcsv1beta1.ServiceImport {
 	si := &mcsv1beta1.ServiceImport{
 		ObjectMeta: metav1.ObjectMeta{Namespace: svc.Namespace, Name: svc.Name, Labels: m.Labels, Annotations: m.Annotations},
 		Spec:       *m.Spec.DeepCopy(),
+		Status:     mcsv1beta1.ServiceImportStatus{EndpointSliceObjects: mcsv1beta1.EndpointSliceObjectsPresent},
 	}
 	if si.Spec.Ports == nil {
 		si.Spec.Ports = []mcsv1beta1.ServicePort{}
@@ -54,19 +58,40 @@ func ServiceImport(svc types.NamespacedName, m merge.Result, derived *corev1.Ser
 	return si
 }
 
-// Ready is the ServiceImport Ready condition: a Headless import is ready at once, a ClusterSetIP one once its
-// virtual IPs are allocated, and one whose exports share no IP family never.
-func Ready(si *mcsv1beta1.ServiceImport, generation int64) metav1.Condition {
+// Served narrows a ClusterSetIP import to the IP families this cluster allocates ClusterIPs from (its service
+// CIDRs), keeping the merged order: the derived Service cannot hold a VIP of any other family. served nil means
+// unknown, and narrows nothing. Headless imports carry pod addresses, which no service CIDR limits.
+func Served(m merge.Result, served []corev1.IPFamily) merge.Result {
+	if served == nil || m.Spec.Type != mcsv1beta1.ClusterSetIP {
+		return m
+	}
+	m.Spec = *m.Spec.DeepCopy()
+	m.Spec.IPFamilies = slices.DeleteFunc(m.Spec.IPFamilies, func(f corev1.IPFamily) bool { return !slices.Contains(served, f) })
+	if len(m.Spec.IPFamilies) == 0 {
+		m.Spec.IPFamilies = nil
+	}
+	return m
+}
+
+// Ready is the ServiceImport Ready condition of si, the desired import narrowed to this cluster's families, once
+// its imported slices are programmed (stored and seen in the controller's cache; the controller writes no status
+// before): exported are the families the exports share before that narrowing. A Headless import is ready then,
+// a ClusterSetIP one once its virtual IPs are allocated too; one whose families this cluster cannot serve never is.
+func Ready(si *mcsv1beta1.ServiceImport, exported []corev1.IPFamily, generation int64) metav1.Condition {
 	c := metav1.Condition{
 		Type: string(mcsv1beta1.ServiceImportConditionReady), Status: metav1.ConditionTrue,
-		Reason: string(mcsv1beta1.ServiceImportReasonReady), Message: "The service is imported.", ObservedGeneration: generation,
+		Reason: string(mcsv1beta1.ServiceImportReasonReady), Message: "The service's IPs and endpoints are programmed in this cluster.",
+		ObservedGeneration: generation,
 	}
+	clusterSetIP := si.Spec.Type == mcsv1beta1.ClusterSetIP
 	switch {
-	case si.Spec.Type == mcsv1beta1.Headless:
-	case len(si.Spec.IPFamilies) == 0:
+	case clusterSetIP && len(exported) == 0:
 		c.Status, c.Reason = metav1.ConditionFalse, string(mcsv1beta1.ServiceImportReasonIPFamilyNotSupported)
 		c.Message = "The service exports share no IP family."
-	case len(si.Spec.IPs) == 0:
+	case clusterSetIP && len(si.Spec.IPFamilies) == 0:
+		c.Status, c.Reason = metav1.ConditionFalse, string(mcsv1beta1.ServiceImportReasonIPFamilyNotSupported)
+		c.Message = fmt.Sprintf("This cluster serves none of the service's IP families %v.", exported)
+	case clusterSetIP && len(si.Spec.IPs) == 0:
 		c.Status, c.Reason = metav1.ConditionFalse, string(mcsv1beta1.ServiceImportReasonPending)
 		c.Message = "Waiting for the cluster-set IPs to be allocated."
 	}

@@ -34,35 +34,51 @@ func merged(edit func(*merge.Result)) merge.Result {
 }
 
 func TestServiceImportAndReady(t *testing.T) {
+	v4, v6 := corev1.IPv4Protocol, corev1.IPv6Protocol
 	derived := &corev1.Service{Spec: corev1.ServiceSpec{
-		ClusterIPs: []string{"10.0.0.9", "fd00::9"}, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
+		ClusterIPs: []string{"10.0.0.9", "fd00::9"}, IPFamilies: []corev1.IPFamily{v4, v6},
 	}}
+	headless := func(m *merge.Result) { m.Spec.Type = mcsv1beta1.Headless }
 	cases := []struct {
-		name       string
-		m          merge.Result
-		derived    *corev1.Service
-		wantIPs    []string
-		wantReason string
+		name         string
+		m            merge.Result
+		served       []corev1.IPFamily
+		derived      *corev1.Service
+		wantFamilies []corev1.IPFamily
+		wantIPs      []string
+		wantReason   string
 	}{
-		{"waiting for IPs", merged(nil), nil, nil, "Pending"},
-		{"IPs from the derived Service", merged(nil), derived, []string{"10.0.0.9", "fd00::9"}, "Ready"},
-		{"headless has no IPs", merged(func(m *merge.Result) { m.Spec.Type = mcsv1beta1.Headless }), derived, nil, "Ready"},
-		{"no common family", merged(func(m *merge.Result) { m.Spec.IPFamilies = nil }), nil, nil, "IPFamilyNotSupported"},
+		{"waiting for IPs", merged(nil), nil, nil, []corev1.IPFamily{v4, v6}, nil, "Pending"},
+		{"IPs from the derived Service", merged(nil), nil, derived, []corev1.IPFamily{v4, v6}, []string{"10.0.0.9", "fd00::9"}, "Ready"},
+		{"headless has no IPs", merged(headless), nil, derived, []corev1.IPFamily{v4, v6}, nil, "Ready"},
+		{"no common family", merged(func(m *merge.Result) { m.Spec.IPFamilies = nil }), nil, nil, nil, nil, "IPFamilyNotSupported"},
+		{"an IPv4-only cluster narrows a dual-stack import", merged(nil), []corev1.IPFamily{v4}, nil, []corev1.IPFamily{v4}, nil, "Pending"},
+		{"an IPv4-only cluster cannot serve an IPv6 import", merged(func(m *merge.Result) { m.Spec.IPFamilies = []corev1.IPFamily{v6} }),
+			[]corev1.IPFamily{v4}, nil, nil, nil, "IPFamilyNotSupported"},
+		{"headless ignores the service CIDRs", merged(headless), []corev1.IPFamily{v6}, nil, []corev1.IPFamily{v4, v6}, nil, "Ready"},
 	}
 	for _, c := range cases {
-		si := ServiceImport(key, c.m, c.derived)
-		if !reflect.DeepEqual(si.Spec.IPs, c.wantIPs) {
-			t.Errorf("%s: ips = %v, want %v", c.name, si.Spec.IPs, c.wantIPs)
+		si := ServiceImport(key, Served(c.m, c.served), c.derived)
+		if !reflect.DeepEqual(si.Spec.IPs, c.wantIPs) || !reflect.DeepEqual(si.Spec.IPFamilies, c.wantFamilies) {
+			t.Errorf("%s: ips = %v, families %v; want %v, %v", c.name, si.Spec.IPs, si.Spec.IPFamilies, c.wantIPs, c.wantFamilies)
 		}
 		if want := []mcsv1beta1.ClusterStatus{{Cluster: "a"}, {Cluster: "b.east"}}; !reflect.DeepEqual(si.Status.Clusters, want) {
 			t.Errorf("%s: clusters = %v", c.name, si.Status.Clusters)
 		}
+		if si.Status.EndpointSliceObjects != mcsv1beta1.EndpointSliceObjectsPresent {
+			t.Errorf("%s: endpointSliceObjects = %q", c.name, si.Status.EndpointSliceObjects)
+		}
 		if !reflect.DeepEqual(si.Labels, map[string]string{"team": "a"}) || si.Namespace != "ns" || si.Name != "web" {
 			t.Errorf("%s: meta = %+v", c.name, si.ObjectMeta)
 		}
-		if r := Ready(si, 1); r.Reason != c.wantReason || (r.Status == metav1.ConditionTrue) != (c.wantReason == "Ready") {
+		r := Ready(si, c.m.Spec.IPFamilies, 1)
+		if r.Reason != c.wantReason || (r.Status == metav1.ConditionTrue) != (c.wantReason == "Ready") {
 			t.Errorf("%s: Ready = %+v, want reason %s", c.name, r, c.wantReason)
 		}
+	}
+	if m := merged(nil); !reflect.DeepEqual(Served(m, []corev1.IPFamily{v6}).Spec.IPFamilies, []corev1.IPFamily{v6}) ||
+		!reflect.DeepEqual(m.Spec.IPFamilies, []corev1.IPFamily{v4, v6}) {
+		t.Errorf("Served must narrow a copy: the merged families became %v", m.Spec.IPFamilies)
 	}
 }
 

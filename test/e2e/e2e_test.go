@@ -57,6 +57,9 @@ func TestExportIsImportedEverywhere(t *testing.T) {
 			if !meta.IsStatusConditionTrue(si.Status.Conditions, string(mcsv1beta1.ServiceImportConditionReady)) {
 				return fmt.Errorf("not Ready: %v", si.Status.Conditions)
 			}
+			if si.Status.EndpointSliceObjects != mcsv1beta1.EndpointSliceObjectsPresent {
+				return fmt.Errorf("status.endpointSliceObjects = %q, want Present", si.Status.EndpointSliceObjects)
+			}
 			for _, s := range imp.slices {
 				if s.Labels["endpointslice.kubernetes.io/managed-by"] != "mcs-controller.vksfleet.dev" ||
 					s.Labels["kubernetes.io/service-name"] != imp.derived.Name {
@@ -322,6 +325,43 @@ func TestCompatiblePortsConflict(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// Exporters with no IP family in common leave an import that no member can give a VIP: Ready is
+// False/IPFamilyNotSupported everywhere, and it becomes Ready once the families meet.
+func TestNoCommonFamilyIsNotReady(t *testing.T) {
+	ns := namespace(t)
+	a, c := members["cluster-a"], members["cluster-c"]
+	single := func(f corev1.IPFamily) func(*corev1.Service) {
+		return func(s *corev1.Service) {
+			s.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicySingleStack)
+			s.Spec.IPFamilies = []corev1.IPFamily{f}
+		}
+	}
+	deploy(t, a, ns, app{name: "split", replicas: 1, edit: single(corev1.IPv4Protocol)})
+	deploy(t, c, ns, app{name: "split", replicas: 1, edit: single(corev1.IPv6Protocol)})
+	exportService(t, a, ns, "split")
+	exportService(t, c, ns, "split")
+	poll.T(t, wait, "Ready=False/IPFamilyNotSupported in every member", func() error {
+		return everywhere(func(m *member) error { return wantImportReady(m, ns, "split", metav1.ConditionFalse, "IPFamilyNotSupported") })
+	})
+	unexport(t, c, ns, "split")
+	poll.T(t, wait, "Ready once only the IPv4 export is left", func() error {
+		return everywhere(func(m *member) error { return wantImportReady(m, ns, "split", metav1.ConditionTrue, "Ready") })
+	})
+}
+
+// wantImportReady checks the Ready condition of m's ServiceImport.
+func wantImportReady(m *member, ns, name string, status metav1.ConditionStatus, reason string) error {
+	imp, err := readImport(m, ns, name)
+	if err != nil || imp.si == nil {
+		return fmt.Errorf("no import: %v", err)
+	}
+	c := meta.FindStatusCondition(imp.si.Status.Conditions, string(mcsv1beta1.ServiceImportConditionReady))
+	if c == nil || c.Status != status || c.Reason != reason {
+		return fmt.Errorf("Ready = %+v, want %s/%s", c, status, reason)
+	}
+	return nil
 }
 
 func TestNamespaceCreatedLater(t *testing.T) {
