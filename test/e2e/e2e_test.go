@@ -343,7 +343,9 @@ func TestNoCommonFamilyIsNotReady(t *testing.T) {
 	exportService(t, a, ns, "split")
 	exportService(t, c, ns, "split")
 	poll.T(t, wait, "Ready=False/IPFamilyNotSupported in every member", func() error {
-		return everywhere(func(m *member) error { return wantImportReady(m, ns, "split", metav1.ConditionFalse, "IPFamilyNotSupported") })
+		return everywhere(func(m *member) error {
+			return wantImportReady(m, ns, "split", metav1.ConditionFalse, "IPFamilyNotSupported")
+		})
 	})
 	unexport(t, c, ns, "split")
 	poll.T(t, wait, "Ready once only the IPv4 export is left", func() error {
