@@ -51,6 +51,7 @@ type reconciler struct {
 	siAPI    string        // the local ServiceImport apiVersion, for owner references
 	local    client.Client // cached reads
 	broker   client.Client // cached reads of the controller's broker objects
+	denied   []string      // namespaces never exported from
 	liveness *broker.Liveness
 	events   events.EventRecorder
 	log      logr.Logger
@@ -208,7 +209,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var valid metav1.Condition
 	if se != nil && se.DeletionTimestamp.IsZero() {
 		var ok bool
-		if valid, ok = export.Valid(se, svc); ok {
+		if valid, ok = export.Valid(se, svc, r.denied); ok {
 			e := export.Record(r.id, se, svc)
 			e.Region = top.Region
 			own = &e

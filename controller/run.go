@@ -25,6 +25,7 @@ import (
 
 	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/controller/clusterid"
+	"vksfleet.dev/fleet/controller/export"
 	"vksfleet.dev/fleet/controller/mcsversion"
 	"vksfleet.dev/fleet/controller/names"
 )
@@ -42,6 +43,10 @@ type Options struct {
 	LeaseGrace time.Duration
 	// Workers is how many services are reconciled at once; default 16.
 	Workers int
+	// DeniedExportNamespaces are the namespaces whose ServiceExports are refused (Valid=False,
+	// NamespaceNotAllowed), whether or not the deploy manifests' admission policy is installed; nil means
+	// export.DefaultDeniedNamespaces, and an empty non-nil list refuses none.
+	DeniedExportNamespaces []string
 	// LeaderElection makes replicas elect one active controller through a Lease in LeaderElectionNamespace.
 	LeaderElection          bool
 	LeaderElectionNamespace string
@@ -78,6 +83,9 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	if opts.Workers == 0 {
 		opts.Workers = 16
+	}
+	if opts.DeniedExportNamespaces == nil {
+		opts.DeniedExportNamespaces = export.DefaultDeniedNamespaces
 	}
 	if opts.Workers < 0 {
 		return fmt.Errorf("controller: %d workers", opts.Workers)
@@ -158,6 +166,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 		siAPI:    localGV.String(),
 		local:    mgr.GetClient(),
 		broker:   brokerCluster.GetClient(),
+		denied:   opts.DeniedExportNamespaces,
 		liveness: broker.NewLiveness(id, opts.LeaseGrace),
 		events:   mgr.GetEventRecorder(names.ManagedBy),
 		log:      log,
@@ -175,7 +184,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err := mgr.AddReadyzCheck("broker", hb.ready); err != nil {
 		return err
 	}
-	log.Info("starting", "leaseGrace", opts.LeaseGrace, "brokerNamespace", names.BrokerNamespace(id),
+	log.Info("starting", "leaseGrace", opts.LeaseGrace, "deniedExportNamespaces", opts.DeniedExportNamespaces, "brokerNamespace", names.BrokerNamespace(id),
 		"localAPI", localGV, "brokerAPI", brokerGV)
 	return mgr.Start(ctx)
 }

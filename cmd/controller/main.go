@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -24,6 +25,7 @@ import (
 
 	"vksfleet.dev/fleet/controller"
 	"vksfleet.dev/fleet/controller/clusterid"
+	"vksfleet.dev/fleet/controller/export"
 	"vksfleet.dev/fleet/controller/names"
 )
 
@@ -36,6 +38,7 @@ type flags struct {
 	qps                          float64
 	burst                        int
 	workers                      int
+	deniedExportNamespaces       []string
 	leaderElect                  bool
 	leaderElectionNamespace      string
 	healthAddr, metricsAddr      string
@@ -62,10 +65,23 @@ func parseFlags(args []string, out io.Writer) (flags, error) {
 	fs.StringVar(&f.healthAddr, "health-probe-bind-address", ":8081", "address serving /healthz and /readyz; 0 disables")
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "address serving Prometheus metrics; 0 disables")
 	fs.BoolVar(&f.printBrokerNamespace, "print-broker-namespace", false, "print the broker namespace of --cluster-id, which the broker's RBAC for that member names, and exit")
+	denied := fs.String("denied-export-namespaces", strings.Join(export.DefaultDeniedNamespaces, ","),
+		"comma-separated namespaces whose ServiceExports are refused (Valid=False, NamespaceNotAllowed); empty refuses none")
 	if err := fs.Parse(args); err != nil {
 		return f, err
 	}
+	f.deniedExportNamespaces = []string{}
+	for ns := range strings.SplitSeq(*denied, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			f.deniedExportNamespaces = append(f.deniedExportNamespaces, ns)
+		}
+	}
 	var errs []error
+	for _, ns := range f.deniedExportNamespaces {
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--denied-export-namespaces: %q: %s", ns, strings.Join(msgs, "; ")))
+		}
+	}
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments: %q", fs.Args()))
 	}
@@ -136,7 +152,8 @@ func run(ctx context.Context, f flags) error {
 	brokerCfg.QPS, brokerCfg.Burst = float32(f.qps), f.burst
 	return controller.Run(ctx, controller.Options{
 		Local: local, Broker: brokerCfg, ClusterID: f.clusterID, LeaseGrace: f.leaseGrace, Workers: f.workers,
-		LeaderElection: f.leaderElect, LeaderElectionNamespace: f.leaderElectionNamespace,
+		DeniedExportNamespaces: f.deniedExportNamespaces,
+		LeaderElection:         f.leaderElect, LeaderElectionNamespace: f.leaderElectionNamespace,
 		HealthProbeBindAddress: f.healthAddr, MetricsBindAddress: f.metricsAddr,
 	})
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,8 +17,16 @@ func TestParseFlags(t *testing.T) {
 		check   func(flags) bool
 	}{
 		{[]string{"--broker-kubeconfig=/b"}, "", func(f flags) bool {
-			return f.brokerKubeconfig == "/b" && f.leaseGrace == 30*time.Second && f.qps == 200 && f.burst == 400
+			return f.brokerKubeconfig == "/b" && f.leaseGrace == 30*time.Second && f.qps == 200 && f.burst == 400 &&
+				slices.Equal(f.deniedExportNamespaces, []string{"kube-system", "kube-public", "kube-node-lease", "default"})
 		}},
+		{[]string{"--broker-kubeconfig=/b", "--denied-export-namespaces= kube-system, shared-tools"}, "", func(f flags) bool {
+			return slices.Equal(f.deniedExportNamespaces, []string{"kube-system", "shared-tools"})
+		}},
+		{[]string{"--broker-kubeconfig=/b", "--denied-export-namespaces="}, "", func(f flags) bool {
+			return f.deniedExportNamespaces != nil && len(f.deniedExportNamespaces) == 0
+		}},
+		{[]string{"--broker-kubeconfig=/b", "--denied-export-namespaces=default,Not_A_Namespace"}, "--denied-export-namespaces", nil},
 		{[]string{"--broker-secret=mcs-system/broker", "--cluster-id=east.prod", "--lease-grace=5s"}, "", func(f flags) bool {
 			return f.brokerSecret == types.NamespacedName{Namespace: "mcs-system", Name: "broker"} && f.clusterID == "east.prod" &&
 				f.leaseGrace == 5*time.Second

@@ -20,15 +20,29 @@ import (
 // MaxEndpointsPerSlice bounds every slice the controller writes, on the broker and in members.
 const MaxEndpointsPerSlice = 100
 
-// Valid is the ServiceExport Valid condition for the Service it names (nil when there is none). Only a valid
-// export is published.
-func Valid(se *mcsv1beta1.ServiceExport, svc *corev1.Service) (metav1.Condition, bool) {
+// ReasonNamespaceNotAllowed is the Valid=False reason of a ServiceExport in a namespace the controller never
+// exports from. mcs-api has no reason for it; KEP-1645 asks implementations to keep shared namespaces such as
+// default and kube-system out of the clusterset.
+const ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
+
+// DefaultDeniedNamespaces are the namespaces exported from nowhere unless the operator says otherwise: every
+// cluster has them, with unrelated Services of the same names, and kube-system's would expose the control plane.
+var DefaultDeniedNamespaces = []string{"kube-system", "kube-public", "kube-node-lease", "default"}
+
+// Valid is the ServiceExport Valid condition for the Service it names (nil when there is none), with denied the
+// namespaces not exported from. Only a valid export is published.
+func Valid(se *mcsv1beta1.ServiceExport, svc *corev1.Service, denied []string) (metav1.Condition, bool) {
 	c := metav1.Condition{
 		Type: string(mcsv1beta1.ServiceExportConditionValid), Status: metav1.ConditionTrue,
 		Reason: string(mcsv1beta1.ServiceExportReasonValid), Message: "Service is valid for export.",
 		ObservedGeneration: se.Generation,
 	}
 	switch {
+	case slices.Contains(denied, se.Namespace):
+		c.Status, c.Reason = metav1.ConditionFalse, ReasonNamespaceNotAllowed
+		c.Message = fmt.Sprintf("Services in namespace %s are not exported: every cluster has this namespace, so its "+
+			"Services would be merged with unrelated ones. The mcs-controller flag --denied-export-namespaces lists "+
+			"the namespaces refused.", se.Namespace)
 	case svc == nil || !svc.DeletionTimestamp.IsZero():
 		c.Status, c.Reason = metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonNoService)
 		c.Message = fmt.Sprintf("Service %s/%s does not exist.", se.Namespace, se.Name)

@@ -30,18 +30,22 @@ func TestValid(t *testing.T) {
 	cases := []struct {
 		name       string
 		svc        *corev1.Service
+		denied     []string
 		wantOK     bool
 		wantReason string
 	}{
-		{"no service", nil, false, "NoService"},
-		{"service being deleted", &corev1.Service{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: ptr.To(metav1.Now())}}, false, "NoService"},
-		{"ExternalName", &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName}}, false, "InvalidServiceType"},
-		{"ClusterIP", &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP}}, true, "Valid"},
-		{"NodePort", &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort}}, true, "Valid"},
-		{"LoadBalancer", &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer}}, true, "Valid"},
+		{"no service", nil, nil, false, "NoService"},
+		{"service being deleted", &corev1.Service{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: ptr.To(metav1.Now())}}, nil, false, "NoService"},
+		{"ExternalName", &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName}}, nil, false, "InvalidServiceType"},
+		{"ClusterIP", &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP}}, nil, true, "Valid"},
+		{"NodePort", &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort}}, nil, true, "Valid"},
+		{"LoadBalancer", &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer}}, nil, true, "Valid"},
+		{"denied namespace", &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP}}, []string{"kube-system", "ns"}, false, "NamespaceNotAllowed"},
+		{"denied namespace without a Service", nil, []string{"ns"}, false, "NamespaceNotAllowed"},
+		{"other namespaces denied", &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP}}, DefaultDeniedNamespaces, true, "Valid"},
 	}
 	for _, c := range cases {
-		cond, ok := Valid(serviceExport(), c.svc)
+		cond, ok := Valid(serviceExport(), c.svc, c.denied)
 		wantStatus := metav1.ConditionFalse
 		if c.wantOK {
 			wantStatus = metav1.ConditionTrue

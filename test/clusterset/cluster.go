@@ -27,6 +27,7 @@ import (
 
 	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
 	"vksfleet.dev/fleet/build/deploy/crds"
+	"vksfleet.dev/fleet/build/deploy/policy"
 	"vksfleet.dev/fleet/test/dataplane"
 	"vksfleet.dev/fleet/test/proc"
 )
@@ -161,6 +162,9 @@ func startCluster(ctx context.Context, spec clusterSpec, assets string) (c *Clus
 	if err := c.createClusterProperties(ctx, spec.id, spec.setName); err != nil {
 		return c, err
 	}
+	if err := c.installExportPolicy(ctx); err != nil {
+		return c, err
+	}
 	if c.kcm, err = startControllerManager(ctx, assets, c.dir, c.KubeconfigPath, spec.log); err != nil {
 		return c, err
 	}
@@ -228,6 +232,21 @@ func (c *Cluster) createClusterProperties(ctx context.Context, id, setName strin
 		}
 		if err := c.Client.Create(ctx, cp); err != nil {
 			return fmt.Errorf("creating ClusterProperty %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// installExportPolicy installs the deploy manifests' admission policy that denies ServiceExports in the namespaces
+// every cluster shares, as an operator would.
+func (c *Cluster) installExportPolicy(ctx context.Context) error {
+	p, b, err := policy.Objects()
+	if err != nil {
+		return err
+	}
+	for _, obj := range []client.Object{p, b} {
+		if err := c.Client.Create(ctx, obj); err != nil {
+			return fmt.Errorf("installing the export namespace policy: %w", err)
 		}
 	}
 	return nil
