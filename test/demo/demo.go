@@ -1,6 +1,7 @@
 // Package demo walks the two user stories of VKS Fleet on a running local fleet with a data plane, printing what
 // a user would see (kubectl tables with conditions, dig answers, and the traffic of client loops in cluster-a,
-// phase by phase) and checking every expectation. `make demo` runs it on a fresh fleet; its test runs it in
+// phase by phase, down to the locality tier that answers it and how long each move took) and checking every
+// expectation. `make demo` runs it on a fresh fleet; its test runs it in
 // `make test` with a short lease grace.
 package demo
 
@@ -93,6 +94,9 @@ func (d *Demo) Run(ctx context.Context) error {
 	if err := d.storyFailover(ctx); err != nil {
 		return fmt.Errorf("story 2: %w", err)
 	}
+	if err := d.storyLocality(ctx); err != nil {
+		return fmt.Errorf("story 2: %w", err)
+	}
 	if err := d.endPhases(ctx); err != nil {
 		return err
 	}
@@ -111,7 +115,11 @@ func (d *Demo) step(format string, args ...any) { d.say("\n==> "+format, args...
 // kubectl prints a kubectl command and its output, as a user would see it. Its error matters only where the
 // demo acts through kubectl; a table that fails to print fails no expectation.
 func (d *Demo) kubectl(ctx context.Context, m *fleet.Member, args ...string) error {
-	d.say("$ kubectl --context %s %s", m.Name, strings.Join(args, " "))
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		quoted[i] = shellQuote(a)
+	}
+	d.say("$ kubectl --context %s %s", m.Name, strings.Join(quoted, " "))
 	stdout, stderr, code, err := workload.Kubectl(ctx, d.Kubectl, m.KubeconfigPath, m.Name, args...)
 	d.say("%s", strings.TrimRight(stdout+stderr, "\n"))
 	if err == nil && code != 0 {
@@ -121,6 +129,15 @@ func (d *Demo) kubectl(ctx context.Context, m *fleet.Member, args ...string) err
 		d.say("(%v)", err)
 	}
 	return err
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it, so that a printed command can be pasted as it is: a
+// jsonpath's braces, quotes and backslashes would otherwise reach kubectl changed.
+func shellQuote(s string) string {
+	if s != "" && !strings.ContainsAny(s, " \t\n\"'\\$`{}[]*?|&;<>()~#!") {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // dig prints a dig query against a member's DNS and its answer section.

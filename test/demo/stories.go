@@ -70,7 +70,7 @@ func (d *Demo) storyMigration(ctx context.Context) error {
 		return err
 	}
 	at := time.Now().UnixMilli()
-	frontend, err := d.startLoop(ctx, a, "frontend", name+":"+strconv.Itoa(workload.EchoPort))
+	frontend, err := d.startLoop(ctx, a, "frontend", "", name+":"+strconv.Itoa(workload.EchoPort))
 	if err != nil {
 		return err
 	}
@@ -279,7 +279,7 @@ func (d *Demo) storyFailover(ctx context.Context) error {
 		return err
 	}
 	at := time.Now().UnixMilli()
-	loop, err := d.startLoop(ctx, a, "failover-client", name+":"+strconv.Itoa(workload.EchoPort))
+	loop, err := d.startLoop(ctx, a, "failover-client", "", name+":"+strconv.Itoa(workload.EchoPort))
 	if err != nil {
 		return err
 	}

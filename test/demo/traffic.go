@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -28,10 +29,16 @@ const (
 	loopDuration = 30 * time.Minute
 )
 
-// startLoop runs a client loop as pod name in m, sending to target, and follows its log until ctx ends.
-func (d *Demo) startLoop(ctx context.Context, m *fleet.Member, name, target string) (*workload.Loop, error) {
+// startLoop runs a client loop as pod name in m, on a node of zone unless it is empty, sending to target, and
+// follows its log until ctx ends.
+func (d *Demo) startLoop(ctx context.Context, m *fleet.Member, name, zone, target string) (*workload.Loop, error) {
 	pod := workload.LoopPod(name, Namespace, d.Serve, target, loopInterval, loopDuration)
-	d.say("%s, a pod in %s, runs: serve %s", name, m.Name, strings.Join(pod.Spec.Containers[0].Command[1:], " "))
+	where := m.Name
+	if zone != "" {
+		pod.Spec.NodeSelector = map[string]string{corev1.LabelTopologyZone: zone}
+		where += "'s zone " + zone
+	}
+	d.say("%s, a pod in %s, runs: serve %s", name, where, strings.Join(pod.Spec.Containers[0].Command[1:], " "))
 	start := time.Now()
 	l, err := workload.StartLoop(ctx, m.Kube, pod, d.Timeout)
 	if err != nil {
@@ -52,27 +59,42 @@ func (d *Demo) waitTraffic(ctx context.Context, l *workload.Loop, from int64, wh
 	})
 }
 
-// answeredBy holds once each cluster has answered at least n requests.
-func answeredBy(n int, clusters ...string) func([]workload.Request) error {
+// place says where a request was answered: the cluster, and in cluster-a the Deployment of the pod too
+// ("cluster-a/near-z0"). The client loops run in cluster-a, where the locality part of story 2 runs a Deployment
+// per zone: there the zone is the tier that matters, while elsewhere the cluster is.
+func place(r workload.Request) string {
+	if r.Cluster != "cluster-a" {
+		return r.Cluster
+	}
+	// A Deployment's pods are named <deployment>-<pod template hash>-<suffix>.
+	parts := strings.Split(r.Pod, "-")
+	if len(parts) < 3 {
+		return r.Cluster + "/" + r.Pod
+	}
+	return r.Cluster + "/" + strings.Join(parts[:len(parts)-2], "-")
+}
+
+// answeredBy holds once each place has answered at least n requests.
+func answeredBy(n int, places ...string) func([]workload.Request) error {
 	return func(reqs []workload.Request) error {
 		f := tally(reqs)
-		for _, c := range clusters {
-			if f.answers[c] < n {
-				return fmt.Errorf("%s answered %d requests, want %d (so far: %v)", c, f.answers[c], n, f)
+		for _, p := range places {
+			if f.answers[p] < n {
+				return fmt.Errorf("%s answered %d requests, want %d (so far: %v)", p, f.answers[p], n, f)
 			}
 		}
 		return nil
 	}
 }
 
-// lastAnswered holds once the last n requests were all answered, by cluster unless it is empty.
-func lastAnswered(n int, cluster string) func([]workload.Request) error {
+// lastAnswered holds once the last n requests were all answered, at where unless it is empty.
+func lastAnswered(n int, where string) func([]workload.Request) error {
 	return func(reqs []workload.Request) error {
 		if len(reqs) < n {
 			return fmt.Errorf("%d requests so far, want %d answered", len(reqs), n)
 		}
 		for _, r := range reqs[len(reqs)-n:] {
-			if !r.OK || cluster != "" && r.Cluster != cluster {
+			if !r.OK || where != "" && place(r) != where {
 				return fmt.Errorf("request %d %s", r.Seq, outcome(r))
 			}
 		}
@@ -163,7 +185,7 @@ func (d *Demo) noFailures(story int) error {
 	return nil
 }
 
-// figures count requests: sent, failed per reason, answered per cluster.
+// figures count requests: sent, failed per reason, answered per place.
 type figures struct {
 	sent, failed     int
 	reasons, answers map[string]int
@@ -173,7 +195,7 @@ func tally(reqs []workload.Request) figures {
 	f := figures{sent: len(reqs), reasons: map[string]int{}, answers: map[string]int{}}
 	for _, r := range reqs {
 		if r.OK {
-			f.answers[r.Cluster]++
+			f.answers[place(r)]++
 		} else {
 			f.failed++
 			f.reasons[r.Reason]++
