@@ -47,11 +47,15 @@ const maxRetryDelay = 30 * time.Second
 // the service to the broker and writes the local import of the service from every cluster's export. Keeping both
 // in one reconcile gives each ServiceExport's status a single writer.
 type reconciler struct {
-	id       string
-	siAPI    string        // the local ServiceImport apiVersion, for owner references
-	local    client.Client // cached reads
-	broker   client.Client // cached reads of the controller's broker objects
-	denied   []string      // namespaces never exported from
+	id     string
+	siAPI  string        // the local ServiceImport apiVersion, for owner references
+	local  client.Client // cached reads
+	broker client.Client // cached reads of the controller's broker objects
+	denied []string      // namespaces never exported from
+	// localHost and brokerHost name the API servers in errors.
+	localHost, brokerHost string
+	// races backs off the retries of races with the caches, which bypass the controller's failure backoff.
+	races    workqueue.TypedRateLimiter[reconcile.Request]
 	liveness *broker.Liveness
 	events   events.EventRecorder
 	log      logr.Logger
@@ -178,29 +182,69 @@ func requests(records []mcsv1beta1.ServiceImport) []reconcile.Request {
 	return reqs
 }
 
-// Reconcile brings one service's export and import up to date.
+// Reconcile brings one service's export and import up to date. Races with the caches are expected: a create of
+// an object the cache has not shown yet (AlreadyExists), an update from a stale copy (Conflict). They are retried
+// with their own backoff and logged only at V(1), so that "Reconciler error" in the log always means a failure
+// an operator should look at; every other error is returned, naming the API server it came from.
 func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	err := r.reconcile(ctx, req)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return reconcile.Result{}, nil // stopping: the next start reconciles everything anyway
+	case err != nil && onlyRaces(err):
+		r.log.V(1).Info("retrying after a race with the cache", "service", req.NamespacedName, "error", err.Error())
+		return reconcile.Result{RequeueAfter: r.races.When(req)}, nil
+	}
+	r.races.Forget(req)
+	return reconcile.Result{}, err
+}
+
+// onlyRaces says whether every error joined in err is an AlreadyExists or a Conflict.
+func onlyRaces(err error) bool {
+	switch e := err.(type) {
+	case interface{ Unwrap() []error }:
+		for _, inner := range e.Unwrap() {
+			if !onlyRaces(inner) {
+				return false
+			}
+		}
+		return true
+	case interface{ Unwrap() error }:
+		return onlyRaces(e.Unwrap())
+	}
+	return apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err)
+}
+
+// at names the API server an error came from.
+func at(host string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("API server %s: %w", host, err)
+}
+
+func (r *reconciler) reconcile(ctx context.Context, req reconcile.Request) error {
 	select {
 	case <-r.liveness.Observed():
 	case <-ctx.Done():
-		return reconcile.Result{}, ctx.Err()
+		return ctx.Err()
 	}
 	key := req.NamespacedName
 	if names.IsBrokerNamespace(key.Namespace) {
 		// This member is also the broker: what lies here are broker objects, not exports or imports.
-		return reconcile.Result{}, nil
+		return nil
 	}
 	top, err := r.topology(ctx)
 	if err != nil {
-		return reconcile.Result{}, err
+		return at(r.localHost, err)
 	}
 	se, err := getOrNil(ctx, r.local, key, &mcsv1beta1.ServiceExport{})
 	if err != nil {
-		return reconcile.Result{}, err
+		return at(r.localHost, err)
 	}
 	svc, err := getOrNil(ctx, r.local, key, &corev1.Service{})
 	if err != nil {
-		return reconcile.Result{}, err
+		return at(r.localHost, err)
 	}
 
 	// Export: what this cluster publishes, if anything.
@@ -216,26 +260,27 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			local := &discoveryv1.EndpointSliceList{}
 			if err := r.local.List(ctx, local, client.InNamespace(key.Namespace),
 				client.MatchingFields{localSliceIndex: sourceSlice + key.Name}); err != nil {
-				return reconcile.Result{}, err
+				return at(r.localHost, err)
 			}
 			ownSlices = export.Slices(key.Namespace, key.Name, local.Items)
 		}
 	}
-	publishErr := r.publish(ctx, key, own, ownSlices)
+	publishErr := at(r.brokerHost, r.publish(ctx, key, own, ownSlices))
 
 	// Import: every cluster's export, with this cluster's taken from the local truth rather than the broker.
 	exports, sources, err := r.gather(ctx, key, own, ownSlices)
 	if err != nil {
-		return reconcile.Result{}, errors.Join(publishErr, err)
+		return errors.Join(publishErr, at(r.brokerHost, err))
 	}
 	merged := merge.Merge(exports)
-	importErr := r.importService(ctx, key, exports, merged, sources, top)
+	importErr := at(r.localHost, r.importService(ctx, key, exports, merged, sources, top))
 
 	var statusErr error
-	if se != nil && se.DeletionTimestamp.IsZero() {
-		statusErr = r.exportStatus(ctx, se, valid, own != nil, publishErr, merged)
+	// A publish that lost a race is retried at once: reporting it as Failed would only flap the condition.
+	if se != nil && se.DeletionTimestamp.IsZero() && (publishErr == nil || !onlyRaces(publishErr)) {
+		statusErr = at(r.localHost, r.exportStatus(ctx, se, valid, own != nil, publishErr, merged))
 	}
-	return reconcile.Result{}, errors.Join(publishErr, importErr, statusErr)
+	return errors.Join(publishErr, importErr, statusErr)
 }
 
 // publish makes this cluster's broker record and slices for the service match its export (none when own is nil).
@@ -473,11 +518,11 @@ func (r *reconciler) applyDerived(ctx context.Context, got, want *corev1.Service
 	}
 	if len(got.Spec.IPFamilies) == 0 || got.Spec.IPFamilies[0] != want.Spec.IPFamilies[0] {
 		// The primary family of a Service is immutable: the VIP changes, which only a change of the exports' common
-		// families causes.
-		if err := apply.Delete(ctx, r.local, got); err != nil {
-			return nil, err
-		}
-		return nil, fmt.Errorf("derived Service %s/%s changes its primary IP family: recreating it", got.Namespace, got.Name)
+		// families causes. The delete's event brings the service back, and that reconcile creates the new one; until
+		// then the import has no IPs and is not Ready.
+		r.log.Info("derived Service changes its primary IP family: recreating it", "service", client.ObjectKeyFromObject(got),
+			"from", got.Spec.IPFamilies, "to", want.Spec.IPFamilies)
+		return nil, apply.Delete(ctx, r.local, got)
 	}
 	upd := got.DeepCopy()
 	upd.Labels, upd.OwnerReferences = want.Labels, want.OwnerReferences

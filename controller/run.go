@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/controller/broker"
@@ -162,14 +164,17 @@ func Run(ctx context.Context, opts Options) (err error) {
 		}
 	}
 	r := &reconciler{
-		id:       id,
-		siAPI:    localGV.String(),
-		local:    mgr.GetClient(),
-		broker:   brokerCluster.GetClient(),
-		denied:   opts.DeniedExportNamespaces,
-		liveness: broker.NewLiveness(id, opts.LeaseGrace),
-		events:   mgr.GetEventRecorder(names.ManagedBy),
-		log:      log,
+		id:         id,
+		siAPI:      localGV.String(),
+		local:      mgr.GetClient(),
+		broker:     brokerCluster.GetClient(),
+		denied:     opts.DeniedExportNamespaces,
+		localHost:  opts.Local.Host,
+		brokerHost: opts.Broker.Host,
+		races:      workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay),
+		liveness:   broker.NewLiveness(id, opts.LeaseGrace),
+		events:     mgr.GetEventRecorder(names.ManagedBy),
+		log:        log,
 	}
 	if err := r.setup(mgr, brokerCluster, opts.Workers); err != nil {
 		return err

@@ -193,6 +193,7 @@ func TestBrokerUnreachableKeepsImports(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	causesFailures(t)
 	b.Writes.Reset()
 	b.Partition(true)
 	t.Cleanup(func() { b.Partition(false) })
