@@ -1,6 +1,7 @@
 package zone
 
 import (
+	"bytes"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -9,49 +10,131 @@ import (
 	"github.com/miekg/dns"
 )
 
-// node holds the precomputed records of one owner name. A node with no records is an empty non-terminal: the
-// name exists (NODATA) but has no data.
+// node holds the precompiled answers of one owner name below a service. A node with no records is an empty
+// non-terminal: the name exists (NODATA) but has no data.
 type node struct {
-	// name is the owner name, shared by every record of the node instead of one string per record.
-	name         string
-	a, aaaa, srv []dns.RR
+	// prefix is the name below the service's (see Name.Prefix); "" is the service's name itself.
+	prefix string
+	// wire holds the node's A, then AAAA, then SRV records, owned by the question (see Records). It may be part
+	// of another node's wire: a port's SRV records and an endpoint's addresses are nearly always also the
+	// service name's, and are then stored once.
+	wire []byte
+	// end and n are where each type's records (A, AAAA, SRV) end in wire and how many there are.
+	end, n [3]uint32
 }
 
 // entry is everything one service contributes to the zone.
 type entry struct {
-	// names maps the prefix below the service name (see Name.Prefix) to its records; "" is the service name.
-	names map[string]*node
-	// ptrs maps reverse owner names to the PTR records this service contributes there.
-	ptrs map[string][]dns.RR
+	// nodes are the owner names of the service, sorted by prefix.
+	nodes []node
+}
+
+// find returns the node of prefix.
+func (e *entry) find(prefix string) (*node, bool) {
+	i, ok := slices.BinarySearchFunc(e.nodes, prefix, func(n node, p string) int { return strings.Compare(n.prefix, p) })
+	if !ok {
+		return nil, false
+	}
+	return &e.nodes[i], true
+}
+
+// addresses returns the addresses the service has PTR records for: every address it answers, which are the
+// ClusterSetIPs or the ready endpoints' addresses. The index derives them rather than keeping a list per service.
+func (e *entry) addresses() []netip.Addr {
+	var out []netip.Addr
+	for i := range e.nodes {
+		n := &e.nodes[i]
+		for _, rr := range (Records{wire: n.wire[:n.end[1]], n: int(n.n[0] + n.n[1])}).RRs(".") {
+			switch rr := rr.(type) {
+			case *dns.A:
+				a, _ := netip.AddrFromSlice(rr.A.To4())
+				out = append(out, a)
+			case *dns.AAAA:
+				a, _ := netip.AddrFromSlice(rr.AAAA.To16())
+				out = append(out, a)
+			}
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
+}
+
+// rrsets are the records of one owner name while a service is being built.
+type rrsets struct {
+	a, aaaa, srv []dns.RR
 }
 
 // builder turns one Service into an entry.
 type builder struct {
-	base string // <svc>.<ns>.svc.<zone>
-	ttl  uint32
-	e    *entry
+	base  string // <svc>.<ns>.svc.<zone>
+	ttl   uint32
+	names map[string]*rrsets  // by prefix
+	ptrs  map[string][]dns.RR // by reverse name
 	// seen de-duplicates records per owner: an endpoint listed in an IPv4 and an IPv6 slice is one SRV target,
 	// and an address reported by two clusters is one A record.
 	seen map[string]bool
 }
 
-// buildEntry precomputes the records of s. Names that would exceed DNS limits are left out.
-func buildEntry(s *Service, zone string, ttl uint32) *entry {
+// buildEntry precompiles the answers of s, and the PTR records it contributes to each reverse name. Names that
+// would exceed DNS limits are left out.
+func buildEntry(s *Service, zone string, ttl uint32) (*entry, map[string]Records) {
 	b := &builder{
-		base: lower(s.Name) + "." + lower(s.Namespace) + ".svc." + zone,
-		ttl:  ttl,
-		e:    &entry{names: map[string]*node{}, ptrs: map[string][]dns.RR{}},
-		seen: map[string]bool{},
+		base:  lower(s.Name) + "." + lower(s.Namespace) + ".svc." + zone,
+		ttl:   ttl,
+		names: map[string]*rrsets{},
+		ptrs:  map[string][]dns.RR{},
+		seen:  map[string]bool{},
 	}
-	if !validName(b.base) {
-		return b.e
+	if validName(b.base) {
+		if s.Type == Headless {
+			b.headless(s)
+		} else {
+			b.clusterSetIP(s)
+		}
 	}
-	if s.Type == Headless {
-		b.headless(s)
-	} else {
-		b.clusterSetIP(s)
+	return b.compile()
+}
+
+// compile packs the records built. A node's records that already appear, byte for byte, in the service name's
+// node are not stored again but share its bytes.
+func (b *builder) compile() (*entry, map[string]Records) {
+	e := &entry{nodes: make([]node, 0, len(b.names))}
+	for prefix := range b.names {
+		e.nodes = append(e.nodes, node{prefix: prefix})
 	}
-	return b.e
+	// The service name sorts first, so its records are there for the others to share.
+	slices.SortFunc(e.nodes, func(x, y node) int { return strings.Compare(x.prefix, y.prefix) })
+	var scratch, root []byte // packing goes through scratch, so that each node's bytes are allocated at their size
+	for i := range e.nodes {
+		n := &e.nodes[i]
+		rs := b.names[n.prefix]
+		scratch = scratch[:0]
+		for t, rrs := range [3][]dns.RR{rs.a, rs.aaaa, rs.srv} {
+			for _, rr := range rrs {
+				scratch = appendRR(scratch, rr, true)
+			}
+			n.end[t], n.n[t] = uint32(len(scratch)), uint32(len(rrs))
+		}
+		switch j := bytes.Index(root, scratch); {
+		case len(scratch) == 0:
+		case j >= 0 && i > 0:
+			n.wire = root[j : j+len(scratch) : j+len(scratch)]
+		default:
+			n.wire = bytes.Clone(scratch)
+		}
+		if i == 0 && n.prefix == "" {
+			root = n.wire
+		}
+	}
+	ptrs := make(map[string]Records, len(b.ptrs))
+	for rev, rrs := range b.ptrs {
+		scratch = scratch[:0]
+		for _, rr := range rrs {
+			scratch = appendRR(scratch, rr, true)
+		}
+		ptrs[rev] = Records{wire: bytes.Clone(scratch), n: len(rrs)}
+	}
+	return e, ptrs
 }
 
 func (b *builder) clusterSetIP(s *Service) {
@@ -127,13 +210,13 @@ func preferredClusters(s *Service) []string {
 	return nil
 }
 
-// node returns the node of prefix, creating it and, for a port name "_<port>._<proto>", the "_<proto>" empty
-// non-terminal above it. Endpoint names get no empty non-terminal: <clusterid>.<svc>.<ns> must not exist.
-func (b *builder) node(prefix string) *node {
-	n, ok := b.e.names[prefix]
+// node returns the records of prefix, creating them and, for a port name "_<port>._<proto>", the "_<proto>"
+// empty non-terminal above it. Endpoint names get no empty non-terminal: <clusterid>.<svc>.<ns> must not exist.
+func (b *builder) node(prefix string) *rrsets {
+	n, ok := b.names[prefix]
 	if !ok {
-		n = &node{name: b.owner(prefix)}
-		b.e.names[prefix] = n
+		n = &rrsets{}
+		b.names[prefix] = n
 		if strings.HasPrefix(prefix, "_") {
 			if i := strings.IndexByte(prefix, '.'); i > 0 {
 				b.node(prefix[i+1:])
@@ -169,11 +252,11 @@ func (b *builder) address(prefix string, ip netip.Addr) {
 	n := b.node(prefix)
 	if ip.Is4() {
 		a := ip.As4()
-		n.a = append(n.a, &dns.A{Hdr: b.hdr(n.name, dns.TypeA), A: a[:]})
+		n.a = append(n.a, &dns.A{Hdr: b.hdr(dns.TypeA), A: a[:]})
 		return
 	}
 	a := ip.As16()
-	n.aaaa = append(n.aaaa, &dns.AAAA{Hdr: b.hdr(n.name, dns.TypeAAAA), AAAA: a[:]})
+	n.aaaa = append(n.aaaa, &dns.AAAA{Hdr: b.hdr(dns.TypeAAAA), AAAA: a[:]})
 }
 
 // srv adds an SRV record for target and port to the name of prefix.
@@ -182,7 +265,7 @@ func (b *builder) srv(prefix, target string, port uint16) {
 		return
 	}
 	n := b.node(prefix)
-	n.srv = append(n.srv, &dns.SRV{Hdr: b.hdr(n.name, dns.TypeSRV), Weight: 100, Port: port, Target: target})
+	n.srv = append(n.srv, &dns.SRV{Hdr: b.hdr(dns.TypeSRV), Weight: 100, Port: port, Target: target})
 }
 
 // ptr adds a PTR record from ip's reverse name to target.
@@ -195,11 +278,12 @@ func (b *builder) ptr(ip netip.Addr, target string) {
 	if err != nil {
 		return
 	}
-	b.e.ptrs[rev] = append(b.e.ptrs[rev], &dns.PTR{Hdr: b.hdr(rev, dns.TypePTR), Ptr: target})
+	b.ptrs[rev] = append(b.ptrs[rev], &dns.PTR{Hdr: b.hdr(dns.TypePTR), Ptr: target})
 }
 
-func (b *builder) hdr(owner string, t uint16) dns.RR_Header {
-	return dns.RR_Header{Name: owner, Rrtype: t, Class: dns.ClassINET, Ttl: b.ttl}
+// hdr is the header of a record owned by the name asked, which packing does not read (see appendRR).
+func (b *builder) hdr(t uint16) dns.RR_Header {
+	return dns.RR_Header{Rrtype: t, Class: dns.ClassINET, Ttl: b.ttl}
 }
 
 // portPrefix returns "_<name>._<proto>" for a named port.

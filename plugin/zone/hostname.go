@@ -23,21 +23,15 @@ func addressHostname(a netip.Addr) string {
 
 var dashes = strings.NewReplacer(".", "-", ":", "-")
 
-// lower lower-cases ASCII only, like DNS name comparison does.
+// lower lower-cases ASCII only, like DNS name comparison does; a name already in lower case, nearly every one, is
+// returned as is, without allocating.
 func lower(s string) string {
-	l, _ := lowered(s)
-	return l
-}
-
-// lowered is lower, and reports whether s had an upper-case letter: the query path learns that a question is in
-// mixed case from the scan it makes anyway.
-func lowered(s string) (string, bool) {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; 'A' <= c && c <= 'Z' {
-			return strings.ToLower(s), true
+			return strings.ToLower(s)
 		}
 	}
-	return s, false
+	return s
 }
 
 // validName reports whether a fully qualified name fits DNS limits: at most 253 octets without the final dot,

@@ -40,31 +40,31 @@ type Index struct {
 	opts Options
 	mu   sync.Mutex // serialises writers
 	snap atomic.Pointer[Snapshot]
-	// ptrOwners maps a reverse name to the PTR records each service contributes to it, sorted by service key, so
-	// that two services sharing an address both keep their PTR record as either one changes. Nearly every address
-	// has one owner: a slice costs a fraction of a map per reverse name.
-	ptrOwners map[string][]ptrOwner
 }
 
-// ptrOwner is the PTR records one service contributes to one reverse name.
+// ptrOwner is the PTR records one service contributes to one reverse name. A reverse name keeps its owners sorted
+// by service key, so that two services sharing an address both keep their record as either one changes; nearly
+// every address has one owner.
 type ptrOwner struct {
 	key string
-	rrs []dns.RR
+	rrs Records
 }
 
-// withOwner returns owners with key's records set to rrs, or removed when rrs is nil, keeping the key order.
-func withOwner(owners []ptrOwner, key string, rrs []dns.RR) []ptrOwner {
+// withOwner returns owners with key's records set to rrs, or removed when rrs is empty, keeping the key order. It
+// never modifies owners, which a published snapshot may hold.
+func withOwner(owners []ptrOwner, key string, rrs Records) []ptrOwner {
 	i, found := slices.BinarySearchFunc(owners, key, func(o ptrOwner, k string) int { return strings.Compare(o.key, k) })
 	switch {
-	case found && rrs == nil:
-		return slices.Delete(owners, i, i+1)
+	case found && rrs.n == 0:
+		return slices.Delete(slices.Clone(owners), i, i+1)
 	case found:
+		owners = slices.Clone(owners)
 		owners[i].rrs = rrs
 		return owners
-	case rrs == nil:
+	case rrs.n == 0:
 		return owners
 	}
-	return slices.Insert(owners, i, ptrOwner{key: key, rrs: rrs})
+	return slices.Insert(slices.Clip(owners), i, ptrOwner{key: key, rrs: rrs})
 }
 
 // New returns an index holding no service and no namespace.
@@ -73,7 +73,7 @@ func New(opts Options) *Index {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	ix := &Index{opts: opts, ptrOwners: map[string][]ptrOwner{}}
+	ix := &Index{opts: opts}
 	s := &Snapshot{zone: opts.Zone, namespaces: map[string]struct{}{}}
 	s.static(opts)
 	s.bump(0, opts.Now())
@@ -99,50 +99,50 @@ func (ix *Index) Apply(changes ...Change) {
 	next := *old
 	upserts := map[string]*entry{}
 	var deletes []string
-	ptrTouched := map[string]bool{}
+	ptrs := map[string][]ptrOwner{} // the reverse names touched, with their new owners
+	owners := func(rev string) []ptrOwner {
+		if o, ok := ptrs[rev]; ok {
+			return o
+		}
+		o, _ := old.ptrs.get(rev)
+		return o
+	}
 	for key, svc := range latest {
 		if prev, ok := old.services.get(key); ok {
-			next.names -= len(prev.names)
-			for rev := range prev.ptrs {
-				ix.ptrOwners[rev] = withOwner(ix.ptrOwners[rev], key, nil)
-				ptrTouched[rev] = true
+			next.names -= len(prev.nodes)
+			for _, a := range prev.addresses() {
+				rev := reverseName(a)
+				ptrs[rev] = withOwner(owners(rev), key, Records{})
 			}
 		}
 		if svc == nil {
 			deletes = append(deletes, key)
 			continue
 		}
-		e := buildEntry(svc, ix.opts.Zone, ix.opts.TTL)
+		e, contributed := buildEntry(svc, ix.opts.Zone, ix.opts.TTL)
 		upserts[key] = e
-		next.names += len(e.names)
-		for rev, rrs := range e.ptrs {
-			ix.ptrOwners[rev] = withOwner(ix.ptrOwners[rev], key, rrs)
-			ptrTouched[rev] = true
+		next.names += len(e.nodes)
+		for rev, rrs := range contributed {
+			ptrs[rev] = withOwner(owners(rev), key, rrs)
 		}
 	}
 	next.services = old.services.with(upserts, deletes)
-	ptrUpserts := map[string][]dns.RR{}
 	var ptrDeletes []string
-	for rev := range ptrTouched {
-		owners := ix.ptrOwners[rev]
-		if len(owners) == 0 {
-			delete(ix.ptrOwners, rev)
+	for rev, o := range ptrs {
+		if len(o) == 0 {
+			delete(ptrs, rev)
 			ptrDeletes = append(ptrDeletes, rev)
-			continue
 		}
-		if len(owners) == 1 {
-			ptrUpserts[rev] = owners[0].rrs // shared, never modified
-			continue
-		}
-		var rrs []dns.RR
-		for _, o := range owners {
-			rrs = append(rrs, o.rrs...)
-		}
-		ptrUpserts[rev] = rrs
 	}
-	next.ptrs = old.ptrs.with(ptrUpserts, ptrDeletes)
+	next.ptrs = old.ptrs.with(ptrs, ptrDeletes)
 	next.bump(old.serial, ix.opts.Now())
 	ix.snap.Store(&next)
+}
+
+// reverseName returns the in-addr.arpa or ip6.arpa name of a valid address.
+func reverseName(a netip.Addr) string {
+	rev, _ := dns.ReverseAddr(a.String())
+	return rev
 }
 
 // SetNamespaces replaces the set of namespaces that exist in this cluster.
@@ -165,14 +165,17 @@ type Snapshot struct {
 	zone       string
 	serial     uint32
 	services   shardMap[*entry]
-	ptrs       shardMap[[]dns.RR]
+	ptrs       shardMap[[]ptrOwner]
 	namespaces map[string]struct{}
 	names      int // owner names below the services, for metrics
 
-	soa      []dns.RR // the SOA, as answer or authority
-	ns       []dns.RR // the apex NS
-	nsAddrs  node     // A and AAAA of ns.dns.<zone>
-	version  []dns.RR // the dns-version TXT
+	soa      Records // the SOA owned by the name asked: the apex SOA answer
+	soaApex  Records // the SOA owned by the apex, in the authority section of NXDOMAIN and NODATA
+	apexAny  Records // the SOA and the NS, the apex ANY answer
+	ns       Records // the apex NS
+	nsGlue   Records // the addresses of ns.dns.<zone> owned by that name: the additional section of the NS answer
+	nsAddrs  node    // the same addresses, answering ns.dns.<zone> itself
+	version  Records // the dns-version TXT
 	nsTarget string
 	ttl      uint32
 }
@@ -184,18 +187,33 @@ func (s *Snapshot) static(o Options) {
 	hdr := func(name string, t uint16) dns.RR_Header {
 		return dns.RR_Header{Name: name, Rrtype: t, Class: dns.ClassINET, Ttl: o.TTL}
 	}
-	s.ns = []dns.RR{&dns.NS{Hdr: hdr(o.Zone, dns.TypeNS), Ns: s.nsTarget}}
-	s.version = []dns.RR{&dns.TXT{Hdr: hdr("dns-version."+o.Zone, dns.TypeTXT), Txt: []string{Version}}}
+	s.ns = records(true, &dns.NS{Hdr: hdr(o.Zone, dns.TypeNS), Ns: s.nsTarget})
+	s.version = records(true, &dns.TXT{Hdr: hdr("dns-version."+o.Zone, dns.TypeTXT), Txt: []string{Version}})
+	var a, aaaa []dns.RR
 	for _, ip := range o.NameServers {
 		ip = ip.Unmap()
 		if ip.Is4() {
-			a := ip.As4()
-			s.nsAddrs.a = append(s.nsAddrs.a, &dns.A{Hdr: hdr(s.nsTarget, dns.TypeA), A: a[:]})
+			b := ip.As4()
+			a = append(a, &dns.A{Hdr: hdr(s.nsTarget, dns.TypeA), A: b[:]})
 		} else if ip.Is6() {
-			a := ip.As16()
-			s.nsAddrs.aaaa = append(s.nsAddrs.aaaa, &dns.AAAA{Hdr: hdr(s.nsTarget, dns.TypeAAAA), AAAA: a[:]})
+			b := ip.As16()
+			aaaa = append(aaaa, &dns.AAAA{Hdr: hdr(s.nsTarget, dns.TypeAAAA), AAAA: b[:]})
 		}
 	}
+	glue := slices.Concat(a, aaaa)
+	s.nsGlue = records(false, glue...)
+	all := records(true, glue...)
+	s.nsAddrs = node{wire: all.wire, end: [3]uint32{uint32(len(records(true, a...).wire)), uint32(len(all.wire)), uint32(len(all.wire))},
+		n: [3]uint32{uint32(len(a)), uint32(len(aaaa)), 0}}
+}
+
+// records packs rrs (see appendRR).
+func records(asked bool, rrs ...dns.RR) Records {
+	var wire []byte
+	for _, rr := range rrs {
+		wire = appendRR(wire, rr, asked)
+	}
+	return Records{wire: wire, n: len(rrs)}
 }
 
 // bump moves the SOA serial forward: to the current Unix time, or by one if that is not ahead of prev.
@@ -204,7 +222,7 @@ func (s *Snapshot) bump(prev uint32, now time.Time) {
 	if int32(s.serial-prev) <= 0 { // serial number arithmetic (RFC 1982)
 		s.serial = prev + 1
 	}
-	s.soa = []dns.RR{&dns.SOA{
+	soa := &dns.SOA{
 		Hdr:     dns.RR_Header{Name: s.zone, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: s.ttl},
 		Ns:      s.nsTarget,
 		Mbox:    "hostmaster." + s.zone,
@@ -213,7 +231,9 @@ func (s *Snapshot) bump(prev uint32, now time.Time) {
 		Retry:   1800,
 		Expire:  86400,
 		Minttl:  s.ttl,
-	}}
+	}
+	s.soa, s.soaApex = records(true, soa), records(false, soa)
+	s.apexAny = Records{wire: slices.Concat(s.soa.wire, s.ns.wire), n: 2}
 }
 
 // Serial returns the SOA serial.
