@@ -2,9 +2,11 @@ package multicluster
 
 import (
 	"context"
+	"sync"
 
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/pkg/fall"
+	"github.com/coredns/coredns/request"
 	"github.com/miekg/dns"
 
 	"vksfleet.dev/fleet/plugin/zone"
@@ -36,8 +38,8 @@ func (m *MultiCluster) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dn
 	}
 	q := r.Question[0]
 	snap := m.index.Snapshot()
-	res, inZone := snap.Lookup(q.Name, q.Qtype)
-	if !inZone {
+	var ans zone.Answer
+	if !snap.Answer(q.Name, q.Qtype, &ans) {
 		return m.serveReverse(ctx, w, r, snap)
 	}
 	if !m.synced() {
@@ -46,26 +48,63 @@ func (m *MultiCluster) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dn
 		}
 		return dns.RcodeServerFailure, errNotSynced
 	}
-	if res.Rcode == dns.RcodeNameError && m.fall.Through(q.Name) {
+	if ans.Rcode == dns.RcodeNameError && m.fall.Through(q.Name) {
 		return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)
 	}
+	if wrote, err := writeWire(w, r, &ans); wrote || err != nil {
+		if err != nil {
+			return dns.RcodeServerFailure, err
+		}
+		return ans.Rcode, nil
+	}
+	res := ans.Result(q.Name)
 	reply := new(dns.Msg)
 	reply.SetReply(r)
 	reply.Authoritative = true
 	reply.Rcode = res.Rcode
-	// The records are shared by every query; the slices are copied so that later plugins may reorder or cut them.
-	reply.Answer = copyRRs(res.Answer)
-	reply.Ns = copyRRs(res.Ns)
-	reply.Extra = copyRRs(res.Extra)
+	reply.Answer, reply.Ns, reply.Extra = res.Answer, res.Ns, res.Extra
 	if err := w.WriteMsg(reply); err != nil {
 		return dns.RcodeServerFailure, err
 	}
 	return res.Rcode, nil
 }
 
-// serveReverse answers PTR questions for clusterset IPs and headless endpoints in the reverse zones the plugin
-// serves, and passes everything else on, so that the kubernetes plugin's cluster.local answers (or the next
-// plugin's) are never shadowed.
+// replyBuffers recycles the buffers of replies written in wire format: the server has sent a reply when Write
+// returns, so each buffer is back at once, and a busy server needs as many as it answers at the same time.
+var replyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// writeWire writes the precompiled answer straight to the client, and reports whether it did. The rule: it does
+// only when w is the server's own request.ScrubWriter, which means that no plugin before this one in the chain
+// wrapped the writer to read or change the reply as a dns.Msg (cache, loadbalance, dnssec, rewrite, log,
+// prometheus and the like all do); and when the query is a plain QUERY whose EDNS record, if any, carries no
+// option (options are the business of other plugins and of the ScrubWriter, which keeps only those CoreDNS
+// supports). Otherwise the caller builds a dns.Msg and writes it as every plugin does. Bypassing the ScrubWriter
+// is safe under that rule: what it would do to such a reply, mirror the OPT record and truncate to the client's
+// buffer, Reply does itself.
+func writeWire(w dns.ResponseWriter, r *dns.Msg, ans *zone.Answer) (bool, error) {
+	sw, ok := w.(*request.ScrubWriter)
+	if !ok || r.Opcode != dns.OpcodeQuery {
+		return false, nil
+	}
+	opt := r.IsEdns0()
+	if opt != nil && len(opt.Option) > 0 {
+		return false, nil
+	}
+	state := request.Request{W: w, Req: r}
+	bp := replyBuffers.Get().(*[]byte)
+	defer replyBuffers.Put(bp)
+	b, ok := ans.Reply(*bp, r, opt, state.Size())
+	*bp = b[:0]
+	if !ok {
+		return false, nil
+	}
+	_, err := sw.ResponseWriter.Write(b)
+	return true, err
+}
+
+// serveReverse answers PTR questions for clusterset IPs and headless endpoint addresses in the reverse zones the
+// plugin serves, and passes everything else on, so that the kubernetes plugin's cluster.local answers (or the
+// next plugin's) are never shadowed. PTR questions are few: they always take the dns.Msg path.
 func (m *MultiCluster) serveReverse(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, snap *zone.Snapshot) (int, error) {
 	q := r.Question[0]
 	if q.Qtype != dns.TypePTR || m.reverse.Matches(q.Name) == "" {
@@ -78,16 +117,9 @@ func (m *MultiCluster) serveReverse(ctx context.Context, w dns.ResponseWriter, r
 	reply := new(dns.Msg)
 	reply.SetReply(r)
 	reply.Authoritative = true
-	reply.Answer = copyRRs(rrs)
+	reply.Answer = rrs
 	if err := w.WriteMsg(reply); err != nil {
 		return dns.RcodeServerFailure, err
 	}
 	return dns.RcodeSuccess, nil
-}
-
-func copyRRs(rrs []dns.RR) []dns.RR {
-	if len(rrs) == 0 {
-		return nil
-	}
-	return append(make([]dns.RR, 0, len(rrs)), rrs...)
 }

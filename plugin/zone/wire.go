@@ -123,6 +123,7 @@ type Result struct {
 const (
 	flagQR = 1 << 15
 	flagAA = 1 << 10
+	flagTC = 1 << 9
 	flagRD = 1 << 8
 	flagCD = 1 << 4
 )
@@ -134,29 +135,13 @@ const headerLen = 12
 // Reply writes into buf (from its start, reusing its capacity) the authoritative reply to req, a query with one
 // question: req's ID, opcode, RD and CD bits, its question byte for byte, the rcode and the sections. With opt,
 // the request's EDNS record without options, the reply carries an OPT record with the same UDP size and DO
-// bit, as CoreDNS's request.SizeAndDo adds. ok is false when the reply would be larger than size octets: the
-// caller then takes the dns.Msg path, which truncates.
+// bit. A reply larger than size octets (at least 512) keeps as many whole records as fit and has the TC bit set.
+// This is what CoreDNS's request.ScrubWriter makes of the same reply as a dns.Msg (SizeAndDo, then Truncate).
+// ok is false only for a question name that does not pack.
 func (a *Answer) Reply(buf []byte, req *dns.Msg, opt *dns.OPT, size int) (out []byte, ok bool) {
 	q := req.Question[0]
 	// A packed name is at most one octet longer than its presentation form; 4 for the type and class.
 	b := append(buf[:0], make([]byte, headerLen+len(q.Name)+1+4)...)
-	flags := uint16(flagQR|flagAA) | uint16(req.Opcode&0xF)<<11 | uint16(a.Rcode&0xF)
-	if req.RecursionDesired {
-		flags |= flagRD
-	}
-	if req.CheckingDisabled {
-		flags |= flagCD
-	}
-	arcount := a.Extra.n
-	if opt != nil {
-		arcount++
-	}
-	binary.BigEndian.PutUint16(b[0:], req.Id)
-	binary.BigEndian.PutUint16(b[2:], flags)
-	binary.BigEndian.PutUint16(b[4:], 1)
-	binary.BigEndian.PutUint16(b[6:], uint16(a.Answer.n))
-	binary.BigEndian.PutUint16(b[8:], uint16(a.Ns.n))
-	binary.BigEndian.PutUint16(b[10:], uint16(arcount))
 	off, err := dns.PackDomainName(q.Name, b, headerLen, nil, false)
 	if err != nil {
 		return buf, false
@@ -164,9 +149,49 @@ func (a *Answer) Reply(buf []byte, req *dns.Msg, opt *dns.OPT, size int) (out []
 	binary.BigEndian.PutUint16(b[off:], q.Qtype)
 	binary.BigEndian.PutUint16(b[off+2:], q.Qclass)
 	b = b[:off+4]
-	b = append(b, a.Answer.wire...)
-	b = append(b, a.Ns.wire...)
-	b = append(b, a.Extra.wire...)
+
+	const optLen = 11
+	budget := max(size, dns.MinMsgSize)
+	if opt != nil {
+		budget -= optLen
+	}
+	full := [3]Records{a.Answer, a.Ns, a.Extra}
+	sections := full
+	truncated := false
+	if len(b)+len(a.Answer.wire)+len(a.Ns.wire)+len(a.Extra.wire) > budget {
+		truncated = true
+		room := budget - len(b)
+		for i := range sections {
+			sections[i] = full[i].prefix(room)
+			room -= len(sections[i].wire)
+			if sections[i].n < full[i].n {
+				room = 0 // once a record is left out, nothing after it goes in, as with dns.Msg.Truncate
+			}
+		}
+	}
+	flags := uint16(flagQR|flagAA) | uint16(req.Opcode&0xF)<<11 | uint16(a.Rcode&0xF)
+	if req.RecursionDesired {
+		flags |= flagRD
+	}
+	if req.CheckingDisabled {
+		flags |= flagCD
+	}
+	if truncated {
+		flags |= flagTC
+	}
+	arcount := sections[2].n
+	if opt != nil {
+		arcount++
+	}
+	binary.BigEndian.PutUint16(b[0:], req.Id)
+	binary.BigEndian.PutUint16(b[2:], flags)
+	binary.BigEndian.PutUint16(b[4:], 1)
+	binary.BigEndian.PutUint16(b[6:], uint16(sections[0].n))
+	binary.BigEndian.PutUint16(b[8:], uint16(sections[1].n))
+	binary.BigEndian.PutUint16(b[10:], uint16(arcount))
+	for _, r := range sections {
+		b = append(b, r.wire...)
+	}
 	if opt != nil {
 		var do byte
 		if opt.Do() {
@@ -175,8 +200,37 @@ func (a *Answer) Reply(buf []byte, req *dns.Msg, opt *dns.OPT, size int) (out []
 		// Root owner, type OPT, the UDP size as class, extended rcode 0, version 0, the DO bit, no data.
 		b = append(b, 0, byte(dns.TypeOPT>>8), byte(dns.TypeOPT), byte(opt.UDPSize()>>8), byte(opt.UDPSize()), 0, 0, do, 0, 0, 0)
 	}
-	if len(b) > size || a.Answer.n > 0xFFFF || a.Ns.n > 0xFFFF || arcount > 0xFFFF {
-		return b, false
-	}
 	return b, true
+}
+
+// prefix returns the first records of r that fit in room octets.
+func (r Records) prefix(room int) Records {
+	if len(r.wire) <= room {
+		return r
+	}
+	off, n := 0, 0
+	for off < len(r.wire) {
+		next, err := skipRR(r.wire, off)
+		if err != nil || next > room {
+			break
+		}
+		off, n = next, n+1
+	}
+	return Records{wire: r.wire[:off], n: n}
+}
+
+// skipRR returns the offset of the record after the one at off.
+func skipRR(w []byte, off int) (int, error) {
+	if off+2 <= len(w) && w[off] == askedOwner[0] && w[off+1] == askedOwner[1] {
+		off += 2
+	} else {
+		var err error
+		if _, off, err = dns.UnpackDomainName(w, off); err != nil {
+			return 0, err
+		}
+	}
+	if off+10 > len(w) {
+		return 0, errMalformed
+	}
+	return off + 10 + int(binary.BigEndian.Uint16(w[off+8:])), nil
 }
