@@ -1,100 +1,197 @@
 package kubesource
 
 import (
+	"net/netip"
+	"unique"
+
+	"github.com/coredns/coredns/plugin/kubernetes/object"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/controller/locality"
 	"vksfleet.dev/fleet/controller/names"
+	"vksfleet.dev/fleet/plugin/zone"
 )
 
-// The informer transforms below keep only what the zone needs, so that the caches of a large clusterset stay
-// small: no managed fields, status, unused spec fields or annotations but the locality ranking.
+// The informers keep no Kubernetes object: their transforms turn each one into the few fields the zone reads,
+// already parsed, as CoreDNS's kubernetes plugin does (plugin/kubernetes/object, whose Empty gives the
+// metav1.Object methods nothing calls). The API object is garbage as soon as it is transformed, and the informer
+// store holds the slim object only: there is no second copy. Strings repeated across objects (namespaces,
+// cluster ids, port names and protocols) are interned, so that thousands of objects share one copy of each.
 
-// slimServiceImport turns a ServiceImport of either served version (v1alpha1 and v1beta1 share the schema of
-// the fields kept) into a slim *mcsv1beta1.ServiceImport.
+// meta is the part of metav1.Object the informer machinery reads: the store key and the resource version.
+type meta struct {
+	namespace, name, version string
+}
+
+func slimMeta(in *metav1.ObjectMeta) meta {
+	return meta{namespace: intern(in.Namespace), name: in.Name, version: in.ResourceVersion}
+}
+
+// GetNamespace implements metav1.Object.
+func (m *meta) GetNamespace() string { return m.namespace }
+
+// SetNamespace implements metav1.Object; slim objects are never changed.
+func (m *meta) SetNamespace(string) {}
+
+// GetName implements metav1.Object.
+func (m *meta) GetName() string { return m.name }
+
+// SetName implements metav1.Object; slim objects are never changed.
+func (m *meta) SetName(string) {}
+
+// GetResourceVersion implements metav1.Object.
+func (m *meta) GetResourceVersion() string { return m.version }
+
+// SetResourceVersion implements metav1.Object; slim objects are never changed.
+func (m *meta) SetResourceVersion(string) {}
+
+// serviceImport is what the informer keeps of a ServiceImport of either served version (v1alpha1 and v1beta1
+// share the schema of these fields).
+type serviceImport struct {
+	object.Empty
+	meta
+	headless bool
+	ips      []netip.Addr
+	ports    []zone.Port
+	// preferred is the member's ranking of the import's clusters, from the locality annotation.
+	preferred []string
+}
+
+// DeepCopyObject implements runtime.Object. The copy shares the slices, which are never modified.
+func (s *serviceImport) DeepCopyObject() runtime.Object { c := *s; return &c }
+
+// endpointSlice is what the informer keeps of an imported EndpointSlice: its service, source cluster and
+// endpoints, each carrying the cluster and the slice's ports.
+type endpointSlice struct {
+	object.Empty
+	meta
+	service, cluster string
+	endpoints        []zone.Endpoint
+}
+
+// DeepCopyObject implements runtime.Object. The copy shares the slices, which are never modified.
+func (s *endpointSlice) DeepCopyObject() runtime.Object { c := *s; return &c }
+
+// namespace is what the informer keeps of a Namespace: its name.
+type namespace struct {
+	object.Empty
+	meta
+}
+
+// DeepCopyObject implements runtime.Object.
+func (n *namespace) DeepCopyObject() runtime.Object { c := *n; return &c }
+
+// slimServiceImport turns a ServiceImport of either version into a *serviceImport.
 func slimServiceImport(obj any) (any, error) {
-	var out *mcsv1beta1.ServiceImport
 	switch in := obj.(type) {
 	case *mcsv1beta1.ServiceImport:
-		out = &mcsv1beta1.ServiceImport{ObjectMeta: slimMeta(&in.ObjectMeta, nil)}
-		keepLocality(&out.ObjectMeta, &in.ObjectMeta)
-		out.Spec.Type, out.Spec.IPs = in.Spec.Type, in.Spec.IPs
+		ports := make([]zone.Port, 0, len(in.Spec.Ports))
 		for _, p := range in.Spec.Ports {
-			out.Spec.Ports = append(out.Spec.Ports, mcsv1beta1.ServicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port})
+			ports = append(ports, port(p.Name, string(p.Protocol), p.Port))
 		}
+		return newServiceImport(&in.ObjectMeta, in.Spec.Type == mcsv1beta1.Headless, in.Spec.IPs, ports), nil
 	case *mcsv1alpha1.ServiceImport:
-		out = &mcsv1beta1.ServiceImport{ObjectMeta: slimMeta(&in.ObjectMeta, nil)}
-		keepLocality(&out.ObjectMeta, &in.ObjectMeta)
-		out.Spec.Type, out.Spec.IPs = mcsv1beta1.ServiceImportType(in.Spec.Type), in.Spec.IPs
+		ports := make([]zone.Port, 0, len(in.Spec.Ports))
 		for _, p := range in.Spec.Ports {
-			out.Spec.Ports = append(out.Spec.Ports, mcsv1beta1.ServicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port})
+			ports = append(ports, port(p.Name, string(p.Protocol), p.Port))
 		}
-	default:
-		return obj, nil // tombstones
+		return newServiceImport(&in.ObjectMeta, in.Spec.Type == mcsv1alpha1.Headless, in.Spec.IPs, ports), nil
 	}
-	return out, nil
+	return obj, nil // tombstones
 }
 
-// keepLocality keeps the one annotation the zone reads: the member's ranking of the import's clusters.
-func keepLocality(out, in *metav1.ObjectMeta) {
-	if v, ok := in.Annotations[names.AnnotationLocality]; ok {
-		out.Annotations = map[string]string{names.AnnotationLocality: v}
+// newServiceImport parses what the zone reads of a ServiceImport: IPs that do not parse are skipped, and a
+// locality ranking that does not parse ranks nothing.
+func newServiceImport(m *metav1.ObjectMeta, headless bool, ips []string, ports []zone.Port) *serviceImport {
+	out := &serviceImport{meta: slimMeta(m), headless: headless, ports: ports}
+	for _, ip := range ips {
+		if a, err := netip.ParseAddr(ip); err == nil {
+			out.ips = append(out.ips, a)
+		}
 	}
-}
-
-// slimEndpointSlice keeps an EndpointSlice's two multicluster labels, ports and endpoints (addresses, hostname,
-// ready condition).
-func slimEndpointSlice(obj any) (any, error) {
-	in, ok := obj.(*discoveryv1.EndpointSlice)
-	if !ok {
-		return obj, nil
-	}
-	out := &discoveryv1.EndpointSlice{
-		ObjectMeta:  slimMeta(&in.ObjectMeta, []string{mcsv1beta1.LabelServiceName, mcsv1beta1.LabelSourceCluster}),
-		AddressType: in.AddressType,
-	}
-	for _, p := range in.Ports {
-		out.Ports = append(out.Ports, discoveryv1.EndpointPort{Name: p.Name, Protocol: p.Protocol, Port: p.Port})
-	}
-	out.Endpoints = make([]discoveryv1.Endpoint, 0, len(in.Endpoints))
-	for _, e := range in.Endpoints {
-		out.Endpoints = append(out.Endpoints, discoveryv1.Endpoint{
-			Addresses:  e.Addresses,
-			Hostname:   e.Hostname,
-			Conditions: discoveryv1.EndpointConditions{Ready: e.Conditions.Ready},
-		})
-	}
-	return out, nil
-}
-
-// slimNamespace keeps a Namespace's name.
-func slimNamespace(obj any) (any, error) {
-	in, ok := obj.(*corev1.Namespace)
-	if !ok {
-		return obj, nil
-	}
-	return &corev1.Namespace{ObjectMeta: slimMeta(&in.ObjectMeta, nil)}, nil
-}
-
-func slimMeta(in *metav1.ObjectMeta, labels []string) metav1.ObjectMeta {
-	out := metav1.ObjectMeta{Name: in.Name, Namespace: in.Namespace, ResourceVersion: in.ResourceVersion, UID: in.UID}
-	for _, l := range labels {
-		if v, ok := in.Labels[l]; ok {
-			if out.Labels == nil {
-				out.Labels = map[string]string{}
+	if v, ok := m.Annotations[names.AnnotationLocality]; ok {
+		if a, err := locality.Decode(v); err == nil && len(a.DNSClusters) > 0 {
+			for _, c := range a.DNSClusters {
+				out.preferred = append(out.preferred, intern(c))
 			}
-			out.Labels[l] = v
 		}
 	}
 	return out
 }
 
+// slimEndpointSlice turns an EndpointSlice into an *endpointSlice. Ports without a number are skipped, a port
+// without a protocol is TCP, an endpoint of unknown readiness is ready, and addresses that do not parse are
+// skipped.
+func slimEndpointSlice(obj any) (any, error) {
+	in, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return obj, nil
+	}
+	out := &endpointSlice{
+		meta:    slimMeta(&in.ObjectMeta),
+		service: in.Labels[mcsv1beta1.LabelServiceName],
+		cluster: intern(in.Labels[mcsv1beta1.LabelSourceCluster]),
+	}
+	var ports []zone.Port
+	for _, p := range in.Ports {
+		if p.Port == nil {
+			continue
+		}
+		name, protocol := "", "TCP"
+		if p.Name != nil {
+			name = *p.Name
+		}
+		if p.Protocol != nil {
+			protocol = string(*p.Protocol)
+		}
+		ports = append(ports, port(name, protocol, *p.Port))
+	}
+	out.endpoints = make([]zone.Endpoint, 0, len(in.Endpoints))
+	for _, e := range in.Endpoints {
+		ep := zone.Endpoint{Cluster: out.cluster, Ports: ports, Ready: e.Conditions.Ready == nil || *e.Conditions.Ready}
+		if e.Hostname != nil {
+			ep.Hostname = *e.Hostname
+		}
+		if len(e.Addresses) > 0 {
+			ep.Addresses = make([]netip.Addr, 0, len(e.Addresses))
+		}
+		for _, a := range e.Addresses {
+			if addr, err := netip.ParseAddr(a); err == nil {
+				ep.Addresses = append(ep.Addresses, addr)
+			}
+		}
+		out.endpoints = append(out.endpoints, ep)
+	}
+	return out, nil
+}
+
+// slimNamespace turns a Namespace into a *namespace.
+func slimNamespace(obj any) (any, error) {
+	in, ok := obj.(*corev1.Namespace)
+	if !ok {
+		return obj, nil
+	}
+	return &namespace{meta: slimMeta(&in.ObjectMeta)}, nil
+}
+
+func port(name, protocol string, number int32) zone.Port {
+	return zone.Port{Name: intern(name), Protocol: intern(protocol), Port: uint16(number)}
+}
+
+// intern returns the canonical copy of s.
+func intern(s string) string { return unique.Make(s).Value() }
+
 var (
 	_ cache.TransformFunc = slimServiceImport
 	_ cache.TransformFunc = slimEndpointSlice
 	_ cache.TransformFunc = slimNamespace
+	_ metav1.Object       = &serviceImport{}
+	_ metav1.Object       = &endpointSlice{}
+	_ metav1.Object       = &namespace{}
 )

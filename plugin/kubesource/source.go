@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,16 +14,17 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
-	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 
 	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
 	"vksfleet.dev/fleet/plugin/zone"
@@ -59,11 +61,12 @@ type Source struct {
 	mcs    mcsclient.Interface
 	synced atomic.Bool
 
-	imports, slices, namespaces cache.SharedIndexInformer // set once by start
-	registrations               []cache.ResourceEventHandlerRegistration
+	imports, namespaces cache.SharedIndexInformer // set once by start
+	registrations       []cache.ResourceEventHandlerRegistration
 
 	mu       sync.Mutex
-	dirty    map[serviceKey]time.Time // service -> when it first changed since the last update
+	slicesOf map[serviceKey][]*endpointSlice // the imported slices of each service, from the slice informer
+	dirty    map[serviceKey]time.Time        // service -> when it first changed since the last update
 	nsDirty  bool
 	nsSince  time.Time
 	wake     chan struct{}
@@ -73,11 +76,7 @@ type Source struct {
 
 type serviceKey struct{ namespace, name string }
 
-const (
-	// bySourceService indexes imported slices by "<namespace>/<service-name label>".
-	bySourceService = "multicluster-service"
-	mcsGroup        = "multicluster.x-k8s.io"
-)
+const mcsGroup = "multicluster.x-k8s.io"
 
 // New returns a Source for the cluster that opts.Config reaches. Nothing runs until Start.
 func New(opts Options) (*Source, error) {
@@ -95,7 +94,7 @@ func New(opts Options) (*Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubesource: %w", err)
 	}
-	return &Source{opts: opts, kube: kube, mcs: mcs, dirty: map[serviceKey]time.Time{}, wake: make(chan struct{}, 1)}, nil
+	return &Source{opts: opts, kube: kube, mcs: mcs, dirty: map[serviceKey]time.Time{}, slicesOf: map[serviceKey][]*endpointSlice{}, wake: make(chan struct{}, 1)}, nil
 }
 
 // Start starts the informers and the index worker; they run until Stop. The ServiceImport version is found by
@@ -168,15 +167,35 @@ func detectServiceImport(d discovery.DiscoveryInterface) (schema.GroupVersionRes
 }
 
 func (s *Source) startInformers(ctx context.Context, gvr schema.GroupVersionResource) error {
-	// Typed informers decode far less garbage than unstructured ones while listing thousands of imports.
-	mcsGroupInformers := mcsinformers.NewSharedInformerFactory(s.mcs, 0).Multicluster()
-	if gvr.Version == "v1alpha1" {
-		s.imports = mcsGroupInformers.V1alpha1().ServiceImports().Informer()
-	} else {
-		s.imports = mcsGroupInformers.V1beta1().ServiceImports().Informer()
+	// Informers without indexers: the default namespace index would hold a set entry per object, and the slices
+	// are found by service through s.slicesOf instead.
+	imports := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return s.mcs.MulticlusterV1beta1().ServiceImports("").List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return s.mcs.MulticlusterV1beta1().ServiceImports("").Watch(ctx, o)
+		},
 	}
-	nsFactory := informers.NewSharedInformerFactory(s.kube, 0)
-	s.namespaces = nsFactory.Core().V1().Namespaces().Informer()
+	var example runtime.Object = &mcsv1beta1.ServiceImport{}
+	if gvr.Version == "v1alpha1" {
+		imports.ListWithContextFunc = func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return s.mcs.MulticlusterV1alpha1().ServiceImports("").List(ctx, o)
+		}
+		imports.WatchFuncWithContext = func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return s.mcs.MulticlusterV1alpha1().ServiceImports("").Watch(ctx, o)
+		}
+		example = &mcsv1alpha1.ServiceImport{}
+	}
+	s.imports = cache.NewSharedIndexInformer(imports, example, 0, cache.Indexers{})
+	s.namespaces = cache.NewSharedIndexInformer(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return s.kube.CoreV1().Namespaces().List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return s.kube.CoreV1().Namespaces().Watch(ctx, o)
+		},
+	}, &corev1.Namespace{}, 0, cache.Indexers{})
 	toRun := []watched{
 		{"serviceimports", s.imports, slimServiceImport, s.handler(importKey)},
 		{"namespaces", s.namespaces, slimNamespace, cache.ResourceEventHandlerFuncs{
@@ -185,13 +204,18 @@ func (s *Source) startInformers(ctx context.Context, gvr schema.GroupVersionReso
 		}},
 	}
 	if !s.opts.NoEndpoints {
-		sliceFactory := informers.NewSharedInformerFactoryWithOptions(s.kube, 0,
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = mcsv1beta1.LabelServiceName }))
-		s.slices = sliceFactory.Discovery().V1().EndpointSlices().Informer()
-		if err := s.slices.AddIndexers(cache.Indexers{bySourceService: sliceServiceIndex}); err != nil {
-			return err
-		}
-		toRun = append(toRun, watched{"endpointslices", s.slices, slimEndpointSlice, s.handler(sliceKey)})
+		imported := func(o *metav1.ListOptions) { o.LabelSelector = mcsv1beta1.LabelServiceName }
+		slices := cache.NewSharedIndexInformer(&cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				imported(&o)
+				return s.kube.DiscoveryV1().EndpointSlices("").List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				imported(&o)
+				return s.kube.DiscoveryV1().EndpointSlices("").Watch(ctx, o)
+			},
+		}, &discoveryv1.EndpointSlice{}, 0, cache.Indexers{})
+		toRun = append(toRun, watched{"endpointslices", slices, slimEndpointSlice, s.sliceHandler()})
 	}
 	for _, i := range toRun {
 		if err := i.inf.SetTransform(i.transform); err != nil {
@@ -225,10 +249,7 @@ type watched struct {
 // handler marks the service of every added, changed or deleted object dirty.
 func (s *Source) handler(key func(any) (serviceKey, bool)) cache.ResourceEventHandler {
 	mark := func(obj any) {
-		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = d.Obj
-		}
-		if k, ok := key(obj); ok {
+		if k, ok := key(unwrap(obj)); ok {
 			s.markService(k)
 		}
 	}
@@ -239,28 +260,48 @@ func (s *Source) handler(key func(any) (serviceKey, bool)) cache.ResourceEventHa
 	}
 }
 
+// sliceHandler files every imported slice under its service in s.slicesOf, and marks the service dirty.
+func (s *Source) sliceHandler() cache.ResourceEventHandler {
+	set := func(obj any, keep bool) {
+		sl, ok := unwrap(obj).(*endpointSlice)
+		if !ok || sl.service == "" {
+			return
+		}
+		k := serviceKey{sl.namespace, sl.service}
+		s.mu.Lock()
+		filed := slices.DeleteFunc(s.slicesOf[k], func(o *endpointSlice) bool { return o.name == sl.name })
+		if keep {
+			filed = append(filed, sl)
+		}
+		if len(filed) == 0 {
+			delete(s.slicesOf, k)
+		} else {
+			s.slicesOf[k] = filed
+		}
+		s.mu.Unlock()
+		s.markService(k)
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { set(obj, true) },
+		UpdateFunc: func(oldObj, newObj any) { set(oldObj, false); set(newObj, true) },
+		DeleteFunc: func(obj any) { set(obj, false) },
+	}
+}
+
+// unwrap returns the last known state of a deleted object whose deletion the informer missed.
+func unwrap(obj any) any {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return d.Obj
+	}
+	return obj
+}
+
 func importKey(obj any) (serviceKey, bool) {
-	si, ok := obj.(*mcsv1beta1.ServiceImport)
+	si, ok := obj.(*serviceImport)
 	if !ok {
 		return serviceKey{}, false
 	}
-	return serviceKey{si.Namespace, si.Name}, true
-}
-
-func sliceKey(obj any) (serviceKey, bool) {
-	sl, ok := obj.(*discoveryv1.EndpointSlice)
-	if !ok || sl.Labels[mcsv1beta1.LabelServiceName] == "" {
-		return serviceKey{}, false
-	}
-	return serviceKey{sl.Namespace, sl.Labels[mcsv1beta1.LabelServiceName]}, true
-}
-
-func sliceServiceIndex(obj any) ([]string, error) {
-	k, ok := sliceKey(obj)
-	if !ok {
-		return nil, nil
-	}
-	return []string{k.namespace + "/" + k.name}, nil
+	return serviceKey{si.namespace, si.name}, true
 }
 
 func (s *Source) markService(k serviceKey) {
@@ -336,8 +377,8 @@ func (s *Source) update(observeLatency bool) {
 	if nsDirty {
 		var names []string
 		for _, obj := range s.namespaces.GetStore().List() {
-			if ns, ok := obj.(*corev1.Namespace); ok {
-				names = append(names, ns.Name)
+			if ns, ok := obj.(*namespace); ok {
+				names = append(names, ns.name)
 			}
 		}
 		s.opts.Index.SetNamespaces(names)
@@ -361,26 +402,20 @@ func (s *Source) update(observeLatency bool) {
 	}
 }
 
-// service reads one service from the informer stores; nil when its ServiceImport is gone.
+// service reads one service from the informer store and s.slicesOf; nil when its ServiceImport is gone.
 func (s *Source) service(k serviceKey) *zone.Service {
 	obj, ok, err := s.imports.GetStore().GetByKey(k.namespace + "/" + k.name)
 	if err != nil || !ok {
 		return nil
 	}
-	si, ok := obj.(*mcsv1beta1.ServiceImport)
+	si, ok := obj.(*serviceImport)
 	if !ok {
 		return nil
 	}
-	var slices []*discoveryv1.EndpointSlice
-	if s.slices != nil {
-		objs, _ := s.slices.GetIndexer().ByIndex(bySourceService, k.namespace+"/"+k.name)
-		for _, o := range objs {
-			if sl, ok := o.(*discoveryv1.EndpointSlice); ok {
-				slices = append(slices, sl)
-			}
-		}
-	}
-	return toService(si, slices)
+	s.mu.Lock()
+	filed := slices.Clone(s.slicesOf[k])
+	s.mu.Unlock()
+	return toService(si, filed)
 }
 
 // ClusterID reads this cluster's id from the cluster.clusterset.k8s.io ClusterProperty; "" when it does not
