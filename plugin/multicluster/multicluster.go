@@ -2,6 +2,7 @@ package multicluster
 
 import (
 	"context"
+	"reflect"
 	"sync"
 
 	"github.com/coredns/coredns/plugin"
@@ -74,16 +75,15 @@ func (m *MultiCluster) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dn
 var replyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 // writeWire writes the precompiled answer straight to the client, and reports whether it did. The rule: it does
-// only when w is the server's own request.ScrubWriter, which means that no plugin before this one in the chain
-// wrapped the writer to read or change the reply as a dns.Msg (cache, loadbalance, dnssec, rewrite, log,
-// prometheus and the like all do); and when the query is a plain QUERY whose EDNS record, if any, carries no
-// option (options are the business of other plugins and of the ScrubWriter, which keeps only those CoreDNS
-// supports). Otherwise the caller builds a dns.Msg and writes it as every plugin does. Bypassing the ScrubWriter
-// is safe under that rule: what it would do to such a reply, mirror the OPT record and truncate to the client's
-// buffer, Reply does itself.
+// only when w reaches the server's own request.ScrubWriter through nothing but the wrappers plugin.NextOrFailure
+// adds (see direct), which means that no plugin before this one in the chain wrapped the writer to read or change
+// the reply as a dns.Msg (cache, loadbalance, dnssec, rewrite, log, prometheus and the like all do); and when the
+// query is a plain QUERY whose EDNS record, if any, carries no option (options are the business of other plugins
+// and of the ScrubWriter, which keeps only those CoreDNS supports). Otherwise the caller builds a dns.Msg and
+// writes it as every plugin does. Bypassing the ScrubWriter is safe under that rule: what it would do to such a
+// reply, mirror the OPT record and truncate to the client's buffer, Reply does itself.
 func writeWire(w dns.ResponseWriter, r *dns.Msg, ans *zone.Answer) (bool, error) {
-	sw, ok := w.(*request.ScrubWriter)
-	if !ok || r.Opcode != dns.OpcodeQuery {
+	if r.Opcode != dns.OpcodeQuery || !direct(w) {
 		return false, nil
 	}
 	opt := r.IsEdns0()
@@ -98,9 +98,51 @@ func writeWire(w dns.ResponseWriter, r *dns.Msg, ans *zone.Answer) (bool, error)
 	if !ok {
 		return false, nil
 	}
-	_, err := sw.ResponseWriter.Write(b)
+	_, err := w.Write(b) // through the trackers, to the ScrubWriter's connection
 	return true, err
 }
+
+// direct reports whether w is the server's ScrubWriter, possibly inside the writers plugin.NextOrFailure wraps
+// around the writer of each plugin it calls. Those only record which plugin wrote the reply, for a tracker
+// further down, and pass Write on like WriteMsg. Their type is unexported, so it is learnt from NextOrFailure
+// itself (see tracking) and unwrapped by reflection, which allocates nothing.
+func direct(w dns.ResponseWriter) bool {
+	for w != nil {
+		if _, ok := w.(*request.ScrubWriter); ok {
+			return true
+		}
+		v := reflect.ValueOf(w)
+		if v.Type() != tracking.typ {
+			return false
+		}
+		w, _ = v.Elem().Field(tracking.field).Interface().(dns.ResponseWriter)
+	}
+	return false
+}
+
+// tracking is the type of the writer plugin.NextOrFailure gives the next plugin, and the index of the field that
+// holds the writer it wraps; typ is nil if NextOrFailure passes the writer on as it is, or wraps it differently.
+var tracking = func() (t struct {
+	typ   reflect.Type
+	field int
+}) {
+	var seen dns.ResponseWriter
+	probe := plugin.HandlerFunc(func(_ context.Context, w dns.ResponseWriter, _ *dns.Msg) (int, error) {
+		seen = w
+		return 0, nil
+	})
+	_, _ = plugin.NextOrFailure("", probe, context.Background(), &request.ScrubWriter{}, new(dns.Msg))
+	typ := reflect.TypeOf(seen)
+	if typ == nil || typ.Kind() != reflect.Pointer || typ.Elem().Kind() != reflect.Struct {
+		return t
+	}
+	f, ok := typ.Elem().FieldByName("ResponseWriter")
+	if !ok || !f.Anonymous || len(f.Index) != 1 || f.Type != reflect.TypeFor[dns.ResponseWriter]() {
+		return t
+	}
+	t.typ, t.field = typ, f.Index[0]
+	return t
+}()
 
 // serveReverse answers PTR questions for clusterset IPs and headless endpoint addresses in the reverse zones the
 // plugin serves, and passes everything else on, so that the kubernetes plugin's cluster.local answers (or the
