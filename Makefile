@@ -52,7 +52,5 @@ manifests: tools ## render the kustomize bases under build/deploy into bin/manif
 	$(KUSTOMIZE) build build/deploy/broker > bin/manifests/broker.yaml
 	$(KUSTOMIZE) build build/deploy/member > bin/manifests/broker-member-example.yaml
 
-images: ## build the coredns and mcs-controller images (needs a running container engine)
-	@docker info >/dev/null 2>&1 || { echo "images: no container engine is running (docker info failed)"; exit 1; }
-	docker build -f build/images/coredns.Dockerfile -t ghcr.io/vksfleet/coredns:v0.1.0 .
-	docker build -f build/images/controller.Dockerfile -t ghcr.io/vksfleet/mcs-controller:v0.1.0 .
+images: ## build the coredns and mcs-controller images (root: starts a private Docker engine under .cache/docker, stops it after)
+	@bash build/docker.sh run bash build/images/build.sh

@@ -1,16 +1,16 @@
-# The mcs-controller.
-# Build from the repository root: docker build -f build/images/controller.Dockerfile -t mcs-controller .
-FROM golang:1.26-bookworm AS build
-WORKDIR /src
-COPY go.mod go.sum ./
-RUN go mod download
-COPY . .
-# Static, reproducible binary: no cgo, no local paths, no symbol table.
-RUN CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/mcs-controller ./cmd/controller
-
-
-FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /out/mcs-controller /mcs-controller
+# The mcs-controller, as a static binary in an empty image.
+# Built by build/images/build.sh (make images), which builds the binary with the host's Go (CGO_ENABLED=0,
+# -trimpath, -ldflags='-s -w') into the build context. Nothing is pulled.
+FROM scratch
+ARG VERSION=dev
+ARG REVISION=unknown
+ARG SOURCE=https://github.com/vksfleet/fleet
+LABEL org.opencontainers.image.title="mcs-controller" \
+      org.opencontainers.image.description="Kubernetes Multi-Cluster Services controller: exports to the broker, imports from it" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}"
+COPY mcs-controller /mcs-controller
 USER 65532:65532
 EXPOSE 8080/tcp 8081/tcp
 ENTRYPOINT ["/mcs-controller"]

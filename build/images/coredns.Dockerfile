@@ -1,18 +1,18 @@
-# Our CoreDNS: stock CoreDNS with the multicluster plugin.
-# Build from the repository root: docker build -f build/images/coredns.Dockerfile -t coredns .
-FROM golang:1.26-bookworm AS build
-WORKDIR /src
-COPY go.mod go.sum ./
-RUN go mod download
-COPY . .
-# Static, reproducible binary: no cgo, no local paths, no symbol table.
-RUN CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/coredns ./cmd/coredns
-
-# Port 53 as a non-root user: give the binary the one capability it needs, as upstream CoreDNS images do.
-RUN apt-get update && apt-get install -y --no-install-recommends libcap2-bin && setcap cap_net_bind_service=+ep /out/coredns
-
-FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /out/coredns /coredns
+# Our CoreDNS: stock CoreDNS with the multicluster plugin, as a static binary in an empty image.
+# Built by build/images/build.sh (make images), which builds the binary with the host's Go (CGO_ENABLED=0,
+# -trimpath, -ldflags='-s -w') and gives it CAP_NET_BIND_SERVICE as a file capability, then packs it into
+# coredns.tar: COPY would drop the capability, ADD of a tar applies it. Nothing is pulled.
+FROM scratch
+ARG VERSION=dev
+ARG REVISION=unknown
+ARG SOURCE=https://github.com/vksfleet/fleet
+LABEL org.opencontainers.image.title="coredns" \
+      org.opencontainers.image.description="CoreDNS with the multicluster plugin: cluster.local and clusterset.local (KEP-1645)" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}"
+# Port 53 as a non-root user: the binary's file capability, as in upstream CoreDNS images.
+ADD coredns.tar /
 USER 65532:65532
 EXPOSE 53/udp 53/tcp 9153/tcp
 ENTRYPOINT ["/coredns"]
