@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/miekg/dns"
@@ -64,27 +63,39 @@ type rrsets struct {
 	a, aaaa, srv []dns.RR
 }
 
-// builder turns one Service into an entry.
+// builder turns one Service into an entry. An Index keeps one and reuses its maps and buffer for every service
+// it builds: rebuilding thousands of services at once (the first sync) then makes little garbage.
 type builder struct {
-	base  string // <svc>.<ns>.svc.<zone>
-	ttl   uint32
-	names map[string]*rrsets  // by prefix
-	ptrs  map[string][]dns.RR // by reverse name
+	base    string // <svc>.<ns>.svc.<zone>
+	ttl     uint32
+	names   map[string]*rrsets      // by prefix
+	ptrs    map[netip.Addr][]string // the prefixes of the names each address has a PTR record to
+	scratch []byte                  // packing goes through it, so that each node's bytes are allocated at their size
 	// seen de-duplicates records per owner: an endpoint listed in an IPv4 and an IPv6 slice is one SRV target,
 	// and an address reported by two clusters is one A record.
-	seen map[string]bool
+	seen map[seen]bool
 }
 
-// buildEntry precompiles the answers of s, and the PTR records it contributes to each reverse name. Names that
-// would exceed DNS limits are left out.
-func buildEntry(s *Service, zone string, ttl uint32) (*entry, map[string]Records) {
-	b := &builder{
-		base:  lower(s.Name) + "." + lower(s.Namespace) + ".svc." + zone,
-		ttl:   ttl,
-		names: map[string]*rrsets{},
-		ptrs:  map[string][]dns.RR{},
-		seen:  map[string]bool{},
-	}
+// seen is one record of the service being built: kind (A or AAAA, SRV or PTR), owner prefix and data.
+type seen struct {
+	kind   uint16
+	prefix string
+	ip     netip.Addr
+	target string
+	port   uint16
+}
+
+func newBuilder(ttl uint32) *builder {
+	return &builder{ttl: ttl, names: map[string]*rrsets{}, ptrs: map[netip.Addr][]string{}, seen: map[seen]bool{}}
+}
+
+// build precompiles the answers of s, and returns the names below it each of its addresses has a PTR record to,
+// by prefix (see ptrTarget), valid until the next build. Names that would exceed DNS limits are left out.
+func (b *builder) build(s *Service, zone string) (*entry, map[netip.Addr][]string) {
+	b.base = lower(s.Name) + "." + lower(s.Namespace) + ".svc." + zone
+	clear(b.names)
+	clear(b.ptrs)
+	clear(b.seen)
 	if validName(b.base) {
 		if s.Type == Headless {
 			b.headless(s)
@@ -97,24 +108,25 @@ func buildEntry(s *Service, zone string, ttl uint32) (*entry, map[string]Records
 
 // compile packs the records built. A node's records that already appear, byte for byte, in the service name's
 // node are not stored again but share its bytes.
-func (b *builder) compile() (*entry, map[string]Records) {
+func (b *builder) compile() (*entry, map[netip.Addr][]string) {
 	e := &entry{nodes: make([]node, 0, len(b.names))}
 	for prefix := range b.names {
 		e.nodes = append(e.nodes, node{prefix: prefix})
 	}
 	// The service name sorts first, so its records are there for the others to share.
 	slices.SortFunc(e.nodes, func(x, y node) int { return strings.Compare(x.prefix, y.prefix) })
-	var scratch, root []byte // packing goes through scratch, so that each node's bytes are allocated at their size
+	var root []byte
 	for i := range e.nodes {
 		n := &e.nodes[i]
 		rs := b.names[n.prefix]
-		scratch = scratch[:0]
+		scratch := b.scratch[:0]
 		for t, rrs := range [3][]dns.RR{rs.a, rs.aaaa, rs.srv} {
 			for _, rr := range rrs {
 				scratch = appendRR(scratch, rr, true)
 			}
 			n.end[t], n.n[t] = uint32(len(scratch)), uint32(len(rrs))
 		}
+		b.scratch = scratch
 		switch j := bytes.Index(root, scratch); {
 		case len(scratch) == 0:
 		case j >= 0 && i > 0:
@@ -126,22 +138,23 @@ func (b *builder) compile() (*entry, map[string]Records) {
 			root = n.wire
 		}
 	}
-	ptrs := make(map[string]Records, len(b.ptrs))
-	for rev, rrs := range b.ptrs {
-		scratch = scratch[:0]
-		for _, rr := range rrs {
-			scratch = appendRR(scratch, rr, true)
+	// The PTR targets share the prefix strings of the nodes, which the entry keeps anyway.
+	for _, prefixes := range b.ptrs {
+		for i, p := range prefixes {
+			if n, ok := e.find(p); ok {
+				prefixes[i] = n.prefix
+			}
 		}
-		ptrs[rev] = Records{wire: bytes.Clone(scratch), n: len(rrs)}
+		slices.Sort(prefixes)
 	}
-	return e, ptrs
+	return e, b.ptrs
 }
 
 func (b *builder) clusterSetIP(s *Service) {
 	b.node("")
 	for _, ip := range s.IPs {
 		b.address("", ip)
-		b.ptr(ip, b.base)
+		b.ptr(ip, "")
 	}
 	for _, p := range distinctPorts(s.Ports) {
 		b.srv("", b.base, p.Port)
@@ -176,7 +189,7 @@ func (b *builder) headless(s *Service) {
 				b.address("", ip)
 			}
 			b.address(prefix, ip)
-			b.ptr(ip, target)
+			b.ptr(ip, prefix)
 		}
 		if !shared {
 			continue
@@ -235,7 +248,7 @@ func (b *builder) owner(prefix string) string {
 }
 
 // once reports whether key is new for this service.
-func (b *builder) once(key string) bool {
+func (b *builder) once(key seen) bool {
 	if b.seen[key] {
 		return false
 	}
@@ -246,7 +259,7 @@ func (b *builder) once(key string) bool {
 // address adds an A or AAAA record for ip to the name of prefix.
 func (b *builder) address(prefix string, ip netip.Addr) {
 	ip = ip.Unmap()
-	if !ip.IsValid() || !b.once("addr "+prefix+" "+ip.String()) {
+	if !ip.IsValid() || !b.once(seen{kind: dns.TypeA, prefix: prefix, ip: ip}) {
 		return
 	}
 	n := b.node(prefix)
@@ -261,24 +274,20 @@ func (b *builder) address(prefix string, ip netip.Addr) {
 
 // srv adds an SRV record for target and port to the name of prefix.
 func (b *builder) srv(prefix, target string, port uint16) {
-	if !b.once("srv " + prefix + " " + target + " " + strconv.Itoa(int(port))) {
+	if !b.once(seen{kind: dns.TypeSRV, prefix: prefix, target: target, port: port}) {
 		return
 	}
 	n := b.node(prefix)
 	n.srv = append(n.srv, &dns.SRV{Hdr: b.hdr(dns.TypeSRV), Weight: 100, Port: port, Target: target})
 }
 
-// ptr adds a PTR record from ip's reverse name to target.
-func (b *builder) ptr(ip netip.Addr, target string) {
+// ptr adds a PTR record from ip's reverse name to the name of prefix.
+func (b *builder) ptr(ip netip.Addr, prefix string) {
 	ip = ip.Unmap()
-	if !ip.IsValid() || !b.once("ptr "+ip.String()+" "+target) {
+	if !ip.IsValid() || !b.once(seen{kind: dns.TypePTR, prefix: prefix, ip: ip}) {
 		return
 	}
-	rev, err := dns.ReverseAddr(ip.String())
-	if err != nil {
-		return
-	}
-	b.ptrs[rev] = append(b.ptrs[rev], &dns.PTR{Hdr: b.hdr(dns.TypePTR), Ptr: target})
+	b.ptrs[ip] = append(b.ptrs[ip], prefix)
 }
 
 // hdr is the header of a record owned by the name asked, which packing does not read (see appendRR).

@@ -3,7 +3,6 @@ package zone
 import (
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,33 +38,45 @@ type Change struct {
 type Index struct {
 	opts Options
 	mu   sync.Mutex // serialises writers
+	b    *builder   // used by writers only
 	snap atomic.Pointer[Snapshot]
 }
 
-// ptrOwner is the PTR records one service contributes to one reverse name. A reverse name keeps its owners sorted
-// by service key, so that two services sharing an address both keep their record as either one changes; nearly
-// every address has one owner.
-type ptrOwner struct {
-	key string
-	rrs Records
+// ptrTarget is one PTR record: its target is the name of prefix below the service of key, built when asked
+// (see Snapshot.LookupPTR), so that the index keeps no name and no record per address, only references to
+// strings it holds anyway. The targets of an address are sorted by key and prefix, so that two services sharing
+// an address both keep their record as either one changes; nearly every address has one.
+type ptrTarget struct {
+	key, prefix string
 }
 
-// withOwner returns owners with key's records set to rrs, or removed when rrs is empty, keeping the key order. It
-// never modifies owners, which a published snapshot may hold.
-func withOwner(owners []ptrOwner, key string, rrs Records) []ptrOwner {
-	i, found := slices.BinarySearchFunc(owners, key, func(o ptrOwner, k string) int { return strings.Compare(o.key, k) })
-	switch {
-	case found && rrs.n == 0:
-		return slices.Delete(slices.Clone(owners), i, i+1)
-	case found:
-		owners = slices.Clone(owners)
-		owners[i].rrs = rrs
-		return owners
-	case rrs.n == 0:
-		return owners
+// withTargets returns targets with key's replaced by prefixes (sorted), keeping the order. It never modifies
+// targets, which a published snapshot may hold.
+func withTargets(targets []ptrTarget, key string, prefixes []string) []ptrTarget {
+	out := make([]ptrTarget, 0, len(targets)+len(prefixes))
+	inserted := false
+	for _, t := range targets {
+		if t.key == key {
+			continue
+		}
+		if !inserted && t.key > key {
+			for _, p := range prefixes {
+				out = append(out, ptrTarget{key: key, prefix: p})
+			}
+			inserted = true
+		}
+		out = append(out, t)
 	}
-	return slices.Insert(slices.Clip(owners), i, ptrOwner{key: key, rrs: rrs})
+	if !inserted {
+		for _, p := range prefixes {
+			out = append(out, ptrTarget{key: key, prefix: p})
+		}
+	}
+	return slices.Clip(out)
 }
+
+// addrKey is the key of an address in Snapshot.ptrs: its 4 or 16 octets.
+func addrKey(a netip.Addr) string { return string(a.AsSlice()) }
 
 // New returns an index holding no service and no namespace.
 func New(opts Options) *Index {
@@ -73,7 +84,7 @@ func New(opts Options) *Index {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	ix := &Index{opts: opts}
+	ix := &Index{opts: opts, b: newBuilder(opts.TTL)}
 	s := &Snapshot{zone: opts.Zone, namespaces: map[string]struct{}{}}
 	s.static(opts)
 	s.bump(0, opts.Now())
@@ -99,50 +110,45 @@ func (ix *Index) Apply(changes ...Change) {
 	next := *old
 	upserts := map[string]*entry{}
 	var deletes []string
-	ptrs := map[string][]ptrOwner{} // the reverse names touched, with their new owners
-	owners := func(rev string) []ptrOwner {
-		if o, ok := ptrs[rev]; ok {
-			return o
+	ptrs := map[string][]ptrTarget{} // the addresses touched, with their new targets
+	targets := func(a string) []ptrTarget {
+		if t, ok := ptrs[a]; ok {
+			return t
 		}
-		o, _ := old.ptrs.get(rev)
-		return o
+		t, _ := old.ptrs.get(a)
+		return t
 	}
 	for key, svc := range latest {
 		if prev, ok := old.services.get(key); ok {
 			next.names -= len(prev.nodes)
 			for _, a := range prev.addresses() {
-				rev := reverseName(a)
-				ptrs[rev] = withOwner(owners(rev), key, Records{})
+				k := addrKey(a)
+				ptrs[k] = withTargets(targets(k), key, nil)
 			}
 		}
 		if svc == nil {
 			deletes = append(deletes, key)
 			continue
 		}
-		e, contributed := buildEntry(svc, ix.opts.Zone, ix.opts.TTL)
+		e, contributed := ix.b.build(svc, ix.opts.Zone)
 		upserts[key] = e
 		next.names += len(e.nodes)
-		for rev, rrs := range contributed {
-			ptrs[rev] = withOwner(owners(rev), key, rrs)
+		for a, prefixes := range contributed {
+			k := addrKey(a)
+			ptrs[k] = withTargets(targets(k), key, prefixes)
 		}
 	}
 	next.services = old.services.with(upserts, deletes)
 	var ptrDeletes []string
-	for rev, o := range ptrs {
-		if len(o) == 0 {
-			delete(ptrs, rev)
-			ptrDeletes = append(ptrDeletes, rev)
+	for a, t := range ptrs {
+		if len(t) == 0 {
+			delete(ptrs, a)
+			ptrDeletes = append(ptrDeletes, a)
 		}
 	}
 	next.ptrs = old.ptrs.with(ptrs, ptrDeletes)
 	next.bump(old.serial, ix.opts.Now())
 	ix.snap.Store(&next)
-}
-
-// reverseName returns the in-addr.arpa or ip6.arpa name of a valid address.
-func reverseName(a netip.Addr) string {
-	rev, _ := dns.ReverseAddr(a.String())
-	return rev
 }
 
 // SetNamespaces replaces the set of namespaces that exist in this cluster.
@@ -165,7 +171,7 @@ type Snapshot struct {
 	zone       string
 	serial     uint32
 	services   shardMap[*entry]
-	ptrs       shardMap[[]ptrOwner]
+	ptrs       shardMap[[]ptrTarget] // by address (see addrKey)
 	namespaces map[string]struct{}
 	names      int // owner names below the services, for metrics
 
@@ -239,5 +245,5 @@ func (s *Snapshot) bump(prev uint32, now time.Time) {
 // Serial returns the SOA serial.
 func (s *Snapshot) Serial() uint32 { return s.serial }
 
-// Sizes returns how many services, owner names below them and reverse names the snapshot holds.
+// Sizes returns how many services, owner names below them and addresses with a PTR record the snapshot holds.
 func (s *Snapshot) Sizes() (services, names, reverse int) { return s.services.len, s.names, s.ptrs.len }

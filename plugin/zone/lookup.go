@@ -1,6 +1,12 @@
 package zone
 
-import "github.com/miekg/dns"
+import (
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/miekg/dns"
+)
 
 // Lookup answers qname (in any case) and qtype with records (see Result). ok is false when qname is outside the
 // zone.
@@ -70,13 +76,69 @@ func (s *Snapshot) Answer(qname string, qtype uint16, a *Answer) bool {
 
 // LookupPTR returns the PTR records of a reverse name (in any case), owned by the name as asked, or nil.
 func (s *Snapshot) LookupPTR(qname string) []dns.RR {
-	lname := lower(qname)
-	owners, _ := s.ptrs.get(lname)
-	var out []dns.RR
-	for _, o := range owners {
-		out = append(out, o.rrs.RRs(qname)...)
+	a, ok := reverseAddr(lower(qname))
+	if !ok {
+		return nil
+	}
+	targets, _ := s.ptrs.get(addrKey(a))
+	if len(targets) == 0 {
+		return nil
+	}
+	out := make([]dns.RR, 0, len(targets))
+	for _, t := range targets {
+		target := t.key + ".svc." + s.zone
+		if t.prefix != "" {
+			target = t.prefix + "." + target
+		}
+		out = append(out, &dns.PTR{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypePTR, Class: dns.ClassINET, Ttl: s.ttl}, Ptr: target})
 	}
 	return out
+}
+
+// reverseAddr parses a lower-case in-addr.arpa or ip6.arpa name of a whole address, in the one form
+// dns.ReverseAddr writes: decimal octets without leading zeros, or 32 hexadecimal nibbles.
+func reverseAddr(name string) (netip.Addr, bool) {
+	if rest, ok := strings.CutSuffix(name, ".in-addr.arpa."); ok {
+		var b [4]byte
+		labels := strings.Split(rest, ".")
+		if len(labels) != 4 {
+			return netip.Addr{}, false
+		}
+		for i, l := range labels {
+			v, err := strconv.ParseUint(l, 10, 8)
+			if err != nil || strconv.FormatUint(v, 10) != l {
+				return netip.Addr{}, false
+			}
+			b[3-i] = byte(v)
+		}
+		return netip.AddrFrom4(b), true
+	}
+	if rest, ok := strings.CutSuffix(name, ".ip6.arpa."); ok && len(rest) == 63 {
+		var b [16]byte
+		for i := range 32 {
+			c := rest[2*i]
+			if i < 31 && rest[2*i+1] != '.' {
+				return netip.Addr{}, false
+			}
+			var v byte
+			switch {
+			case '0' <= c && c <= '9':
+				v = c - '0'
+			case 'a' <= c && c <= 'f':
+				v = c - 'a' + 10
+			default:
+				return netip.Addr{}, false
+			}
+			// The first label is the last nibble.
+			if i%2 == 0 {
+				b[15-i/2] |= v
+			} else {
+				b[15-i/2] |= v << 4
+			}
+		}
+		return netip.AddrFrom16(b), true
+	}
+	return netip.Addr{}, false
 }
 
 // answer fills a with the records of n of type qtype, or NODATA.

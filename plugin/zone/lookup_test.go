@@ -220,6 +220,28 @@ func TestLookupPTR(t *testing.T) {
 	}
 }
 
+// TestReverseAddr checks that a reverse name parses back to the address dns.ReverseAddr wrote it for, and that
+// anything else is no address.
+func TestReverseAddr(t *testing.T) {
+	for _, ip := range []string{"10.0.96.10", "0.0.0.0", "255.255.255.255", "fd00::a", "2001:db8::ff:1", "::"} {
+		rev, err := dns.ReverseAddr(ip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, ok := reverseAddr(rev); !ok || a != netip.MustParseAddr(ip) {
+			t.Errorf("reverseAddr(%s) = %v, %v; want %s", rev, a, ok, ip)
+		}
+	}
+	v6, _ := dns.ReverseAddr("fd00::a")
+	for _, name := range []string{"1.0.96.10.in-addr.arpa", "96.10.in-addr.arpa.", "01.0.96.10.in-addr.arpa.", "256.0.96.10.in-addr.arpa.",
+		"x.0.96.10.in-addr.arpa.", "1.1.0.96.10.in-addr.arpa.", "10.0.96.10.example.", strings.Replace(v6, "a", "g", 1),
+		strings.Replace(v6, "a.", "aa", 1), "0." + v6} {
+		if a, ok := reverseAddr(name); ok {
+			t.Errorf("reverseAddr(%s) = %v, want no address", name, a)
+		}
+	}
+}
+
 func TestApplyIsIncrementalAndMovesSerial(t *testing.T) {
 	ix := fixture(t)
 	before := ix.Snapshot()
