@@ -114,6 +114,16 @@ func TestSlimEndpointSlice(t *testing.T) {
 	}
 }
 
+// TestPortListsAreShared checks that equal lists of ports are one copy, and that different ones stay apart.
+func TestPortListsAreShared(t *testing.T) {
+	a := internPorts([]zone.Port{{Name: "http", Protocol: "TCP", Port: 80}, {Name: "m", Protocol: "TCP", Port: 9090}})
+	b := internPorts([]zone.Port{{Name: "http", Protocol: "TCP", Port: 80}, {Name: "m", Protocol: "TCP", Port: 9090}})
+	c := internPorts([]zone.Port{{Name: "http", Protocol: "TCP", Port: 80}, {Name: "mT", Protocol: "CP", Port: 9090}})
+	if &a[0] != &b[0] || &a[0] == &c[0] || !reflect.DeepEqual(c[1], zone.Port{Name: "mT", Protocol: "CP", Port: 9090}) {
+		t.Errorf("shared %v %v, apart %v", a, b, c)
+	}
+}
+
 func TestToService(t *testing.T) {
 	si, _ := slimServiceImport(mcstest.Import("ns", "db", mcsv1beta1.Headless, nil, mcstest.Port("sql", corev1.ProtocolTCP, 5432)))
 	sql := []discoveryv1.EndpointPort{mcstest.SlicePort("sql", corev1.ProtocolTCP, 5432)}

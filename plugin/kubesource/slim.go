@@ -1,7 +1,10 @@
 package kubesource
 
 import (
+	"encoding/binary"
 	"net/netip"
+	"slices"
+	"sync"
 	"unique"
 
 	"github.com/coredns/coredns/plugin/kubernetes/object"
@@ -95,13 +98,13 @@ func slimServiceImport(obj any) (any, error) {
 		for _, p := range in.Spec.Ports {
 			ports = append(ports, port(p.Name, string(p.Protocol), p.Port))
 		}
-		return newServiceImport(&in.ObjectMeta, in.Spec.Type == mcsv1beta1.Headless, in.Spec.IPs, ports), nil
+		return newServiceImport(&in.ObjectMeta, in.Spec.Type == mcsv1beta1.Headless, in.Spec.IPs, internPorts(ports)), nil
 	case *mcsv1alpha1.ServiceImport:
 		ports := make([]zone.Port, 0, len(in.Spec.Ports))
 		for _, p := range in.Spec.Ports {
 			ports = append(ports, port(p.Name, string(p.Protocol), p.Port))
 		}
-		return newServiceImport(&in.ObjectMeta, in.Spec.Type == mcsv1alpha1.Headless, in.Spec.IPs, ports), nil
+		return newServiceImport(&in.ObjectMeta, in.Spec.Type == mcsv1alpha1.Headless, in.Spec.IPs, internPorts(ports)), nil
 	}
 	return obj, nil // tombstones
 }
@@ -152,6 +155,7 @@ func slimEndpointSlice(obj any) (any, error) {
 		}
 		ports = append(ports, port(name, protocol, *p.Port))
 	}
+	ports = internPorts(ports)
 	out.endpoints = make([]zone.Endpoint, 0, len(in.Endpoints))
 	for _, e := range in.Endpoints {
 		ep := zone.Endpoint{Cluster: out.cluster, Ports: ports, Ready: e.Conditions.Ready == nil || *e.Conditions.Ready}
@@ -186,6 +190,33 @@ func port(name, protocol string, number int32) zone.Port {
 
 // intern returns the canonical copy of s.
 func intern(s string) string { return unique.Make(s).Value() }
+
+// portLists holds one copy of each list of ports seen, by content (see portsKey): most services of a clusterset
+// declare one of a few lists (http/80, grpc/9090...), and thousands of imports and slices then share it. Lists
+// are small and few, so they are kept for the life of the process.
+var portLists sync.Map // string -> []zone.Port
+
+// internPorts returns the shared copy of ports; the caller must not modify either.
+func internPorts(ports []zone.Port) []zone.Port {
+	if len(ports) == 0 {
+		return nil
+	}
+	shared, _ := portLists.LoadOrStore(portsKey(ports), slices.Clip(ports))
+	return shared.([]zone.Port)
+}
+
+// portsKey encodes a list of ports as a string, unambiguously: each name and protocol with its length.
+func portsKey(ports []zone.Port) string {
+	var b []byte
+	for _, p := range ports {
+		b = binary.AppendUvarint(b, uint64(len(p.Name)))
+		b = append(b, p.Name...)
+		b = binary.AppendUvarint(b, uint64(len(p.Protocol)))
+		b = append(b, p.Protocol...)
+		b = binary.BigEndian.AppendUint16(b, p.Port)
+	}
+	return string(b)
+}
 
 var (
 	_ cache.TransformFunc = slimServiceImport
