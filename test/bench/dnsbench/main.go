@@ -1,7 +1,9 @@
 // Command dnsbench compares our CoreDNS build with stock CoreDNS on the same clusterset.local data in the same
-// run: one kube-apiserver is loaded with ClusterSetIP and headless ServiceImports and their EndpointSlices, each
-// server in turn is pinned to one core (GOMAXPROCS=1, taskset) and dnsperf, on the other core, measures every
-// query class. The result is a Markdown table of ours/stock ratios. `make bench-dns` runs it.
+// run: one kube-apiserver is loaded with ClusterSetIP and headless ServiceImports and their EndpointSlices; both
+// builds run with a minimal Corefile and with the Corefile users deploy, next to a ceiling (stock CoreDNS
+// answering with whoami behind the same plugins) and bare whoami, all pinned to one core (GOMAXPROCS=1,
+// taskset), and dnsperf, on the other core, measures every query class on each in turn. The result is Markdown
+// tables of ratios: ours/stock, ours/ceiling and resident memory. `make bench-dns` runs it.
 package main
 
 import (
@@ -11,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -97,27 +100,93 @@ func run(d dataset, out string, duration time.Duration, profile string) error {
 		}
 	}
 	servers := []server{
-		{name: "ours", bin: ours, corefile: `.:%d {
-    errors%s
+		{name: "ours", bin: ours, corefile: `.:{port} {
+    errors{pprof}
     kubernetes cluster.local {
-        kubeconfig %s %s
+        {kubeconfig}
     }
     multicluster clusterset.local {
-        kubeconfig %s %s
+        {kubeconfig}
     }
 }
 `},
-		{name: "stock", bin: stock, corefile: `.:%d {
-    errors%s
+		{name: "stock", bin: stock, corefile: `.:{port} {
+    errors{pprof}
     kubernetes cluster.local clusterset.local {
-        kubeconfig %s %s
+        {kubeconfig}
         multicluster clusterset.local
     }
 }
 `},
+		// The ceiling: stock CoreDNS answering every query with whoami, which builds a two-record reply from the
+		// question alone, behind the same plugins as ours (kubernetes passes clusterset.local on), in a process
+		// that runs the same kind of informers. Only the answer differs.
+		{name: "ceiling", bin: stock, anyReply: true, corefile: `.:{port} {
+    errors{pprof}
+    kubernetes cluster.local {
+        {kubeconfig}
+    }
+    whoami
+}
+`},
+		// whoami alone, for reference: no plugin in front, and no informer goroutines. Go sizes a new goroutine's
+		// stack by the average of all goroutines, and the informers' are small: in processes that have them, the
+		// stack of every query's goroutine grows and is copied (15-25% of the CPU under dnsperf), here much less.
+		{name: "bare", bin: stock, anyReply: true, corefile: `.:{port} {
+    errors{pprof}
+    whoami
+}
+`},
+		// The Corefile users deploy (build/deploy/coredns/Corefile), with an upstream that is never asked: every
+		// question is in clusterset.local.
+		{name: "ours-deployed", bin: ours, corefile: `.:{port} {
+    errors{pprof}
+    health 127.0.0.1:{free}
+    ready 127.0.0.1:{free}
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+        {kubeconfig}
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+        ttl 30
+    }
+    multicluster clusterset.local in-addr.arpa ip6.arpa {
+        {kubeconfig}
+        ttl 5
+    }
+    prometheus 127.0.0.1:{free}
+    forward . 127.0.0.1:1
+    cache 30 {
+        disable success cluster.local
+        disable denial cluster.local
+    }
+    loadbalance
+}
+`},
+		// Stock's kubernetes plugin serves both zones with one TTL: 5 s, as multicluster's, so that the cache
+		// keeps clusterset.local answers as long in both.
+		{name: "stock-deployed", bin: stock, corefile: `.:{port} {
+    errors{pprof}
+    health 127.0.0.1:{free}
+    ready 127.0.0.1:{free}
+    kubernetes cluster.local clusterset.local in-addr.arpa ip6.arpa {
+        {kubeconfig}
+        pods insecure
+        multicluster clusterset.local
+        fallthrough in-addr.arpa ip6.arpa
+        ttl 5
+    }
+    prometheus 127.0.0.1:{free}
+    forward . 127.0.0.1:1
+    cache 30 {
+        disable success cluster.local
+        disable denial cluster.local
+    }
+    loadbalance
+}
+`},
 	}
-	// Both servers run at once, on the same core, and the classes are measured alternately, reps times each, so
-	// that a slow spell of this shared machine falls on both rather than on one; the median is reported.
+	// Every server runs at once, on the same core, and the classes are measured on each in turn, reps times, so
+	// that a slow spell of this shared machine falls on all of them rather than on one; the median is reported.
 	var started []*running
 	defer func() {
 		for _, r := range started {
@@ -293,9 +362,11 @@ func writeQueries(path string, names []string) error {
 	return os.WriteFile(path, []byte(strings.Join(names, "\n")+"\n"), 0o644)
 }
 
-// server is one CoreDNS binary and its Corefile template (port, then kubeconfig and context as often as needed).
+// server is one CoreDNS binary and its Corefile template: {port} is the DNS port, {pprof} the pprof line when
+// profiling, {kubeconfig} the kubeconfig line of the loaded cluster and each {free} another free port.
 type server struct {
 	name, bin, corefile string
+	anyReply            bool // the server answers every name alike (whoami): any reply means it is up
 }
 
 // measurement is what dnsperf reported for one query class.
@@ -330,14 +401,16 @@ func (s server) start(work string, c *clusterset.Cluster, classes []queryClass, 
 		r.pprofAddr = fmt.Sprintf("127.0.0.1:%d", pp)
 		pprofLine = "\n    pprof " + r.pprofAddr
 	}
-	kc := c.KubeconfigPath
-	corefile := filepath.Join(work, "Corefile."+s.name)
-	var body string
-	if strings.Count(s.corefile, "%s") == 5 {
-		body = fmt.Sprintf(s.corefile, r.port, pprofLine, kc, c.Name, kc, c.Name)
-	} else {
-		body = fmt.Sprintf(s.corefile, r.port, pprofLine, kc, c.Name)
+	body := strings.NewReplacer("{port}", strconv.Itoa(r.port), "{pprof}", pprofLine,
+		"{kubeconfig}", "kubeconfig "+c.KubeconfigPath+" "+c.Name).Replace(s.corefile)
+	for strings.Contains(body, "{free}") { // a port for each of health, ready and prometheus
+		p, err := clusterset.FreePort()
+		if err != nil {
+			return nil, err
+		}
+		body = strings.Replace(body, "{free}", strconv.Itoa(p), 1)
 	}
+	corefile := filepath.Join(work, "Corefile."+s.name)
 	if err := os.WriteFile(corefile, []byte(body), 0o644); err != nil {
 		return nil, err
 	}
@@ -354,7 +427,7 @@ func (s server) start(work string, c *clusterset.Cluster, classes []queryClass, 
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", r.port)
 	log.Printf("%s: waiting for answers on %s", s.name, addr)
-	if err := waitAnswers(addr, classes); err != nil {
+	if err := waitAnswers(addr, classes, s.anyReply); err != nil {
 		r.stop()
 		return nil, fmt.Errorf("%w (log: %s)", err, tail(r.logf.Name()))
 	}
@@ -410,8 +483,8 @@ func median(ms []measurement) measurement {
 }
 
 // waitAnswers polls until the first query of every class gets its expected rcode, so that dnsperf never measures
-// a server that is still syncing.
-func waitAnswers(addr string, classes []queryClass) error {
+// a server that is still syncing; with anyReply, until it gets a reply at all.
+func waitAnswers(addr string, classes []queryClass, anyReply bool) error {
 	cl := &dns.Client{Timeout: time.Second}
 	for _, q := range classes {
 		f := strings.Fields(q.names[0])
@@ -426,6 +499,8 @@ func waitAnswers(addr string, classes []queryClass) error {
 			switch {
 			case err != nil:
 				return err
+			case anyReply:
+				return nil
 			case r.Rcode != want || (want == dns.RcodeSuccess && len(r.Answer) == 0):
 				return fmt.Errorf("reply %v", r)
 			}
@@ -525,17 +600,35 @@ func report(d dataset, classes []queryClass, res map[string]map[string]measureme
 	fmt.Fprintf(&b, "Data: %d ClusterSetIP imports, %d headless imports x %d clusters x %d endpoints, in %d namespaces, on one kube-apiserver.\n",
 		d.clusterSetIP, d.headless, d.clusters, d.endpoints, d.namespaces)
 	fmt.Fprintf(&b, "Each server: one core (taskset -c 0, GOMAXPROCS=1); dnsperf on the other core, %s per class at saturation (-c 20 -q 200) for QPS, "+
-		"then 2 s at 2,000 QPS for mean latency; both servers run at once and are measured alternately, %d times per class, medians shown. Generated by `make bench-dns` on %s.\n\n", duration, repetitions, time.Now().UTC().Format("2006-01-02"))
-	fmt.Fprintf(&b, "| query class | ours QPS | stock QPS | QPS ours/stock | ours latency ms | stock latency ms | latency ours/stock |\n")
-	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|\n")
+		"then 2 s at 2,000 QPS for mean latency; all servers run at once and are measured in turn, %d times per class, medians shown. "+
+		"The ceiling is stock CoreDNS answering with `whoami` behind the same plugins (errors, kubernetes cluster.local, whoami): the same server, pipeline and writer, with almost no work for the answer; bare whoami (errors, whoami) has no plugin in front and no informers. "+
+		"Generated by `make bench-dns` on %s.\n\n", duration, repetitions, time.Now().UTC().Format("2006-01-02"))
+
+	b.WriteString("## Minimal Corefile (errors, kubernetes, multicluster)\n\n")
+	b.WriteString("| query class | ours QPS | stock QPS | ceiling QPS | bare whoami QPS | QPS ours/stock | ours/ceiling | stock/ceiling | ours/bare whoami | latency ours/stock |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, q := range classes {
-		o, s := res["ours"][q.name], res["stock"][q.name]
+		o, s, c, w := res["ours"][q.name], res["stock"][q.name], res["ceiling"][q.name], res["bare"][q.name]
+		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.0f | %.0f | **%.2f** | **%.2f** | %.2f | %.2f | %.2f |\n", q.name, o.qps, s.qps, c.qps, w.qps,
+			o.qps/s.qps, o.qps/c.qps, s.qps/c.qps, o.qps/w.qps, o.latencyMs/s.latencyMs)
+	}
+	b.WriteString("\n## Deployed Corefile (errors, health, ready, kubernetes, multicluster, prometheus, forward to an unreachable local upstream, cache 30, loadbalance)\n\n")
+	b.WriteString("| query class | ours QPS | stock QPS | QPS ours/stock | ours latency ms | stock latency ms | latency ours/stock |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, q := range classes {
+		o, s := res["ours-deployed"][q.name], res["stock-deployed"][q.name]
 		fmt.Fprintf(&b, "| %s | %.0f | %.0f | **%.2f** | %.3f | %.3f | %.2f |\n", q.name, o.qps, s.qps, o.qps/s.qps, o.latencyMs, s.latencyMs, o.latencyMs/s.latencyMs)
 	}
-	o, st := mem["ours"], mem["stock"]
-	fmt.Fprintf(&b, "| peak RSS (MiB) | %.0f | %.0f | **%.2f** | | | |\n", float64(o.peak)/1024, float64(st.peak)/1024, float64(o.peak)/float64(st.peak))
-	fmt.Fprintf(&b, "| RSS after the run (MiB) | %.0f | %.0f | **%.2f** | | | |\n", float64(o.now)/1024, float64(st.now)/1024, float64(o.now)/float64(st.now))
-	for _, name := range []string{"ours", "stock"} {
+	b.WriteString("\n## Memory (resident set size, MiB)\n\n")
+	b.WriteString("| Corefile | ours peak | stock peak | peak ours/stock | ours after the run | stock after the run | after the run ours/stock |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, row := range []struct{ name, ours, stock string }{{"minimal", "ours", "stock"}, {"deployed", "ours-deployed", "stock-deployed"}} {
+		o, st := mem[row.ours], mem[row.stock]
+		fmt.Fprintf(&b, "| %s | %.0f | %.0f | **%.2f** | %.0f | %.0f | **%.2f** |\n", row.name, float64(o.peak)/1024, float64(st.peak)/1024,
+			float64(o.peak)/float64(st.peak), float64(o.now)/1024, float64(st.now)/1024, float64(o.now)/float64(st.now))
+	}
+	names := slices.Sorted(maps.Keys(res))
+	for _, name := range names {
 		for _, q := range classes {
 			if e := res[name][q.name].errorsSeen; e != "" {
 				fmt.Fprintf(&b, "\n%s, %s:%s", name, q.name, e)
