@@ -86,7 +86,13 @@ func New(opts Options) (*Source, error) {
 	if opts.Observer == nil {
 		opts.Observer = nopObserver{}
 	}
-	kube, err := kubernetes.NewForConfig(opts.Config)
+	// Built-in types (EndpointSlices, Namespaces) are read as protobuf, as CoreDNS's kubernetes plugin reads
+	// them: listing thousands of slices then makes far less garbage than JSON. ServiceImports are custom
+	// resources, which are served as JSON only.
+	kc := rest.CopyConfig(opts.Config)
+	kc.ContentType = runtime.ContentTypeProtobuf
+	kc.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	kube, err := kubernetes.NewForConfig(kc)
 	if err != nil {
 		return nil, fmt.Errorf("kubesource: %w", err)
 	}
