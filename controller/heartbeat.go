@@ -28,8 +28,8 @@ type heartbeat struct {
 	lastErr   error // the last renewal's error
 }
 
-// run renews every grace/3 and checks Leases every grace/10 (bounded to 100 ms..1 s): the check is an in-memory
-// scan of the cache, and it bounds how late past the grace a withdrawal happens.
+// run renews every grace/3 and checks Leases and the sentinel record every grace/10 (bounded to 100 ms..1 s): the
+// checks read the cache, and bound how late past the grace a withdrawal happens.
 func (h *heartbeat) run(ctx context.Context) error {
 	if !h.cache.WaitForCacheSync(ctx) {
 		return ctx.Err()
@@ -39,14 +39,21 @@ func (h *heartbeat) run(ctx context.Context) error {
 	ticker := time.NewTicker(tick)
 	defer ticker.Stop()
 	var nextRenew time.Time
+	// renewed: this run has held the Lease, so the Lease missing means the broker lost it.
+	renewed, leaseStood := false, false
 	for {
 		now := time.Now()
 		if !now.Before(nextRenew) {
 			// A broker that swallows requests must not stall the loop: a renewal that cannot finish in time
 			// counts as failed, which freezes liveness decisions like any other failure.
 			rctx, cancel := context.WithTimeout(ctx, max(time.Second, renewEvery))
-			err := h.renew(rctx, now)
+			created, err := h.renew(rctx, now)
 			cancel()
+			if created && renewed {
+				return errBrokerReset
+			}
+			renewed = renewed || err == nil
+			leaseStood = err == nil && !created
 			recovered := err == nil && !h.r.liveness.Healthy()
 			h.r.liveness.SetHealthy(err == nil)
 			brokerReachable.WithLabelValues(h.id).Set(gauge(err == nil))
@@ -62,6 +69,19 @@ func (h *heartbeat) run(ctx context.Context) error {
 				if err := h.r.enqueueExports(ctx); err != nil {
 					return err
 				}
+			}
+		}
+		// The sentinel is checked every tick, not only at renewals: a deleted CRD takes it with the records, and
+		// withdrawals wait for trust only a renewal interval.
+		sentinel, err := broker.EnsureSentinel(ctx, h.cache, h.client, h.id)
+		if err != nil {
+			h.r.log.V(1).Info("the broker's sentinel record cannot be created", "error", err.Error())
+		}
+		if h.r.trust.Observe(leaseStood && sentinel, now) {
+			// Whatever the untrusted view would have deleted was held back: look at everything again.
+			h.r.log.Info("broker view trusted")
+			if err := h.r.enqueueAll(ctx); err != nil {
+				return err
 			}
 		}
 		leases := &coordinationv1.LeaseList{}
@@ -84,22 +104,24 @@ func (h *heartbeat) run(ctx context.Context) error {
 	}
 }
 
-func (h *heartbeat) renew(ctx context.Context, now time.Time) error {
+// renew renews this member's Lease, and says whether it had to create it: at a first start, or because the
+// broker lost it.
+func (h *heartbeat) renew(ctx context.Context, now time.Time) (created bool, err error) {
 	h.mu.Lock()
 	ok := h.namespace
 	h.mu.Unlock()
-	err := error(nil)
 	if !ok {
 		err = broker.EnsureNamespace(ctx, h.client, h.id)
 	}
 	if err == nil {
-		err = broker.Renew(ctx, h.client, h.id, h.grace, now)
+		created, err = broker.Renew(ctx, h.client, h.id, h.grace, now)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.namespace = h.namespace || err == nil
+	// After a failure the namespace is checked again: the broker may have lost it with everything else.
+	h.namespace = err == nil
 	h.lastErr = err
-	return err
+	return created, err
 }
 
 // ready fails while the broker cannot be reached.

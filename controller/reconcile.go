@@ -54,6 +54,10 @@ type reconciler struct {
 	denied []string      // namespaces never exported from
 	// localHost and brokerHost name the API servers in errors.
 	localHost, brokerHost string
+	// trust says whether the broker's view may be acted on with deletions, and withdrawals holds them until the
+	// view has shown them long enough.
+	trust       *broker.Trust
+	withdrawals *withdrawalHold
 	// races backs off the retries of races with the caches, which bypass the controller's failure backoff.
 	races    workqueue.TypedRateLimiter[reconcile.Request]
 	liveness *broker.Liveness
@@ -144,6 +148,34 @@ func (r *reconciler) enqueueCluster(ctx context.Context, clusterID string) error
 	}
 	records := &mcsv1beta1.ServiceImportList{}
 	if err := r.broker.List(ctx, records, client.InNamespace(names.BrokerNamespace(clusterID))); err != nil {
+		return err
+	}
+	for _, req := range requests(records.Items) {
+		q.Add(req)
+	}
+	return nil
+}
+
+// enqueueAll enqueues every service this member exports or imports and every service on the broker.
+func (r *reconciler) enqueueAll(ctx context.Context) error {
+	r.mu.Lock()
+	q := r.queue
+	r.mu.Unlock()
+	if q == nil {
+		return nil
+	}
+	if err := r.enqueueExports(ctx); err != nil {
+		return err
+	}
+	imports := &mcsv1beta1.ServiceImportList{}
+	if err := r.local.List(ctx, imports); err != nil {
+		return err
+	}
+	for _, si := range imports.Items {
+		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: si.Namespace, Name: si.Name}})
+	}
+	records := &mcsv1beta1.ServiceImportList{}
+	if err := r.broker.List(ctx, records); err != nil {
 		return err
 	}
 	for _, req := range requests(records.Items) {
@@ -313,7 +345,7 @@ func (r *reconciler) publish(ctx context.Context, key types.NamespacedName, own 
 		case !apply.SameMeta(existing, want) || !equality.Semantic.DeepEqual(existing.Spec, want.Spec):
 			upd := existing.DeepCopy()
 			upd.Labels, upd.Annotations, upd.Spec = want.Labels, want.Annotations, want.Spec
-			err = r.broker.Update(ctx, upd)
+			err = apply.Update(ctx, r.broker, upd, want)
 		}
 		if err != nil {
 			return fmt.Errorf("publishing %s to the broker: %w", key, err)
@@ -393,7 +425,21 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 	if err != nil {
 		return err
 	}
-	if len(exports) == 0 || ns == nil || !ns.DeletionTimestamp.IsZero() {
+	nsGone := ns == nil || !ns.DeletionTimestamp.IsZero()
+	if !nsGone && withdraws(existing, derived, sliceList.Items, key, exports, sources) {
+		if wait := r.withdrawals.hold(key, time.Now()); wait > 0 || !r.trusted(ctx) {
+			// The broker may be losing its data, or have lost it and not have it back yet: what this would
+			// delete is kept while the view is untrusted (regaining trust reconciles every service again), and
+			// until the view has shown the withdrawal for the hold, long enough for a lost broker to be noticed.
+			r.log.V(1).Info("holding back a withdrawal", "service", key, "wait", wait)
+			if wait > 0 {
+				r.requeueAfter(key, wait)
+			}
+			return nil
+		}
+	}
+	r.withdrawals.forget(key)
+	if len(exports) == 0 || nsGone {
 		var errs []error
 		if existing != nil {
 			errs = append(errs, apply.Delete(ctx, r.local, existing))
@@ -456,6 +502,67 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 		}
 	}
 	return nil
+}
+
+// trusted says whether the broker's view may be acted on with deletions: trusted by the heartbeat, and still
+// holding this member's sentinel record, which a broker losing its records loses too.
+func (r *reconciler) trusted(ctx context.Context) bool {
+	if !r.trust.Trusted() {
+		return false
+	}
+	err := r.broker.Get(ctx, client.ObjectKeyFromObject(broker.Sentinel(r.id)), &mcsv1beta1.ServiceImport{})
+	return err == nil
+}
+
+// requeueAfter reconciles the service again after d.
+func (r *reconciler) requeueAfter(key types.NamespacedName, d time.Duration) {
+	r.mu.Lock()
+	q := r.queue
+	r.mu.Unlock()
+	if q != nil {
+		q.AddAfter(reconcile.Request{NamespacedName: key}, d)
+	}
+}
+
+// withdrawalHold remembers since when each service's view has withdrawn something.
+type withdrawalHold struct {
+	d     time.Duration
+	mu    sync.Mutex
+	since map[types.NamespacedName]time.Time
+}
+
+// hold returns how much longer the withdrawal of key must wait, counting from the first time it was seen.
+func (h *withdrawalHold) hold(key types.NamespacedName, now time.Time) time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	first, ok := h.since[key]
+	if !ok {
+		h.since[key], first = now, now
+	}
+	return max(0, h.d-now.Sub(first))
+}
+
+// forget ends the hold of key: its view withdraws nothing, or it was withdrawn.
+func (h *withdrawalHold) forget(key types.NamespacedName) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.since, key)
+}
+
+// withdraws says whether importing the exports would delete any of the import: all of it, or a slice.
+func withdraws(si *mcsv1beta1.ServiceImport, derived *corev1.Service, stored []discoveryv1.EndpointSlice,
+	key types.NamespacedName, exports []merge.Export, sources []imports.Source) bool {
+	if len(exports) == 0 {
+		return si != nil || derived != nil || len(stored) > 0
+	}
+	for _, s := range stored {
+		if !slices.ContainsFunc(sources, func(src imports.Source) bool {
+			return names.ImportedSliceName(key.Name, src.Cluster, src.Slice.Name) == s.Name
+		}) {
+			return true
+		}
+	}
+	return false
 }
 
 // allStored says whether every desired slice is among the stored ones, whatever their content: an import is

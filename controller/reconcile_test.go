@@ -4,9 +4,18 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"vksfleet.dev/fleet/controller/imports"
+	"vksfleet.dev/fleet/controller/merge"
+	"vksfleet.dev/fleet/controller/names"
 )
 
 func TestOnlyRaces(t *testing.T) {
@@ -30,5 +39,53 @@ func TestOnlyRaces(t *testing.T) {
 		if got := onlyRaces(c.err); got != c.want {
 			t.Errorf("%s: onlyRaces(%v) = %v, want %v", c.name, c.err, got, c.want)
 		}
+	}
+}
+
+func TestWithdrawsAndHold(t *testing.T) {
+	key := types.NamespacedName{Namespace: "ns", Name: "web"}
+	src := func(cluster, slice string) imports.Source {
+		return imports.Source{Cluster: cluster, Slice: discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: slice}}}
+	}
+	stored := func(cluster, slice string) discoveryv1.EndpointSlice {
+		return discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: names.ImportedSliceName("web", cluster, slice)}}
+	}
+	si := &mcsv1beta1.ServiceImport{}
+	one := []merge.Export{{Cluster: "a"}}
+	cases := []struct {
+		name    string
+		si      *mcsv1beta1.ServiceImport
+		stored  []discoveryv1.EndpointSlice
+		exports []merge.Export
+		sources []imports.Source
+		want    bool
+	}{
+		{"nothing imported, nothing exported", nil, nil, nil, nil, false},
+		{"the last export gone", si, nil, nil, nil, true},
+		{"slices left of a gone import", nil, []discoveryv1.EndpointSlice{stored("a", "s1")}, nil, nil, true},
+		{"every stored slice still wanted, one more", si, []discoveryv1.EndpointSlice{stored("a", "s1")}, one,
+			[]imports.Source{src("a", "s1"), src("b", "s2")}, false},
+		{"a cluster's slice no longer wanted", si, []discoveryv1.EndpointSlice{stored("a", "s1"), stored("b", "s2")}, one,
+			[]imports.Source{src("a", "s1")}, true},
+	}
+	for _, c := range cases {
+		if got := withdraws(c.si, nil, c.stored, key, c.exports, c.sources); got != c.want {
+			t.Errorf("%s: withdraws = %v, want %v", c.name, got, c.want)
+		}
+	}
+
+	h := &withdrawalHold{d: 2 * time.Second, since: map[types.NamespacedName]time.Time{}}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, s := range []struct {
+		at   time.Duration
+		want time.Duration
+	}{{0, 2 * time.Second}, {time.Second, time.Second}, {3 * time.Second, 0}} {
+		if got := h.hold(key, t0.Add(s.at)); got != s.want {
+			t.Errorf("hold at %v = %v, want %v", s.at, got, s.want)
+		}
+	}
+	h.forget(key)
+	if got := h.hold(key, t0.Add(10*time.Second)); got != 2*time.Second {
+		t.Errorf("hold after forget = %v, want the whole hold", got)
 	}
 }

@@ -11,6 +11,9 @@ import (
 
 	"github.com/go-logr/logr"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
@@ -127,6 +130,37 @@ func Run(ctx context.Context, opts Options) (err error) {
 	log = log.WithValues("cluster", id, "clusterSet", clusterSet)
 	opts.Local, opts.Broker = countWrites(opts.Local, id, "local"), countWrites(opts.Broker, id, "broker")
 
+	reset := false
+	for {
+		err := runManager(ctx, opts, id, localGV, brokerGV, scheme, brokerScheme, log)
+		switch {
+		case errors.Is(err, errBrokerReset):
+			// The broker lost this member's Lease, with its data: the watches of a broker whose etcd was wiped
+			// resume from resource versions it no longer has and may never deliver again, so the caches start
+			// afresh. The new run starts untrusting the broker's view, which keeps every import until the members
+			// have republished.
+			log.Info("the broker lost its data: restarting with fresh caches")
+			reset = true
+		case reset && err != nil && ctx.Err() == nil:
+			// A broker back from a reset may not serve the mcs-api CRDs yet: the run retries until it does.
+			log.Error(err, "restarting after the broker lost its data")
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+		default:
+			return err
+		}
+	}
+}
+
+// errBrokerReset ends a run of the manager when the broker lost this member's Lease.
+var errBrokerReset = errors.New("the broker lost this member's Lease")
+
+// runManager runs the controller's manager until ctx ends or the broker is found reset.
+func runManager(ctx context.Context, opts Options, id string, localGV, brokerGV schema.GroupVersion,
+	scheme, brokerScheme *runtime.Scheme, log logr.Logger) error {
 	mgr, err := ctrl.NewManager(opts.Local, manager.Options{
 		Scheme:                  scheme,
 		Logger:                  log,
@@ -135,7 +169,9 @@ func Run(ctx context.Context, opts Options) (err error) {
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        leaderElectionID,
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
-		Controller:              config.Controller{SkipNameValidation: ptr.To(true)},
+		// A run that ends because the broker was reset hands the lead straight to the next run.
+		LeaderElectionReleaseOnCancel: true,
+		Controller:                    config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {
 		return fmt.Errorf("controller: local manager: %w", err)
@@ -171,10 +207,13 @@ func Run(ctx context.Context, opts Options) (err error) {
 		denied:     opts.DeniedExportNamespaces,
 		localHost:  opts.Local.Host,
 		brokerHost: opts.Broker.Host,
-		races:      workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay),
-		liveness:   broker.NewLiveness(id, opts.LeaseGrace),
-		events:     mgr.GetEventRecorder(names.ManagedBy),
-		log:        log,
+		trust:      broker.NewTrust(opts.LeaseGrace),
+		// A renewal interval: the time in which a member notices that the broker lost its Lease.
+		withdrawals: &withdrawalHold{d: opts.LeaseGrace / 3, since: map[types.NamespacedName]time.Time{}},
+		races:       workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay),
+		liveness:    broker.NewLiveness(id, opts.LeaseGrace),
+		events:      mgr.GetEventRecorder(names.ManagedBy),
+		log:         log,
 	}
 	if err := r.setup(mgr, brokerCluster, opts.Workers); err != nil {
 		return err

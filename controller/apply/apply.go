@@ -36,13 +36,26 @@ func Slices(ctx context.Context, c client.Client, existing, desired []discoveryv
 			upd := got.DeepCopy()
 			upd.Labels, upd.Annotations, upd.OwnerReferences = want.Labels, want.Annotations, want.OwnerReferences
 			upd.Endpoints, upd.Ports = want.Endpoints, want.Ports
-			errs = append(errs, c.Update(ctx, upd))
+			errs = append(errs, Update(ctx, c, upd, want))
 		}
 	}
 	for _, got := range have {
 		errs = append(errs, Delete(ctx, c, got))
 	}
 	return errors.Join(errs...)
+}
+
+// Update writes upd, the changed copy of a cached object. When the object is gone though the cache still shows
+// it (a cache that lags, or an API server that lost its data and has not been relisted yet), it creates want
+// instead, so that what this controller publishes returns without waiting for the cache.
+func Update(ctx context.Context, c client.Client, upd, want client.Object) error {
+	err := c.Update(ctx, upd)
+	if !apierrors.IsNotFound(err) {
+		return err
+	}
+	want = want.DeepCopyObject().(client.Object)
+	want.SetResourceVersion("")
+	return c.Create(ctx, want)
 }
 
 // SameSlice says whether a stored slice already has the desired content.

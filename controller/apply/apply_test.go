@@ -105,3 +105,18 @@ func TestDeleteToleratesGone(t *testing.T) {
 		t.Errorf("deleting an object being deleted: %v, writes %v", err, w.calls)
 	}
 }
+
+func TestUpdateRecreatesWhatTheCacheStillShows(t *testing.T) {
+	w := &writes{}
+	c := w.client(t)
+	cached := slice("lost", discoveryv1.AddressTypeIPv4, "10.0.0.1")
+	cached.ResourceVersion = "42"
+	want := slice("lost", discoveryv1.AddressTypeIPv4, "10.0.0.2")
+	if err := Slices(context.Background(), c, []discoveryv1.EndpointSlice{cached}, []discoveryv1.EndpointSlice{want}); err != nil {
+		t.Fatal(err)
+	}
+	got := &discoveryv1.EndpointSlice{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(&want), got); err != nil || got.Endpoints[0].Addresses[0] != "10.0.0.2" {
+		t.Errorf("after an update of a lost slice: %v, %+v (writes %v)", err, got.Endpoints, w.calls)
+	}
+}

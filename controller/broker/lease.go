@@ -34,11 +34,12 @@ func EnsureNamespace(ctx context.Context, c client.Client, clusterID string) err
 	return nil
 }
 
-// Renew creates or renews the member's Lease on the broker, holding its cluster id.
-func Renew(ctx context.Context, c client.Client, clusterID string, grace time.Duration, now time.Time) error {
+// Renew creates or renews the member's Lease on the broker, holding its cluster id, and says whether it had to
+// create it: at a first start, or because the broker lost it.
+func Renew(ctx context.Context, c client.Client, clusterID string, grace time.Duration, now time.Time) (created bool, err error) {
 	lease := &coordinationv1.Lease{}
 	key := client.ObjectKey{Namespace: names.BrokerNamespace(clusterID), Name: names.LeaseName}
-	err := c.Get(ctx, key, lease)
+	err = c.Get(ctx, key, lease)
 	if apierrors.IsNotFound(err) {
 		lease = &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{
@@ -53,14 +54,14 @@ func Renew(ctx context.Context, c client.Client, clusterID string, grace time.Du
 				RenewTime:            &metav1.MicroTime{Time: now},
 			},
 		}
-		return c.Create(ctx, lease)
+		return true, c.Create(ctx, lease)
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	lease.Spec.RenewTime = &metav1.MicroTime{Time: now}
 	lease.Spec.LeaseDurationSeconds = ptr.To(int32(max(1, grace/time.Second)))
-	return c.Update(ctx, lease)
+	return false, c.Update(ctx, lease)
 }
 
 // Liveness decides which members are alive: those whose Lease was renewed within the grace. While this member

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -126,6 +127,12 @@ func startCluster(ctx context.Context, spec clusterSpec, assets string) (c *Clus
 	c.env.ControlPlane.Etcd.Configure().Set("unsafe-no-fsync", "true")
 	api := c.env.ControlPlane.GetAPIServer()
 	api.Out, api.Err = spec.log, spec.log
+	// A directory of our own, which stopping the API server leaves in place: RestartEmpty starts it again with the
+	// same serving certificate, so that every client's configuration still trusts it.
+	api.CertDir = filepath.Join(dir, "apiserver")
+	if err := os.Mkdir(api.CertDir, 0o700); err != nil {
+		return c, err
+	}
 	api.Configure().Set("service-cluster-ip-range", joinPrefixes(c.ServiceCIDRs))
 	if spec.plane != nil {
 		// Node agents and kube-proxies reach the API server from their namespaces through the host link.
@@ -201,6 +208,55 @@ func (c *Cluster) stop() error {
 	}
 	errs = append(errs, os.RemoveAll(c.dir))
 	return errors.Join(errs...)
+}
+
+// RestartEmpty stops the cluster's API server and etcd, throws etcd's data away and starts both again at the same
+// address with the same credentials, as after the loss of etcd's disk: the API server comes back with its own
+// bootstrap objects only, without CRDs. InstallCRDs puts the CRDs back, as an operator would. Only the control
+// plane restarts: a member's controller-manager, nodes and pod loop are not for this.
+func (c *Cluster) RestartEmpty() error {
+	api, etcd := c.env.ControlPlane.GetAPIServer(), c.env.ControlPlane.Etcd
+	// With clients watching, kube-apiserver takes longer than a test should wait to stop gracefully: it is killed
+	// after a second, as in a crash, and is gone once its port refuses connections.
+	stopTimeout := api.StopTimeout
+	api.StopTimeout = time.Second
+	err := api.Stop()
+	api.StopTimeout = stopTimeout
+	if err != nil && !strings.Contains(err.Error(), "timeout waiting for process") {
+		return fmt.Errorf("clusterset: stopping %s's API server: %w", c.Name, err)
+	}
+	hostPort := api.SecureServing.ListenAddr.HostPort()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		conn, err := net.DialTimeout("tcp", hostPort, time.Second)
+		if err != nil {
+			break
+		}
+		conn.Close()
+		if time.Now().After(deadline) {
+			return fmt.Errorf("clusterset: %s's API server still listens on %s after it was killed", c.Name, hostPort)
+		}
+	}
+	if err := etcd.Stop(); err != nil {
+		return fmt.Errorf("clusterset: stopping %s's etcd: %w", c.Name, err)
+	}
+	if err := etcd.Start(); err != nil {
+		return fmt.Errorf("clusterset: starting %s's etcd: %w", c.Name, err)
+	}
+	if err := api.Start(); err != nil {
+		return fmt.Errorf("clusterset: starting %s's API server: %w", c.Name, err)
+	}
+	return nil
+}
+
+// InstallCRDs creates the cluster's CRDs (those it got at start) where they are missing and waits until they
+// are established.
+func (c *Cluster) InstallCRDs() error {
+	crds, err := crdsFor(c.member)
+	if err != nil {
+		return err
+	}
+	_, err = envtest.InstallCRDs(c.Config, envtest.CRDInstallOptions{CRDs: crds})
+	return err
 }
 
 func (c *Cluster) writeKubeconfig() (string, error) {

@@ -12,8 +12,11 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"vksfleet.dev/fleet/controller"
 	"vksfleet.dev/fleet/controller/names"
@@ -352,4 +355,111 @@ func waitGone(t *testing.T, ns, name string) {
 			return imp.gone()
 		})
 	})
+}
+
+// Never trust an empty view: the broker losing its data, by a wipe of its etcd or by the deletion of the
+// ServiceImport CRD, must make no member delete anything, and the clusterset converges once the broker is back.
+func TestBrokerRestartsEmpty(t *testing.T) {
+	emptyBroker(t, func() {
+		if err := cs.Broker.RestartEmpty(); err != nil {
+			t.Fatal(err)
+		}
+		// The broker is back without CRDs, as before an operator reinstalls them: every controller recreates its
+		// namespace and Lease there meanwhile, while the records API answers 404.
+		poll.T(t, wait, "every member's Lease back on the empty broker", func() error {
+			return everywhere(func(m *member) error {
+				key := types.NamespacedName{Namespace: names.BrokerNamespace(m.ID), Name: names.LeaseName}
+				return cs.Broker.Client.Get(context.Background(), key, &coordinationv1.Lease{})
+			})
+		})
+	})
+}
+
+func TestBrokerCRDRecreated(t *testing.T) {
+	emptyBroker(t, func() {
+		ctx := context.Background()
+		crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "serviceimports.multicluster.x-k8s.io"}}
+		if err := cs.Broker.Client.Delete(ctx, crd); err != nil {
+			t.Fatal(err)
+		}
+		poll.T(t, wait, "the ServiceImport CRD and every record gone from the broker", func() error {
+			err := cs.Broker.Client.Get(ctx, client.ObjectKeyFromObject(crd), crd)
+			if !apierrors.IsNotFound(err) {
+				return fmt.Errorf("CRD still there (%v)", err)
+			}
+			return nil
+		})
+	})
+}
+
+// emptyBroker exports services from two members, lets lose the broker's data, reinstalls the CRDs and checks
+// that no member deleted anything and every import converges to what it was, with the same ServiceImports.
+func emptyBroker(t *testing.T, lose func()) {
+	causesFailures(t)
+	ns := namespace(t)
+	a, c := members["cluster-a"], members["cluster-c"]
+	deploy(t, a, ns, app{name: "kept", replicas: 2})
+	deploy(t, c, ns, app{name: "kept", replicas: 1})
+	deploy(t, c, ns, app{name: "solo", replicas: 1, edit: func(s *corev1.Service) { s.Spec.ClusterIP = corev1.ClusterIPNone }})
+	exportService(t, a, ns, "kept")
+	exportService(t, c, ns, "kept")
+	exportService(t, c, ns, "solo")
+	want := map[string]map[string]int{"kept": {a.ID: 2, c.ID: 1}, "solo": {c.ID: 1}}
+	waitImports(t, ns, want)
+	uids := map[string]types.UID{}
+	for name, m := range members {
+		for svc := range want {
+			imp, err := readImport(m, ns, svc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			uids[name+"/"+svc] = imp.si.UID
+		}
+		m.Writes.Reset()
+	}
+
+	lose()
+	if err := cs.Broker.InstallCRDs(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	waitImports(t, ns, want)
+	// A change after the broker is back reaches everyone: the members watch the broker again.
+	scale(t, c, ns, "kept", 2)
+	want["kept"][c.ID] = 2
+	poll.T(t, 4*wait, "C's scaling imported everywhere", func() error {
+		return everywhere(func(m *member) error {
+			imp, err := readImport(m, ns, "kept")
+			if err != nil {
+				return err
+			}
+			return imp.wantEndpoints(want["kept"])
+		})
+	})
+	t.Logf("a change converged %v after the CRDs were back", time.Since(back))
+	poll.T(t, wait, "every export republished and Ready", func() error {
+		for _, m := range []*member{a, c} {
+			if err := wantCondition(m, ns, "kept", "Ready", metav1.ConditionTrue, "Exported"); err != nil {
+				return err
+			}
+		}
+		return wantCondition(c, ns, "solo", "Ready", metav1.ConditionTrue, "Exported")
+	})
+	for name, m := range members {
+		for svc := range want {
+			imp, err := readImport(m, ns, svc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if imp.si.UID != uids[name+"/"+svc] {
+				t.Errorf("%s's ServiceImport %s was replaced", name, svc)
+			}
+		}
+		// Only this test's objects count: an earlier test's namespace may still be going away.
+		for _, w := range m.Writes.List() {
+			if strings.HasPrefix(w, "DELETE") && strings.Contains(w, ns) {
+				t.Errorf("%s deleted while the broker was empty: %s", name, w)
+			}
+		}
+	}
 }

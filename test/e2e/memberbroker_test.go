@@ -3,11 +3,13 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/controller/names"
 	"vksfleet.dev/fleet/test/poll"
 )
@@ -34,14 +36,22 @@ func TestMemberAsBroker(t *testing.T) {
 		}
 		return nil
 	})
-	// The broker objects sit in the hub's API server, in the members' broker namespaces, untouched.
+	// The broker objects sit in the hub's API server, in the members' broker namespaces, untouched: the
+	// service's record, and the member's sentinel record.
 	for _, m := range []*member{hub, other} {
 		records := &mcsv1beta1.ServiceImportList{}
 		if err := hub.Client.List(context.Background(), records, client.InNamespace(names.BrokerNamespace(m.ID))); err != nil {
 			t.Fatal(err)
 		}
-		if len(records.Items) != 1 || records.Items[0].Name != names.RecordName(ns, "both") {
-			t.Errorf("%s's broker records in the hub: %d", m.Name, len(records.Items))
+		var got []string
+		for _, r := range records.Items {
+			got = append(got, r.Name)
+		}
+		want := []string{names.RecordName(ns, "both"), broker.SentinelName}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s's broker records in the hub: %v, want %v", m.Name, got, want)
 		}
 	}
 

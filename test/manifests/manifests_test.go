@@ -270,13 +270,15 @@ func TestDeployManifests(t *testing.T) {
 				return fmt.Errorf("%s still has %d imported slices", m.Name, len(imported.Items))
 			}
 		}
+		// The service's records and slices, not the member's sentinel record, which stays while it runs.
 		brokerNS := names.BrokerNamespace(a.ID)
+		ofWeb := client.MatchingLabels{names.LabelServiceNamespace: demoNamespace, mcsv1beta1.LabelServiceName: "web"}
 		records := &mcsv1beta1.ServiceImportList{}
-		if err := cs.Broker.Client.List(ctx, records, client.InNamespace(brokerNS)); err != nil {
+		if err := cs.Broker.Client.List(ctx, records, client.InNamespace(brokerNS), ofWeb); err != nil {
 			return err
 		}
 		brokerSlices := &discoveryv1.EndpointSliceList{}
-		if err := cs.Broker.Client.List(ctx, brokerSlices, client.InNamespace(brokerNS)); err != nil {
+		if err := cs.Broker.Client.List(ctx, brokerSlices, client.InNamespace(brokerNS), ofWeb); err != nil {
 			return err
 		}
 		if n := len(records.Items) + len(brokerSlices.Items); n > 0 {
