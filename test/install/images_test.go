@@ -151,7 +151,7 @@ func TestImages(t *testing.T) {
 	}
 	a, b := cs.Member("cluster-a"), cs.Member("cluster-b")
 	brokerConfig := readable(t, cs.Broker, dir)
-	hc := &http.Client{Timeout: time.Second}
+	hc := httpClient
 	for _, m := range []*clusterset.Cluster{a, b} {
 		port, err := clusterset.FreePort()
 		if err != nil {
@@ -284,6 +284,8 @@ func TestImages(t *testing.T) {
 		t.Logf("dig @%s %s %s: %v", server, q.name, q.qtype, q.want)
 	}
 }
+
+var httpClient = &http.Client{Timeout: time.Second}
 
 func httpOK(hc *http.Client, url string) error {
 	resp, err := hc.Get(url)
