@@ -71,7 +71,12 @@ stop() {
 	kill "$pid"
 	# dockerd stops its containers and its own containerd before it exits; wait for all of them.
 	for i in $(seq 600); do
-		kill -0 "$pid" 2>/dev/null || { echo stopped; return 0; }
+		if ! kill -0 "$pid" 2>/dev/null; then
+			# dockerd leaves its host network namespace bind-mounted; a later start would mount it again.
+			if mountpoint -q "$state/exec/netns/default"; then umount "$state/exec/netns/default"; fi
+			echo stopped
+			return 0
+		fi
 		sleep 0.1
 	done
 	echo "docker: dockerd $pid did not exit within 60 s" >&2

@@ -59,3 +59,5 @@ rm "$ctx/coredns/coredns"
 
 image coredns coredns.Dockerfile
 image mcs-controller controller.Dockerfile
+# The images a rebuild replaced: vfs keeps full copies, so they would pile up under the engine's data-root.
+$docker image prune -f >/dev/null
