@@ -36,7 +36,7 @@ demo: tools build ## bring up a local fleet and walk both user stories; fails if
 	@bin/demo -bin bin
 
 down: ## stop the local clusterset
-	@if [ -x bin/localfleet ]; then bin/localfleet down; else $(GO) run ./cmd/localfleet down; fi
+	@if [ -x bin/localfleet ]; then bin/localfleet down; else $(GO) run ./test/cmd/localfleet down; fi
 
 bench-dns: tools ## DNS benchmark: our CoreDNS vs stock CoreDNS 1.15.0 on the same data; writes test/bench/results/dns.md
 	$(GO) run ./test/bench/dnsbench -out test/bench/results/dns.md

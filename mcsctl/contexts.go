@@ -47,7 +47,7 @@ func selectContexts(all, members []string, brokerFlag string) ([]string, string,
 }
 
 // dnsEnv is the environment variable the local fleet's .fleet/env sets to a member's DNS address (written by
-// cmd/localfleet), so that `source .fleet/env` is all diagnose needs to reach every member's CoreDNS.
+// test/cmd/localfleet), so that `source .fleet/env` is all diagnose needs to reach every member's CoreDNS.
 func dnsEnv(context string) string {
 	return "FLEET_DNS_" + strings.ToUpper(strings.ReplaceAll(context, "-", "_"))
 }
