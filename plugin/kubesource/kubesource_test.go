@@ -3,7 +3,9 @@ package kubesource
 import (
 	"net/netip"
 	"reflect"
+	"strings"
 	"testing"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -111,6 +113,50 @@ func TestSlimEndpointSlice(t *testing.T) {
 	}
 	if got.service != "db" || got.cluster != "east.prod" || got.namespace != "ns" || !reflect.DeepEqual(got.endpoints, want) {
 		t.Errorf("slim slice = %+v", got)
+	}
+}
+
+// TestSlimEndpointSliceSourceCluster checks which cluster id a slice's names carry: the full id from the
+// annotation the controller writes beside the source-cluster label, which holds a shortened, hashed value for
+// ids longer than 63 characters; the label when the annotation is absent or disagrees with it; none without
+// the label, which marks imported slices.
+func TestSlimEndpointSliceSourceCluster(t *testing.T) {
+	long := strings.Repeat("a", 63) + "." + strings.Repeat("b", 36) // 100 characters, two labels
+	if len(names.LabelValue(long)) > 63 || names.LabelValue(long) == long {
+		t.Fatalf("fixture: label value %q of a 100-character id", names.LabelValue(long))
+	}
+	tests := []struct {
+		name       string
+		label      *string // nil: no source-cluster label
+		annotation *string // nil: no cluster-id annotation
+		want       string
+	}{
+		{"controller, long id", ptr.To(names.LabelValue(long)), ptr.To(long), long},
+		{"controller, short id", ptr.To("east.prod"), ptr.To("east.prod"), "east.prod"},
+		{"another implementation", ptr.To("east.prod"), nil, "east.prod"},
+		{"another implementation, hashed label", ptr.To(names.LabelValue(long)), nil, names.LabelValue(long)},
+		{"annotation disagrees with the label", ptr.To("east.prod"), ptr.To(long), "east.prod"},
+		{"empty annotation", ptr.To("east.prod"), ptr.To(""), "east.prod"},
+		{"not imported", nil, ptr.To(long), ""},
+	}
+	for _, tt := range tests {
+		sl := mcstest.Slice("ns", "db", "x", discoveryv1.AddressTypeIPv4, nil, mcstest.Endpoint("10.0.0.1", "db-0", true))
+		delete(sl.Labels, mcsv1beta1.LabelSourceCluster)
+		if tt.label != nil {
+			sl.Labels[mcsv1beta1.LabelSourceCluster] = *tt.label
+		}
+		if tt.annotation != nil {
+			// A copy, so that interning, not the fixture, is what makes the results share their bytes.
+			sl.Annotations = map[string]string{names.AnnotationClusterID: strings.Clone(*tt.annotation)}
+		}
+		out, _ := slimEndpointSlice(sl)
+		got := out.(*endpointSlice)
+		if got.cluster != tt.want || got.endpoints[0].Cluster != tt.want {
+			t.Errorf("%s: cluster %q, endpoint's %q; want %q", tt.name, got.cluster, got.endpoints[0].Cluster, tt.want)
+		}
+		if tt.want != "" && unsafe.StringData(got.cluster) != unsafe.StringData(intern(tt.want)) {
+			t.Errorf("%s: cluster id %q not interned", tt.name, got.cluster)
+		}
 	}
 }
 

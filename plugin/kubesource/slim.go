@@ -139,7 +139,7 @@ func slimEndpointSlice(obj any) (any, error) {
 	out := &endpointSlice{
 		meta:    slimMeta(&in.ObjectMeta),
 		service: in.Labels[mcsv1beta1.LabelServiceName],
-		cluster: intern(in.Labels[mcsv1beta1.LabelSourceCluster]),
+		cluster: intern(sourceCluster(&in.ObjectMeta)),
 	}
 	var ports []zone.Port
 	for _, p := range in.Ports {
@@ -173,6 +173,19 @@ func slimEndpointSlice(obj any) (any, error) {
 		out.endpoints = append(out.endpoints, ep)
 	}
 	return out, nil
+}
+
+// sourceCluster returns the id of an imported slice's source cluster, which its DNS names carry. The
+// source-cluster label can only hold names.LabelValue(id), shortened and hashed for an id longer than a label
+// value, so the full id comes from the annotation the controller writes beside it. The annotation counts only
+// when it agrees with the label, which stays the normative field; a slice without it, as another
+// implementation writes, is named by its label, and a slice without the label is not an imported slice.
+func sourceCluster(m *metav1.ObjectMeta) string {
+	label := m.Labels[mcsv1beta1.LabelSourceCluster]
+	if id, ok := m.Annotations[names.AnnotationClusterID]; ok && label != "" && names.LabelValue(id) == label {
+		return id
+	}
+	return label
 }
 
 // slimNamespace turns a Namespace into a *namespace.

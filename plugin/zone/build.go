@@ -179,19 +179,22 @@ func (b *builder) headless(s *Service) {
 		if host == "" {
 			host = addressHostname(ep.Addresses[0])
 		}
+		// An endpoint whose own name would exceed DNS limits (a long cluster id under long host and service
+		// names) is still one of the service's ready endpoints: its addresses answer the service's name, but it
+		// has no name, no PTR record and no SRV record, whose target that name would be.
 		prefix := host + "." + lower(ep.Cluster)
 		target := b.owner(prefix)
-		if !validName(target) {
-			continue
-		}
+		named := validName(target)
 		for _, ip := range ep.Addresses {
 			if shared {
 				b.address("", ip)
 			}
-			b.address(prefix, ip)
-			b.ptr(ip, prefix)
+			if named {
+				b.address(prefix, ip)
+				b.ptr(ip, prefix)
+			}
 		}
-		if !shared {
+		if !shared || !named {
 			continue
 		}
 		ports := ep.Ports

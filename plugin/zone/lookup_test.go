@@ -291,18 +291,62 @@ func TestApplyIsIncrementalAndMovesSerial(t *testing.T) {
 	}
 }
 
-func TestLongNamesAreLeftOut(t *testing.T) {
-	ix := New(Options{Zone: "clusterset.local."})
-	long := strings.Repeat("h", 63)
-	ix.SetNamespaces([]string{long})
-	ix.Apply(Change{Key: Key(long, "db"), Service: &Service{Namespace: long, Name: "db", Type: Headless, Endpoints: []Endpoint{
-		{Cluster: long + "." + long, Hostname: long, Addresses: addrs("10.0.0.1"), Ready: true},
-		{Cluster: "c", Hostname: "ok", Addresses: addrs("10.0.0.2"), Ready: true},
-	}}})
-	base := "db." + long + ".svc.clusterset.local."
-	r, _ := ix.Snapshot().Lookup(base, dns.TypeA)
-	if got := rrStrings(r.Answer); !slices.Equal(got, []string{base + " 0 IN A 10.0.0.2"}) {
-		t.Errorf("answer = %v", got)
+// TestLongClusterIDs checks a cluster id of 100 characters in two labels, as KEP-2149 allows, in names at the
+// 253-octet limit: an endpoint's name of 253 octets answers and is a PTR and SRV target; one octet longer, the
+// endpoint has no name, PTR or SRV record of its own, yet its address still answers the service's name.
+func TestLongClusterIDs(t *testing.T) {
+	const zone = "clusterset.local."
+	id := strings.Repeat("a", 63) + "." + strings.Repeat("b", 36)
+	svc := strings.Repeat("s", 63)
+	fits, over := strings.Repeat("h", 62), strings.Repeat("h", 63)
+	base := svc + ".conf.svc." + zone
+	fitsName, overName, derived := fits+"."+id+"."+base, over+"."+id+"."+base, "10-0-0-3."+id+"."+base
+	if len(id) != 100 || len(fitsName)-1 != 253 || len(overName)-1 != 254 {
+		t.Fatalf("fixture: id of %d characters, names of %d and %d octets", len(id), len(fitsName)-1, len(overName)-1)
+	}
+	ix := New(Options{Zone: zone, TTL: 5})
+	ix.SetNamespaces([]string{"conf"})
+	http := []Port{{Name: "http", Protocol: "TCP", Port: 80}}
+	ix.Apply(Change{Key: Key("conf", svc), Service: &Service{Namespace: "conf", Name: svc, Type: Headless, Ports: http,
+		Endpoints: []Endpoint{
+			{Cluster: id, Hostname: fits, Addresses: addrs("10.0.0.1"), Ready: true, Ports: http},
+			{Cluster: id, Hostname: over, Addresses: addrs("10.0.0.2"), Ready: true, Ports: http},
+			{Cluster: id, Addresses: addrs("10.0.0.3"), Ready: true, Ports: http},
+		}}})
+	s := ix.Snapshot()
+	tests := []struct {
+		qname string
+		qtype uint16
+		rcode int
+		want  []string
+	}{
+		{fitsName, dns.TypeA, dns.RcodeSuccess, []string{fitsName + " 5 IN A 10.0.0.1"}},
+		{derived, dns.TypeA, dns.RcodeSuccess, []string{derived + " 5 IN A 10.0.0.3"}},
+		{overName, dns.TypeA, dns.RcodeNameError, nil},
+		{base, dns.TypeA, dns.RcodeSuccess, []string{base + " 5 IN A 10.0.0.1", base + " 5 IN A 10.0.0.2", base + " 5 IN A 10.0.0.3"}},
+		{base, dns.TypeSRV, dns.RcodeSuccess, []string{base + " 5 IN SRV 0 100 80 " + derived, base + " 5 IN SRV 0 100 80 " + fitsName}},
+		{"_http._tcp." + base, dns.TypeSRV, dns.RcodeSuccess, []string{"_http._tcp." + base + " 5 IN SRV 0 100 80 " + derived,
+			"_http._tcp." + base + " 5 IN SRV 0 100 80 " + fitsName}},
+		{id + "." + base, dns.TypeA, dns.RcodeNameError, nil}, // <clusterid>.<svc>.<ns> must not exist
+		{strings.Repeat("b", 36) + "." + base, dns.TypeA, dns.RcodeNameError, nil},
+		{fits + "." + strings.Repeat("b", 36) + "." + base, dns.TypeA, dns.RcodeNameError, nil},
+	}
+	for _, tt := range tests {
+		r, _ := s.Lookup(tt.qname, tt.qtype)
+		if got := rrStrings(r.Answer); r.Rcode != tt.rcode || !slices.Equal(got, tt.want) {
+			t.Errorf("%.40s... %s: %s %v, want %s %v", tt.qname, dns.TypeToString[tt.qtype], dns.RcodeToString[r.Rcode], got,
+				dns.RcodeToString[tt.rcode], tt.want)
+		}
+	}
+	for ip, want := range map[string][]string{"10.0.0.1": {fitsName}, "10.0.0.2": nil, "10.0.0.3": {derived}} {
+		rev, _ := dns.ReverseAddr(ip)
+		var got []string
+		for _, rr := range s.LookupPTR(rev) {
+			got = append(got, rr.(*dns.PTR).Ptr)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("PTR %s = %v, want %v", ip, got, want)
+		}
 	}
 }
 

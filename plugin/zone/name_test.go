@@ -32,6 +32,11 @@ func TestParse(t *testing.T) {
 			Name{Kind: ServiceName, Namespace: "ns", Key: "db.ns", Prefix: "db-0.east.prod"}},
 		{"east.db.ns.svc.clusterset.local.",
 			Name{Kind: ServiceName, Namespace: "ns", Key: "db.ns", Prefix: "east"}},
+		// 253 octets: a 100-character cluster id in two labels, under a hostname and a service name of 62 and 63.
+		{strings.Repeat("h", 62) + "." + strings.Repeat("a", 63) + "." + strings.Repeat("b", 36) + "." +
+			strings.Repeat("s", 63) + ".conf.svc.clusterset.local.",
+			Name{Kind: ServiceName, Namespace: "conf", Key: strings.Repeat("s", 63) + ".conf",
+				Prefix: strings.Repeat("h", 62) + "." + strings.Repeat("a", 63) + "." + strings.Repeat("b", 36)}},
 	}
 	for _, tt := range tests {
 		if got := Parse(tt.qname, z); got != tt.want {
