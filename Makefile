@@ -9,7 +9,7 @@ STATICCHECK    := $(TOOLS_CACHE)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # Integration tests start real control planes; on 2 cores a whole run takes several minutes.
 TEST_TIMEOUT   ?= 30m
 
-.PHONY: help tools build test lint up down demo bench-dns bench-sync manifests images
+.PHONY: help tools build test lint generate up down demo bench-dns bench-sync manifests images
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -28,6 +28,13 @@ lint: ## gofmt, go vet and staticcheck
 	$(GO) vet ./...
 	@test -x $(STATICCHECK) || GOBIN=$(dir $(STATICCHECK)) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	$(STATICCHECK) ./...
+
+CONTROLLER_GEN_VERSION := $(shell awk '$$1 == "require" && $$2 == "sigs.k8s.io/controller-tools" {print $$3}' build/tools/controller-gen/go.mod)
+CONTROLLER_GEN := $(TOOLS_CACHE)/controller-gen-$(CONTROLLER_GEN_VERSION)/controller-gen
+
+generate: ## regenerate the API types' DeepCopy methods with the pinned controller-gen (build/tools/controller-gen)
+	@test -x $(CONTROLLER_GEN) || (cd build/tools/controller-gen && CGO_ENABLED=0 $(GO) build -trimpath -o $(CONTROLLER_GEN) sigs.k8s.io/controller-tools/cmd/controller-gen)
+	$(CONTROLLER_GEN) object paths=./api/...
 
 up: tools build ## start a local clusterset in the background (MEMBERS=3 members + broker); writes .fleet/
 	@bin/localfleet up -members $(MEMBERS) -nodes $(NODES)
