@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"sort"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"vksfleet.dev/fleet/test/clusterset"
+	"vksfleet.dev/fleet/test/poll"
+)
+
+// readiness exports a Deployment whose pods start not ready, waits until cluster-b imports all of them, then makes
+// them ready one at a time, each time waiting until cluster-b's imported slices show that pod's address ready.
+func (bn *bench) readiness(ctx context.Context, res *results) error {
+	r := bn.cfg.replicas
+	log.Printf("readiness: a Deployment of %d pods that start not ready", r)
+	sel := map[string]string{"app": readyService}
+	objs := []client.Object{
+		&corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: readyService},
+			Spec: corev1.ServiceSpec{Selector: sel, Ports: []corev1.ServicePort{
+				{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)},
+			}},
+		},
+		&appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: readyService},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: ptr.To(int32(r)),
+				Selector: &metav1.LabelSelector{MatchLabels: sel},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: sel, Annotations: map[string]string{clusterset.NotReadyAnnotation: "true"}},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{
+						Name: "app", Image: "registry.k8s.io/pause:3.10",
+						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+					}}},
+				},
+			},
+		},
+		&mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: readyService}},
+	}
+	for _, o := range objs {
+		if err := bn.a.Client.Create(ctx, o); err != nil {
+			return err
+		}
+	}
+	var pods []corev1.Pod
+	err := poll.Until(ctx, 100*time.Millisecond, 5*time.Minute, func() error {
+		list := &corev1.PodList{}
+		if err := bn.a.Client.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels(sel)); err != nil {
+			return err
+		}
+		pods = pods[:0]
+		for _, p := range list.Items {
+			if p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" && p.DeletionTimestamp == nil {
+				pods = append(pods, p)
+			}
+		}
+		if len(pods) != r {
+			return fmt.Errorf("%d of %d pods running in cluster-a", len(pods), r)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	err = bn.seen.waitFor(ctx, 5*time.Minute, func() error {
+		if got := bn.seen.addresses(readyService); got != r || !bn.seen.imports[readyService] {
+			return fmt.Errorf("cluster-b imports %d of %d endpoints", got, r)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
+	cpu := startCPU()
+	for _, p := range pods {
+		ip := p.Status.PodIP
+		// The clock starts before SetPodReady's Get and status update, which stand in for the kubelet's.
+		start := time.Now()
+		if err := bn.a.SetPodReady(ctx, namespace, p.Name, true); err != nil {
+			return err
+		}
+		var at time.Time
+		err := bn.seen.waitFor(ctx, time.Minute, func() error {
+			var ok bool
+			if at, ok = bn.seen.readyAt[readyService][ip]; !ok {
+				return fmt.Errorf("pod %s (%s) is not ready in cluster-b", p.Name, ip)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		res.readyLatency = append(res.readyLatency, at.Sub(start))
+	}
+	res.readyCPU = cpu.stop()
+	log.Printf("readiness: p50 %s p99 %s", percentile(res.readyLatency, 50), percentile(res.readyLatency, 99))
+	return nil
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+)
+
+// restart waits until the clusterset is quiet, stops every controller, starts them all again and measures until
+// each has reconciled every service and is idle, recording the writes they made meanwhile.
+func (bn *bench) restart(ctx context.Context, res *results) error {
+	if err := bn.waitIdle(ctx, 2*time.Minute); err != nil {
+		return err
+	}
+	services := float64(bn.cfg.services + 1) // and the readiness service
+	before, err := bn.writes()
+	if err != nil {
+		return err
+	}
+	for _, c := range bn.ctrls {
+		c.Writes.Reset()
+	}
+	log.Print("restarting every controller")
+	reconciles := map[string]float64{}
+	for _, c := range bn.ctrls {
+		if err := c.Stop(); err != nil {
+			return fmt.Errorf("%s controller: %w", c.Name, err)
+		}
+		_, n, err := c.Idle()
+		if err != nil {
+			return err
+		}
+		reconciles[c.Name] = n
+	}
+	cpu := startCPU()
+	start := time.Now()
+	for _, c := range bn.ctrls {
+		c.Start()
+	}
+	res.restartEach, res.restartReconciles = map[string]time.Duration{}, map[string]float64{}
+	tick := time.NewTicker(20 * time.Millisecond) // the convergence time is read at this resolution
+	defer tick.Stop()
+	deadline := time.After(5 * time.Minute)
+	for len(res.restartEach) < len(bn.ctrls) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline:
+			return fmt.Errorf("controllers not converged after 5 minutes: %v converged", res.restartEach)
+		case <-tick.C:
+		}
+		for _, c := range bn.ctrls {
+			if _, done := res.restartEach[c.Name]; done {
+				continue
+			}
+			idle, n, err := c.Idle()
+			if err != nil {
+				return err
+			}
+			// Every service is a key of every controller, since each member imports them all: idle after that
+			// many reconciles means the startup queue has drained.
+			if idle && n-reconciles[c.Name] >= services {
+				res.restartEach[c.Name] = time.Since(start)
+				res.restartReconciles[c.Name] = n - reconciles[c.Name]
+			}
+		}
+	}
+	res.restartTook = time.Since(start)
+	res.restartCPU = cpu.stop()
+	after, err := bn.writes()
+	if err != nil {
+		return err
+	}
+	res.restartWrites = diff(after, before)
+	for _, c := range bn.ctrls {
+		for _, w := range c.Writes.List() {
+			res.restartLogged = append(res.restartLogged, c.Name+": "+w)
+		}
+	}
+	log.Printf("restart: converged in %s, %d writes", res.restartTook, len(res.restartLogged))
+	return nil
+}
