@@ -95,12 +95,8 @@ func Slices(namespace, service string, local []discoveryv1.EndpointSlice) []disc
 		}
 		eps := make([]discoveryv1.Endpoint, 0, len(s.Endpoints))
 		for _, e := range s.Endpoints {
-			eps = append(eps, discoveryv1.Endpoint{
-				Addresses:  slices.Clone(e.Addresses),
-				Conditions: *e.Conditions.DeepCopy(),
-				Hostname:   clone(e.Hostname),
-				Zone:       clone(e.Zone),
-			})
+			c := e.DeepCopy()
+			eps = append(eps, discoveryv1.Endpoint{Addresses: c.Addresses, Conditions: c.Conditions, Hostname: c.Hostname, Zone: c.Zone})
 		}
 		slices.SortFunc(eps, func(a, b discoveryv1.Endpoint) int { return strings.Compare(first(a.Addresses), first(b.Addresses)) })
 		for part := 0; part*MaxEndpointsPerSlice < len(eps); part++ {
@@ -122,14 +118,6 @@ func first(s []string) string {
 		return ""
 	}
 	return s[0]
-}
-
-func clone[T any](p *T) *T {
-	if p == nil {
-		return nil
-	}
-	v := *p
-	return &v
 }
 
 func clonePorts(ps []discoveryv1.EndpointPort) []discoveryv1.EndpointPort {

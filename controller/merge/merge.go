@@ -66,13 +66,14 @@ func Merge(exports []Export) Result {
 		return strings.Compare(a.Cluster, b.Cluster)
 	})
 	w := sorted[0]
+	ws := w.Spec.DeepCopy()
 	res := Result{
 		Spec: mcsv1beta1.ServiceImportSpec{
-			Type:                  w.Spec.Type,
-			SessionAffinity:       w.Spec.SessionAffinity,
-			SessionAffinityConfig: w.Spec.SessionAffinityConfig.DeepCopy(),
-			InternalTrafficPolicy: clonePtr(w.Spec.InternalTrafficPolicy),
-			TrafficDistribution:   clonePtr(w.Spec.TrafficDistribution),
+			Type:                  ws.Type,
+			SessionAffinity:       ws.SessionAffinity,
+			SessionAffinityConfig: ws.SessionAffinityConfig,
+			InternalTrafficPolicy: ws.InternalTrafficPolicy,
+			TrafficDistribution:   ws.TrafficDistribution,
 		},
 		Labels:      maps.Clone(w.Labels),
 		Annotations: maps.Clone(w.Annotations),
@@ -205,11 +206,9 @@ func portDifference(sorted []Export, merged []mergedPort) (string, int) {
 
 // normalise fills in the protocol's default, so that an unset protocol and TCP compare equal.
 func normalise(p mcsv1beta1.ServicePort) mcsv1beta1.ServicePort {
+	p = *p.DeepCopy()
 	if p.Protocol == "" {
 		p.Protocol = corev1.ProtocolTCP
-	}
-	if p.AppProtocol != nil {
-		p.AppProtocol = clonePtr(p.AppProtocol)
 	}
 	return p
 }
@@ -269,14 +268,6 @@ func affinity(a corev1.ServiceAffinity) corev1.ServiceAffinity {
 		return corev1.ServiceAffinityNone
 	}
 	return a
-}
-
-func clonePtr[T any](p *T) *T {
-	if p == nil {
-		return nil
-	}
-	v := *p
-	return &v
 }
 
 func deref[T ~string](p *T) T {
