@@ -43,6 +43,11 @@ func (m *MultiCluster) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dn
 	if !snap.Answer(q.Name, q.Qtype, &ans) {
 		return m.serveReverse(ctx, w, r, snap)
 	}
+	if q.Qtype == dns.TypeAXFR || q.Qtype == dns.TypeIXFR {
+		// No transfer plugin in front took it (see Transfer): transfers are not allowed, as file and kubernetes
+		// answer, rather than a reply that looks like an empty zone.
+		return dns.RcodeRefused, nil
+	}
 	if !m.synced() {
 		if m.fall.Through(q.Name) {
 			return plugin.NextOrFailure(m.Name(), m.Next, ctx, w, r)

@@ -228,8 +228,16 @@ func (s *Snapshot) bump(prev uint32, now time.Time) {
 	if int32(s.serial-prev) <= 0 { // serial number arithmetic (RFC 1982)
 		s.serial = prev + 1
 	}
-	soa := &dns.SOA{
-		Hdr:     dns.RR_Header{Name: s.zone, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: s.ttl},
+	soa := s.soaRecord(s.zone)
+	s.soa, s.soaApex = records(true, soa), records(false, soa)
+	s.apexAny = Records{wire: slices.Concat(s.soa.wire, s.ns.wire), n: 2}
+}
+
+// soaRecord returns the zone's SOA at the current serial, owned by apex: the zone itself, or a reverse zone
+// being transferred, which has the same server and the same serial (see TransferReverse).
+func (s *Snapshot) soaRecord(apex string) *dns.SOA {
+	return &dns.SOA{
+		Hdr:     dns.RR_Header{Name: apex, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: s.ttl},
 		Ns:      s.nsTarget,
 		Mbox:    "hostmaster." + s.zone,
 		Serial:  s.serial,
@@ -238,8 +246,6 @@ func (s *Snapshot) bump(prev uint32, now time.Time) {
 		Expire:  86400,
 		Minttl:  s.ttl,
 	}
-	s.soa, s.soaApex = records(true, soa), records(false, soa)
-	s.apexAny = Records{wire: slices.Concat(s.soa.wire, s.ns.wire), n: 2}
 }
 
 // Serial returns the SOA serial.

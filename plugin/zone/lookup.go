@@ -86,13 +86,18 @@ func (s *Snapshot) LookupPTR(qname string) []dns.RR {
 	}
 	out := make([]dns.RR, 0, len(targets))
 	for _, t := range targets {
-		target := t.key + ".svc." + s.zone
-		if t.prefix != "" {
-			target = t.prefix + "." + target
-		}
-		out = append(out, &dns.PTR{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypePTR, Class: dns.ClassINET, Ttl: s.ttl}, Ptr: target})
+		out = append(out, &dns.PTR{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypePTR, Class: dns.ClassINET, Ttl: s.ttl}, Ptr: s.owner(t.key, t.prefix)})
 	}
 	return out
+}
+
+// owner returns the fully qualified name of prefix (see Name.Prefix) below the service of key.
+func (s *Snapshot) owner(key, prefix string) string {
+	name := key + ".svc." + s.zone
+	if prefix != "" {
+		name = prefix + "." + name
+	}
+	return name
 }
 
 // reverseAddr parses a lower-case in-addr.arpa or ip6.arpa name of a whole address, in the one form

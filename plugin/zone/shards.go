@@ -58,3 +58,14 @@ func (m *shardMap[V]) with(upserts map[string]V, deletes []string) shardMap[V] {
 	}
 	return out
 }
+
+// keys returns every key, in no particular order.
+func (m *shardMap[V]) keys() []string {
+	out := make([]string, 0, m.len)
+	for i := range m.shards {
+		for k := range m.shards[i] {
+			out = append(out, k)
+		}
+	}
+	return out
+}
