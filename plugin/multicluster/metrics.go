@@ -1,11 +1,14 @@
 package multicluster
 
 import (
+	"context"
 	"time"
 
 	"github.com/coredns/coredns/plugin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"k8s.io/client-go/rest"
+	"vksfleet.dev/fleet/plugin/kubesource"
 )
 
 // The metrics are registered in the default registry, which the prometheus plugin serves, like the metrics of
@@ -67,4 +70,24 @@ func (observer) Sized(services, names, reverse int) {
 	indexSize.WithLabelValues("services").Set(float64(services))
 	indexSize.WithLabelValues("names").Set(float64(names))
 	indexSize.WithLabelValues("reverse").Set(float64(reverse))
+}
+
+// reportClusterID publishes the local cluster id in the cluster_info metric: the clusterid option, else the
+// cluster.clusterset.k8s.io ClusterProperty.
+func reportClusterID(rc *rest.Config, id string) {
+	if id == "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var err error
+		if id, err = kubesource.ClusterID(ctx, rc); err != nil {
+			log.Warningf("cluster id: %v", err)
+			return
+		}
+		if id == "" {
+			log.Info("no cluster id: no clusterid option and no ClusterProperty " + "cluster.clusterset.k8s.io")
+			return
+		}
+	}
+	log.Infof("local cluster id %q", id)
+	clusterInfo.WithLabelValues(id).Set(1)
 }

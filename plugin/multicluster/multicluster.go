@@ -28,10 +28,6 @@ type MultiCluster struct {
 // Name implements plugin.Handler.
 func (m *MultiCluster) Name() string { return Name }
 
-// Ready implements the ready plugin's Readiness: true once every informer has synced and the index holds what
-// they listed.
-func (m *MultiCluster) Ready() bool { return m.synced() }
-
 // ServeDNS implements plugin.Handler. It reads one snapshot of the index and takes no lock.
 func (m *MultiCluster) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	if len(r.Question) != 1 {

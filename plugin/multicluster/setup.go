@@ -1,13 +1,8 @@
 package multicluster
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"net"
 	"net/netip"
 	"strconv"
-	"time"
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
@@ -16,7 +11,6 @@ import (
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/miekg/dns"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"vksfleet.dev/fleet/plugin/kubesource"
 	"vksfleet.dev/fleet/plugin/zone"
@@ -152,86 +146,6 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 	}
 	return cfg, nil
 }
-
-// restConfig reaches the API server: through the kubeconfig file (with endpoint overriding its server), else
-// through endpoint alone, else with the in-cluster service account.
-func (cfg *config) restConfig() (*rest.Config, error) {
-	var (
-		rc  *rest.Config
-		err error
-	)
-	switch {
-	case cfg.kubeconfig != "":
-		overrides := &clientcmd.ConfigOverrides{CurrentContext: cfg.context}
-		overrides.ClusterInfo.Server = cfg.endpoint
-		rc, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-			&clientcmd.ClientConfigLoadingRules{ExplicitPath: cfg.kubeconfig}, overrides).ClientConfig()
-	case cfg.endpoint != "":
-		rc = &rest.Config{Host: cfg.endpoint}
-	default:
-		rc, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client configuration: %w", err)
-	}
-	// Informers list once and then watch; the client-side default of 5 QPS only slows the initial sync.
-	rc.QPS, rc.Burst = 50, 100
-	rc.UserAgent = "coredns-multicluster"
-	return rc, nil
-}
-
-// nameServerAddrs returns the addresses the server listens on, or else the machine's, without loopback ones:
-// they are the addresses of ns.dns.<zone>, as the kubernetes plugin does for cluster.local.
-func nameServerAddrs(listen []string) []netip.Addr {
-	var hosts []string
-	for _, h := range listen {
-		if h != "" {
-			hosts = append(hosts, h)
-		}
-	}
-	if len(hosts) == 0 {
-		ifaces, err := net.InterfaceAddrs()
-		if err != nil {
-			return nil
-		}
-		for _, a := range ifaces {
-			hosts = append(hosts, a.String())
-		}
-	}
-	var out []netip.Addr
-	for _, h := range hosts {
-		a, err := netip.ParseAddr(h)
-		if p, perr := netip.ParsePrefix(h); perr == nil {
-			a, err = p.Addr(), nil
-		}
-		if err == nil && !a.IsLoopback() && !a.IsLinkLocalUnicast() && !a.IsUnspecified() {
-			out = append(out, a.Unmap())
-		}
-	}
-	return out
-}
-
-// reportClusterID publishes the local cluster id in the cluster_info metric: the clusterid option, else the
-// cluster.clusterset.k8s.io ClusterProperty.
-func reportClusterID(rc *rest.Config, id string) {
-	if id == "" {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		var err error
-		if id, err = kubesource.ClusterID(ctx, rc); err != nil {
-			log.Warningf("cluster id: %v", err)
-			return
-		}
-		if id == "" {
-			log.Info("no cluster id: no clusterid option and no ClusterProperty " + "cluster.clusterset.k8s.io")
-			return
-		}
-	}
-	log.Infof("local cluster id %q", id)
-	clusterInfo.WithLabelValues(id).Set(1)
-}
-
-var errNotSynced = errors.New("multicluster: caches not synced")
 
 // newWithSource returns the plugin for cfg fed by a source watching the cluster rc reaches; the caller starts
 // and stops the source.
