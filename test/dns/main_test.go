@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -33,6 +34,7 @@ var env struct {
 	member    *clusterset.Cluster
 	port      int    // the DNS port on 127.0.0.1
 	clusterIP string // the ClusterIP of the cluster.local Service "local" in namespace conf
+	dir, bin  string // the suite's directory and the coredns binary in it
 }
 
 // The fixture: namespace conf of member cluster-a (cluster id east.prod) holds the imports below; source
@@ -69,8 +71,8 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, "coredns")
-	build := exec.Command("go", "build", "-o", bin, "vksfleet.dev/fleet/cmd/coredns")
+	env.dir, env.bin = tmp, filepath.Join(tmp, "coredns")
+	build := exec.Command("go", "build", "-o", env.bin, "vksfleet.dev/fleet/cmd/coredns")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building coredns:", err)
@@ -90,7 +92,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	var log bytes.Buffer
-	p, err := startCoreDNS(ctx, tmp, bin, &log)
+	p, err := startCoreDNS(ctx, &log)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err, "\n", log.String())
 		return 1
@@ -109,7 +111,7 @@ func run(m *testing.M) int {
 // imported address it answers the PTR itself, and for a slice without kubernetes.io/service-name (as the
 // fixture's) it builds an invalid name and no reply goes out at all. It is limited to namespace default here so
 // that the PTRs of both plugins can be checked.
-func startCoreDNS(ctx context.Context, dir, bin string, log *bytes.Buffer) (*proc.Process, error) {
+func startCoreDNS(ctx context.Context, log io.Writer) (*proc.Process, error) {
 	var err error
 	if env.port, err = clusterset.FreePort(); err != nil {
 		return nil, err
@@ -133,13 +135,19 @@ func startCoreDNS(ctx context.Context, dir, bin string, log *bytes.Buffer) (*pro
     }
 }
 `, env.port, readyPort, kc, name, kc, name)
-	path := filepath.Join(dir, "Corefile")
+	return runCoreDNS(ctx, "coredns", corefile, readyPort, log)
+}
+
+// runCoreDNS writes corefile into the suite's directory and runs the binary with it, logging to log with name
+// as prefix. With a readyPort, that of the Corefile's ready plugin, it waits until the server reports ready.
+func runCoreDNS(ctx context.Context, name, corefile string, readyPort int, log io.Writer) (*proc.Process, error) {
+	path := filepath.Join(env.dir, name+".Corefile")
 	if err := os.WriteFile(path, []byte(corefile), 0o600); err != nil {
 		return nil, err
 	}
-	p, err := proc.Start(log, "coredns", bin, "-conf", path)
-	if err != nil {
-		return nil, err
+	p, err := proc.Start(log, name, env.bin, "-conf", path)
+	if err != nil || readyPort == 0 {
+		return p, err
 	}
 	url := "http://127.0.0.1:" + strconv.Itoa(readyPort) + "/ready"
 	if err := p.WaitHTTP(ctx, http.DefaultClient, url, startWait); err != nil {

@@ -41,19 +41,26 @@ func askers() []asker {
 // dig runs `dig @127.0.0.1 -p PORT name TYPE +noall +answer +authority +comments` and parses its output.
 func dig(t *testing.T, name string, qtype uint16, extra ...string) reply {
 	t.Helper()
-	args := append([]string{"@127.0.0.1", "-p", strconv.Itoa(env.port), name, dns.TypeToString[qtype],
-		"+noall", "+answer", "+authority", "+comments", "+time=5", "+tries=1"}, extra...)
+	args := append([]string{name, dns.TypeToString[qtype], "+noall", "+answer", "+authority", "+comments"}, extra...)
+	out := runDig(t, env.port, args...)
+	r, err := parseDig(out)
+	if err != nil {
+		t.Fatalf("dig %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return r
+}
+
+// runDig runs `dig @127.0.0.1 -p port +time=5 +tries=1 args...` and returns its output.
+func runDig(t *testing.T, port int, args ...string) string {
+	t.Helper()
+	args = append([]string{"@127.0.0.1", "-p", strconv.Itoa(port), "+time=5", "+tries=1"}, args...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "dig", args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("dig %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	r, err := parseDig(string(out))
-	if err != nil {
-		t.Fatalf("dig %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return r
+	return string(out)
 }
 
 // parseDig reads the status, the flags and the answer and authority sections of dig's output.
@@ -108,18 +115,27 @@ func parseDig(out string) (reply, error) {
 // exchange asks with miekg/dns, advertising the same EDNS0 buffer size as dig (1232).
 func exchange(t *testing.T, network, name string, qtype uint16) reply {
 	t.Helper()
+	r, err := exchangeAt(env.port, network, name, qtype)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// exchangeAt is exchange with the server on port, reporting a failure instead of ending the test.
+func exchangeAt(port int, network, name string, qtype uint16) (reply, error) {
 	m := new(dns.Msg)
 	m.SetQuestion(name, qtype)
 	m.SetEdns0(1232, false)
 	c := &dns.Client{Net: network, Timeout: 5 * time.Second}
-	in, _, err := c.Exchange(m, "127.0.0.1:"+strconv.Itoa(env.port))
+	in, _, err := c.Exchange(m, "127.0.0.1:"+strconv.Itoa(port))
 	if err != nil {
-		t.Fatalf("%s %s over %s: %v", name, dns.TypeToString[qtype], network, err)
+		return reply{}, fmt.Errorf("%s %s over %s: %w", name, dns.TypeToString[qtype], network, err)
 	}
 	if in.Id != m.Id || !in.Response {
-		t.Fatalf("%s %s over %s: not a reply to the query: %v", name, dns.TypeToString[qtype], network, in)
+		return reply{}, fmt.Errorf("%s %s over %s: not a reply to the query: %v", name, dns.TypeToString[qtype], network, in)
 	}
-	return reply{rcode: dns.RcodeToString[in.Rcode], aa: in.Authoritative, tc: in.Truncated, answer: in.Answer, authority: in.Ns}
+	return reply{rcode: dns.RcodeToString[in.Rcode], aa: in.Authoritative, tc: in.Truncated, answer: in.Answer, authority: in.Ns}, nil
 }
 
 // rdata returns the data part of each record, in order.
