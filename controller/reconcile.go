@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -52,6 +53,8 @@ type reconciler struct {
 	local  client.Client // cached reads
 	broker client.Client // cached reads of the controller's broker objects
 	denied []string      // namespaces never exported from
+	// clusterLocal reflects imports into cluster.local (Options.ClusterLocalServices).
+	clusterLocal bool
 	// localHost and brokerHost name the API servers in errors.
 	localHost, brokerHost string
 	// trust says whether the broker's view may be acted on with deletions, and withdrawals holds them until the
@@ -105,26 +108,49 @@ func (r *reconciler) setup(mgr ctrl.Manager, brokerCluster cluster.Cluster, work
 }
 
 // mapLocal maps a local Service or EndpointSlice to its service key: the controller's own derived Services and
-// imported slices by their multicluster.kubernetes.io/service-name label, other slices by
-// kubernetes.io/service-name. Objects of services that are not exported, which are most, are dropped here.
+// imported slices by their multicluster.kubernetes.io/service-name label, its cluster-local Services and slices
+// by their mcs.vksfleet.dev/cluster-local-of label, other slices by kubernetes.io/service-name. Objects of
+// services that are not exported, which are most, are dropped here; another's Service with the name of a
+// cluster-local Service maps to the import that wants the name too.
 func (r *reconciler) mapLocal(ctx context.Context, obj client.Object) []reconcile.Request {
 	l := obj.GetLabels()
 	key := types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}
 	switch {
 	case l[names.LabelManagedBy] == names.ManagedBy || l[discoveryv1.LabelManagedBy] == names.ManagedBy:
-		key.Name = l[mcsv1beta1.LabelServiceName]
+		key.Name = cmp.Or(l[mcsv1beta1.LabelServiceName], l[names.LabelClusterLocalOf])
 	default:
+		var reqs []reconcile.Request
 		if _, slice := obj.(*discoveryv1.EndpointSlice); slice {
 			key.Name = l[discoveryv1.LabelServiceName]
+		} else if r.clusterLocal && names.IsClusterLocalServiceName(key.Name) {
+			reqs = r.wantingName(ctx, key)
 		}
 		if key.Name == "" || r.local.Get(ctx, key, &mcsv1beta1.ServiceExport{}) != nil {
-			return nil
+			return reqs
 		}
+		return append(reqs, reconcile.Request{NamespacedName: key})
 	}
 	if key.Name == "" {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: key}}
+}
+
+// wantingName returns the imports whose cluster-local Service would be the Service svc, so that they report
+// another's Service in their way, and take the name once it is gone.
+func (r *reconciler) wantingName(ctx context.Context, svc types.NamespacedName) []reconcile.Request {
+	list := &mcsv1beta1.ServiceImportList{}
+	if err := r.local.List(ctx, list, client.InNamespace(svc.Namespace)); err != nil {
+		r.log.Error(err, "listing ServiceImports", "namespace", svc.Namespace)
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, si := range list.Items {
+		if names.ClusterLocalServiceName(si.Namespace, si.Name) == svc.Name {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: si.Namespace, Name: si.Name}})
+		}
+	}
+	return reqs
 }
 
 // mapNamespace maps a namespace to every service the clusterset exports in it, so that a namespace created after
@@ -421,6 +447,10 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 		client.MatchingFields{localSliceIndex: importedSlice + key.Name}); err != nil {
 		return err
 	}
+	clusterLocal, clusterLocalSlices, err := r.clusterLocalObjects(ctx, key)
+	if err != nil {
+		return err
+	}
 	ns, err := getOrNil(ctx, r.local, types.NamespacedName{Name: key.Namespace}, &corev1.Namespace{})
 	if err != nil {
 		return err
@@ -447,7 +477,10 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 		if derived != nil && isOurs(derived) {
 			errs = append(errs, apply.Delete(ctx, r.local, derived))
 		}
-		errs = append(errs, apply.Slices(ctx, r.local, sliceList.Items, nil))
+		if clusterLocal != nil && reflects(clusterLocal, key.Name) {
+			errs = append(errs, apply.Delete(ctx, r.local, clusterLocal))
+		}
+		errs = append(errs, apply.Slices(ctx, r.local, sliceList.Items, nil), apply.Slices(ctx, r.local, clusterLocalSlices, nil))
 		forgetLocality(r.id, key)
 		return errors.Join(errs...)
 	}
@@ -485,6 +518,10 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 	if err := apply.Slices(ctx, r.local, sliceList.Items, desiredSlices); err != nil {
 		return fmt.Errorf("importing the endpoints of %s: %w", key, err)
 	}
+	clusterLocalCond, err := r.reflect(ctx, si, want, desiredSlices, clusterLocal, clusterLocalSlices)
+	if err != nil {
+		return fmt.Errorf("reflecting %s into cluster.local: %w", key, err)
+	}
 	if !programmed {
 		// The slices were just created: their events bring the service back once the cache has them, and the status
 		// is written then, once, instead of Pending now and Ready a moment later.
@@ -494,14 +531,85 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 	status.Clusters = want.Status.Clusters
 	status.EndpointSliceObjects = want.Status.EndpointSliceObjects
 	meta.SetStatusCondition(&status.Conditions, imports.Ready(want, exported, si.Generation))
+	before := meta.FindStatusCondition(si.Status.Conditions, imports.ConditionClusterLocalService)
+	if clusterLocalCond != nil {
+		meta.SetStatusCondition(&status.Conditions, *clusterLocalCond)
+	} else {
+		meta.RemoveStatusCondition(&status.Conditions, imports.ConditionClusterLocalService)
+	}
 	if !equality.Semantic.DeepEqual(*status, si.Status) {
 		upd := si.DeepCopy()
 		upd.Status = *status
 		if err := r.local.Status().Update(ctx, upd); err != nil {
 			return fmt.Errorf("updating the status of ServiceImport %s: %w", key, err)
 		}
+		if c := clusterLocalCond; c != nil && c.Status == metav1.ConditionFalse && (before == nil || before.Reason != c.Reason) {
+			r.events.Eventf(upd, nil, corev1.EventTypeWarning, c.Reason, "Reflect", "%s", c.Message)
+		}
 	}
 	return nil
+}
+
+// clusterLocalObjects reads the Service that has the name of the import's cluster-local Service, whoever owns
+// it, and the controller's cluster-local slices of the import.
+func (r *reconciler) clusterLocalObjects(ctx context.Context, key types.NamespacedName) (*corev1.Service, []discoveryv1.EndpointSlice, error) {
+	name := types.NamespacedName{Namespace: key.Namespace, Name: names.ClusterLocalServiceName(key.Namespace, key.Name)}
+	svc, err := getOrNil(ctx, r.local, name, &corev1.Service{})
+	if err != nil {
+		return nil, nil, err
+	}
+	list := &discoveryv1.EndpointSliceList{}
+	if err := r.local.List(ctx, list, client.InNamespace(key.Namespace),
+		client.MatchingFields{localSliceIndex: clusterLocalSlice + key.Name}); err != nil {
+		return nil, nil, err
+	}
+	return svc, list.Items, nil
+}
+
+// reflect makes the import's cluster-local Service and slices match the desired import want (stored as si) and
+// its desired imported slices, and returns the ClusterLocalService condition to set; with the mode off it deletes
+// what the controller made and returns nil, for no condition. A Service of that name that is not the
+// controller's is never written, and no slice of the controller's may add endpoints to it.
+func (r *reconciler) reflect(ctx context.Context, si, want *mcsv1beta1.ServiceImport, imported []discoveryv1.EndpointSlice,
+	got *corev1.Service, stored []discoveryv1.EndpointSlice) (*metav1.Condition, error) {
+	ours := got != nil && reflects(got, si.Name)
+	if !r.clusterLocal {
+		var errs []error
+		if ours {
+			errs = append(errs, apply.Delete(ctx, r.local, got))
+		}
+		return nil, errors.Join(append(errs, apply.Slices(ctx, r.local, stored, nil))...)
+	}
+	if got != nil && !ours {
+		c := imports.ClusterLocalCondition(want, true, si.Generation)
+		return &c, apply.Slices(ctx, r.local, stored, nil)
+	}
+	svc, svcSlices := imports.ClusterLocal(want, imported, imports.Owner(si, r.siAPI))
+	switch {
+	case got == nil:
+		if err := r.local.Create(ctx, svc); err != nil {
+			return nil, fmt.Errorf("creating Service %s/%s: %w", svc.Namespace, svc.Name, err)
+		}
+	default:
+		upd := got.DeepCopy()
+		upd.Labels, upd.OwnerReferences = svc.Labels, svc.OwnerReferences
+		upd.Spec.Ports, upd.Spec.Selector = svc.Spec.Ports, nil
+		if !equality.Semantic.DeepEqual(upd, got) {
+			if err := r.local.Update(ctx, upd); err != nil {
+				return nil, fmt.Errorf("updating Service %s/%s: %w", got.Namespace, got.Name, err)
+			}
+		}
+	}
+	if err := apply.Slices(ctx, r.local, stored, svcSlices); err != nil {
+		return nil, err
+	}
+	c := imports.ClusterLocalCondition(want, false, si.Generation)
+	return &c, nil
+}
+
+// reflects says whether a Service is the controller's cluster-local Service of the named import.
+func reflects(svc *corev1.Service, name string) bool {
+	return isOurs(svc) && svc.Labels[names.LabelClusterLocalOf] == name
 }
 
 // trusted says whether the broker's view may be acted on with deletions: trusted by the heartbeat, and still

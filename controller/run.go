@@ -52,6 +52,12 @@ type Options struct {
 	// NamespaceNotAllowed), whether or not the deploy manifests' admission policy is installed; nil means
 	// export.DefaultDeniedNamespaces, and an empty non-nil list refuses none.
 	DeniedExportNamespaces []string
+	// ClusterLocalServices reflects every import into the member's own cluster.local, for members whose DNS
+	// cannot serve clusterset.local: a selector-less headless Service named names.ClusterLocalServiceName
+	// ("<svc>-clusterset") whose EndpointSlices stock DNS answers (see imports.ClusterLocal). A Service of that
+	// name the controller does not own is left alone and reported on the ServiceImport. Off, the controller
+	// deletes the cluster-local Services and slices it made.
+	ClusterLocalServices bool
 	// LeaderElection makes replicas elect one active controller through a Lease in LeaderElectionNamespace.
 	LeaderElection          bool
 	LeaderElectionNamespace string
@@ -200,14 +206,15 @@ func runManager(ctx context.Context, opts Options, id string, localGV, brokerGV 
 		}
 	}
 	r := &reconciler{
-		id:         id,
-		siAPI:      localGV.String(),
-		local:      mgr.GetClient(),
-		broker:     brokerCluster.GetClient(),
-		denied:     opts.DeniedExportNamespaces,
-		localHost:  opts.Local.Host,
-		brokerHost: opts.Broker.Host,
-		trust:      broker.NewTrust(opts.LeaseGrace),
+		id:           id,
+		siAPI:        localGV.String(),
+		local:        mgr.GetClient(),
+		broker:       brokerCluster.GetClient(),
+		denied:       opts.DeniedExportNamespaces,
+		clusterLocal: opts.ClusterLocalServices,
+		localHost:    opts.Local.Host,
+		brokerHost:   opts.Broker.Host,
+		trust:        broker.NewTrust(opts.LeaseGrace),
 		// A renewal interval: the time in which a member notices that the broker lost its Lease.
 		withdrawals: &withdrawalHold{d: opts.LeaseGrace / 3, since: map[types.NamespacedName]time.Time{}},
 		races:       workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay),
@@ -229,7 +236,7 @@ func runManager(ctx context.Context, opts Options, id string, localGV, brokerGV 
 		return err
 	}
 	log.Info("starting", "leaseGrace", opts.LeaseGrace, "deniedExportNamespaces", opts.DeniedExportNamespaces, "brokerNamespace", names.BrokerNamespace(id),
-		"localAPI", localGV, "brokerAPI", brokerGV)
+		"localAPI", localGV, "brokerAPI", brokerGV, "clusterLocalServices", opts.ClusterLocalServices)
 	return mgr.Start(ctx)
 }
 
@@ -245,11 +252,13 @@ func indexByService(obj client.Object) []string {
 }
 
 // localSliceIndex indexes local EndpointSlices by role and service name (the cache adds the namespace): a
-// Service's own slices as sourceSlice+name, the controller's imported slices as importedSlice+name.
+// Service's own slices as sourceSlice+name, the controller's imported slices as importedSlice+name and its
+// cluster-local slices as clusterLocalSlice+name.
 const (
-	localSliceIndex = "mcs.vksfleet.dev/slice"
-	sourceSlice     = "source/"
-	importedSlice   = "imported/"
+	localSliceIndex   = "mcs.vksfleet.dev/slice"
+	sourceSlice       = "source/"
+	importedSlice     = "imported/"
+	clusterLocalSlice = "cluster-local/"
 )
 
 func indexLocalSlice(obj client.Object) []string {
@@ -257,6 +266,9 @@ func indexLocalSlice(obj client.Object) []string {
 	if l[discoveryv1.LabelManagedBy] == names.ManagedBy {
 		if name := l[mcsv1beta1.LabelServiceName]; name != "" {
 			return []string{importedSlice + name}
+		}
+		if name := l[names.LabelClusterLocalOf]; name != "" {
+			return []string{clusterLocalSlice + name}
 		}
 		return nil
 	}

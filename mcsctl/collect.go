@@ -215,8 +215,10 @@ func fillMember(ctx context.Context, m *Member, src source) error {
 		}
 		m.Exports, m.Imports = exports.Items, imports.Items
 	}
+	// Imported slices only: those of cluster-local Services (--cluster-local-services) come from no cluster.
 	slices := &discoveryv1.EndpointSliceList{}
-	if err := c.List(ctx, slices, client.MatchingLabels{discoveryv1.LabelManagedBy: names.ManagedBy}); err != nil {
+	if err := c.List(ctx, slices, client.MatchingLabels{discoveryv1.LabelManagedBy: names.ManagedBy},
+		client.HasLabels{mcsv1beta1.LabelServiceName}); err != nil {
 		return err
 	}
 	derived := &corev1.ServiceList{}

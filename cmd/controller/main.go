@@ -39,6 +39,7 @@ type flags struct {
 	burst                        int
 	workers                      int
 	deniedExportNamespaces       []string
+	clusterLocalServices         bool
 	leaderElect                  bool
 	leaderElectionNamespace      string
 	healthAddr, metricsAddr      string
@@ -60,6 +61,8 @@ func parseFlags(args []string, out io.Writer) (flags, error) {
 	fs.Float64Var(&f.qps, "qps", 200, "client queries per second to each API server")
 	fs.IntVar(&f.burst, "burst", 400, "client burst to each API server")
 	fs.IntVar(&f.workers, "workers", 16, "services reconciled concurrently")
+	fs.BoolVar(&f.clusterLocalServices, "cluster-local-services", false,
+		"also reflect every import into this cluster's cluster.local as the headless Service <svc>-clusterset, for a DNS that cannot serve clusterset.local; off deletes them")
 	fs.BoolVar(&f.leaderElect, "leader-elect", false, "elect one active replica through a Lease in the member cluster")
 	fs.StringVar(&f.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease; default the pod's namespace")
 	fs.StringVar(&f.healthAddr, "health-probe-bind-address", ":8081", "address serving /healthz and /readyz; 0 disables")
@@ -152,8 +155,8 @@ func run(ctx context.Context, f flags) error {
 	brokerCfg.QPS, brokerCfg.Burst = float32(f.qps), f.burst
 	return controller.Run(ctx, controller.Options{
 		Local: local, Broker: brokerCfg, ClusterID: f.clusterID, LeaseGrace: f.leaseGrace, Workers: f.workers,
-		DeniedExportNamespaces: f.deniedExportNamespaces,
-		LeaderElection:         f.leaderElect, LeaderElectionNamespace: f.leaderElectionNamespace,
+		DeniedExportNamespaces: f.deniedExportNamespaces, ClusterLocalServices: f.clusterLocalServices,
+		LeaderElection: f.leaderElect, LeaderElectionNamespace: f.leaderElectionNamespace,
 		HealthProbeBindAddress: f.healthAddr, MetricsBindAddress: f.metricsAddr,
 	})
 }

@@ -17,7 +17,7 @@ func TestParseFlags(t *testing.T) {
 		check   func(flags) bool
 	}{
 		{[]string{"--broker-kubeconfig=/b"}, "", func(f flags) bool {
-			return f.brokerKubeconfig == "/b" && f.leaseGrace == 30*time.Second && f.qps == 200 && f.burst == 400 &&
+			return f.brokerKubeconfig == "/b" && f.leaseGrace == 30*time.Second && f.qps == 200 && f.burst == 400 && !f.clusterLocalServices &&
 				slices.Equal(f.deniedExportNamespaces, []string{"kube-system", "kube-public", "kube-node-lease", "default"})
 		}},
 		{[]string{"--broker-kubeconfig=/b", "--denied-export-namespaces= kube-system, shared-tools"}, "", func(f flags) bool {
@@ -31,6 +31,8 @@ func TestParseFlags(t *testing.T) {
 			return f.brokerSecret == types.NamespacedName{Namespace: "mcs-system", Name: "broker"} && f.clusterID == "east.prod" &&
 				f.leaseGrace == 5*time.Second
 		}},
+		{[]string{"--broker-kubeconfig=/b", "--cluster-local-services"}, "", func(f flags) bool { return f.clusterLocalServices }},
+		{[]string{"--broker-kubeconfig=/b", "--cluster-local-services=maybe"}, "invalid boolean value", nil},
 		{nil, "one of --broker-kubeconfig and --broker-secret is required", nil},
 		{[]string{"--print-broker-namespace", "--cluster-id=east.prod"}, "", func(f flags) bool {
 			return f.printBrokerNamespace && f.clusterID == "east.prod"

@@ -1,6 +1,7 @@
 // Package imports builds what a member writes for one imported service from the merged export and the
 // clusters' exported endpoints: the ServiceImport, the derived Service that holds a ClusterSetIP import's
-// virtual IPs, and the imported EndpointSlices. It is pure; the controller compares and writes.
+// virtual IPs, the imported EndpointSlices and, where cluster.local must stand in for clusterset.local, the
+// cluster-local Service and its slices. It is pure; the controller compares and writes.
 //
 // Imported slices carry kubernetes.io/service-name set to the derived Service's name for both import types, so
 // that kube-proxy routes the virtual IP to every cluster's endpoints while the cluster.local Service of the same
@@ -122,12 +123,7 @@ func DerivedService(svc types.NamespacedName, m merge.Result, owner []metav1.Own
 			SessionAffinity: m.Spec.SessionAffinity,
 		},
 	}
-	for _, p := range m.Spec.Ports {
-		s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{
-			Name: p.Name, Protocol: p.Protocol, AppProtocol: p.AppProtocol, Port: p.Port,
-			TargetPort: intstr.FromInt32(p.Port),
-		})
-	}
+	s.Spec.Ports = servicePorts(m.Spec.Ports)
 	switch s.Spec.SessionAffinity {
 	case "", corev1.ServiceAffinityNone:
 		s.Spec.SessionAffinity = corev1.ServiceAffinityNone
@@ -141,6 +137,97 @@ func DerivedService(svc types.NamespacedName, m merge.Result, owner []metav1.Own
 		}
 	}
 	return s
+}
+
+// servicePorts are an import's ports as a Service's, each targeting its own number as the API server would
+// default it.
+func servicePorts(ps []mcsv1beta1.ServicePort) []corev1.ServicePort {
+	var out []corev1.ServicePort
+	for _, p := range ps {
+		out = append(out, corev1.ServicePort{
+			Name: p.Name, Protocol: p.Protocol, AppProtocol: p.AppProtocol, Port: p.Port,
+			TargetPort: intstr.FromInt32(p.Port),
+		})
+	}
+	return out
+}
+
+// ClusterLocal is what reflects an import into this cluster's own cluster.local zone, for clusters whose DNS
+// cannot be changed to serve clusterset.local (the controller's --cluster-local-services): a selector-less
+// headless Service named names.ClusterLocalServiceName, and EndpointSlices labelled with its name, from which
+// stock DNS answers <name>.<namespace>.svc.cluster.local. A ClusterSetIP import's slices hold its ClusterSetIPs,
+// one slice per family, so that the name answers what <svc>.<namespace>.svc.clusterset.local answers, and
+// kube-proxy routes it through the derived Service (a headless Service gets no rules of its own). A Headless
+// import's slices are copies of its imported ones, so that the name answers every cluster's ready pod addresses
+// and <hostname>.<name>.<namespace>.svc.cluster.local each endpoint with a hostname. si is the desired import
+// (spec.ips filled in), imported its desired slices, owner the stored ServiceImport.
+func ClusterLocal(si *mcsv1beta1.ServiceImport, imported []discoveryv1.EndpointSlice, owner []metav1.OwnerReference) (*corev1.Service, []discoveryv1.EndpointSlice) {
+	name := names.ClusterLocalServiceName(si.Namespace, si.Name)
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: si.Namespace, Name: name, OwnerReferences: owner,
+			Labels: map[string]string{names.LabelManagedBy: names.ManagedBy, names.LabelClusterLocalOf: si.Name},
+		},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: corev1.ClusterIPNone, Ports: servicePorts(si.Spec.Ports)},
+	}
+	slice := func(base string, family discoveryv1.AddressType, endpoints []discoveryv1.Endpoint, ports []discoveryv1.EndpointPort) discoveryv1.EndpointSlice {
+		return discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{
+				Namespace: si.Namespace, Name: names.ClusterLocalSliceName(base), OwnerReferences: owner,
+				Labels: map[string]string{
+					discoveryv1.LabelManagedBy:   names.ManagedBy,
+					discoveryv1.LabelServiceName: name,
+					names.LabelClusterLocalOf:    si.Name,
+				},
+			},
+			AddressType: family, Endpoints: endpoints, Ports: ports,
+		}
+	}
+	var out []discoveryv1.EndpointSlice
+	if si.Spec.Type == mcsv1beta1.Headless {
+		for i := range imported {
+			s := imported[i].DeepCopy()
+			out = append(out, slice(s.Name, s.AddressType, s.Endpoints, s.Ports))
+		}
+		return svc, out
+	}
+	for i, ip := range si.Spec.IPs {
+		family := discoveryv1.AddressTypeIPv4
+		if i < len(si.Spec.IPFamilies) && si.Spec.IPFamilies[i] == corev1.IPv6Protocol {
+			family = discoveryv1.AddressTypeIPv6
+		}
+		var ports []discoveryv1.EndpointPort
+		for _, p := range si.Spec.Ports {
+			ports = append(ports, discoveryv1.EndpointPort{Name: ptr.To(p.Name), Port: ptr.To(p.Port), AppProtocol: p.AppProtocol})
+			if p.Protocol != "" {
+				ports[len(ports)-1].Protocol = ptr.To(p.Protocol)
+			}
+		}
+		endpoint := discoveryv1.Endpoint{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}
+		out = append(out, slice(si.Name+"-"+strings.ToLower(string(family)), family, []discoveryv1.Endpoint{endpoint}, defaultPorts(ports)))
+	}
+	return svc, out
+}
+
+// ConditionClusterLocalService is the ServiceImport condition that says whether the import is reflected into
+// cluster.local; the controller sets it only with --cluster-local-services.
+const ConditionClusterLocalService = "ClusterLocalService"
+
+// ClusterLocalCondition is the ClusterLocalService condition of si: True once its cluster-local Service is
+// written, False with reason NameInUse while a Service the controller does not own has the name.
+func ClusterLocalCondition(si *mcsv1beta1.ServiceImport, nameInUse bool, generation int64) metav1.Condition {
+	name := names.ClusterLocalServiceName(si.Namespace, si.Name)
+	c := metav1.Condition{
+		Type: ConditionClusterLocalService, Status: metav1.ConditionTrue, Reason: "Reflected",
+		Message:            fmt.Sprintf("Reflected into this cluster's DNS as Service %s.", name),
+		ObservedGeneration: generation,
+	}
+	if nameInUse {
+		c.Status, c.Reason = metav1.ConditionFalse, "NameInUse"
+		c.Message = fmt.Sprintf("Service %s/%s exists and is not managed by %s: the import is not reflected into this cluster's DNS.",
+			si.Namespace, name, names.ManagedBy)
+	}
+	return c
 }
 
 // Slices are the desired imported EndpointSlices, one per source slice, owned by owner (the ServiceImport). The result

@@ -152,3 +152,105 @@ func TestSlices(t *testing.T) {
 		t.Error("Slices changed its input")
 	}
 }
+
+func TestClusterLocal(t *testing.T) {
+	owner := Owner(&mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Name: "web", UID: "uid-1"}}, "multicluster.x-k8s.io/v1beta1")
+	derived := &corev1.Service{Spec: corev1.ServiceSpec{
+		ClusterIPs: []string{"10.0.0.9", "fd00::9"}, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
+	}}
+	src := discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "ns.web.web-abc"},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{
+			{Addresses: []string{"10.1.0.1"}, Hostname: ptr.To("db-0"), Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}},
+			{Addresses: []string{"10.1.0.2"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false)}},
+		},
+		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
+	}
+	imported := Slices(key, []Source{{Cluster: "a", Slice: src}, {Cluster: "b.east", Slice: src}}, owner)
+	type slice struct {
+		name      string
+		family    discoveryv1.AddressType
+		addresses []string
+		port      int32
+	}
+	cases := []struct {
+		name   string
+		si     *mcsv1beta1.ServiceImport
+		slices []slice
+	}{
+		{"ClusterSetIP: the ClusterSetIPs, one slice per family", ServiceImport(key, merged(nil), derived), []slice{
+			{"web-ipv4-clusterset", discoveryv1.AddressTypeIPv4, []string{"10.0.0.9"}, 80},
+			{"web-ipv6-clusterset", discoveryv1.AddressTypeIPv6, []string{"fd00::9"}, 80},
+		}},
+		{"ClusterSetIP before its IPs are allocated: no endpoints yet", ServiceImport(key, merged(nil), nil), nil},
+		{"Headless: a copy of each imported slice", ServiceImport(key, merged(func(m *merge.Result) { m.Spec.Type = mcsv1beta1.Headless }), nil), []slice{
+			{imported[0].Name + "-clusterset", discoveryv1.AddressTypeIPv4, []string{"10.1.0.1", "10.1.0.2"}, 8080},
+			{imported[1].Name + "-clusterset", discoveryv1.AddressTypeIPv4, []string{"10.1.0.1", "10.1.0.2"}, 8080},
+		}},
+	}
+	for _, c := range cases {
+		svc, got := ClusterLocal(c.si, imported, owner)
+		wantLabels := map[string]string{names.LabelManagedBy: names.ManagedBy, names.LabelClusterLocalOf: "web"}
+		if svc.Name != "web-clusterset" || svc.Namespace != "ns" || svc.Spec.ClusterIP != corev1.ClusterIPNone || svc.Spec.Selector != nil ||
+			!reflect.DeepEqual(svc.Labels, wantLabels) || svc.OwnerReferences[0].UID != "uid-1" {
+			t.Errorf("%s: Service %+v", c.name, svc)
+		}
+		if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 80 || svc.Spec.Ports[0].TargetPort.IntVal != 80 {
+			t.Errorf("%s: Service ports %+v", c.name, svc.Spec.Ports)
+		}
+		if len(got) != len(c.slices) {
+			t.Errorf("%s: %d slices, want %d: %+v", c.name, len(got), len(c.slices), got)
+			continue
+		}
+		for i, want := range c.slices {
+			s := got[i]
+			var addrs []string
+			for _, e := range s.Endpoints {
+				addrs = append(addrs, e.Addresses...)
+			}
+			labels := map[string]string{
+				"endpointslice.kubernetes.io/managed-by": names.ManagedBy,
+				"kubernetes.io/service-name":             "web-clusterset",
+				names.LabelClusterLocalOf:                "web",
+			}
+			if s.Name != want.name || s.Namespace != "ns" || s.AddressType != want.family || !reflect.DeepEqual(addrs, want.addresses) ||
+				!reflect.DeepEqual(s.Labels, labels) || s.OwnerReferences[0].UID != "uid-1" {
+				t.Errorf("%s: slice %d = %+v, want %+v", c.name, i, s, want)
+			}
+			if len(s.Ports) != 1 || *s.Ports[0].Port != want.port || *s.Ports[0].Protocol != corev1.ProtocolTCP {
+				t.Errorf("%s: slice %s ports %+v", c.name, s.Name, s.Ports)
+			}
+			if c.si.Spec.Type == mcsv1beta1.ClusterSetIP && !*s.Endpoints[0].Conditions.Ready {
+				t.Errorf("%s: a ClusterSetIP must always answer", c.name)
+			}
+		}
+		if c.si.Spec.Type == mcsv1beta1.Headless {
+			if *got[0].Endpoints[0].Hostname != "db-0" || *got[0].Endpoints[1].Conditions.Ready {
+				t.Errorf("%s: endpoints must keep hostnames and conditions: %+v", c.name, got[0].Endpoints)
+			}
+			got[0].Endpoints[0].Addresses[0] = "changed"
+			if imported[0].Endpoints[0].Addresses[0] != "10.1.0.1" {
+				t.Errorf("%s: the copies share the imported slices' endpoints", c.name)
+			}
+		}
+	}
+}
+
+func TestClusterLocalCondition(t *testing.T) {
+	si := ServiceImport(key, merged(nil), nil)
+	for _, c := range []struct {
+		nameInUse bool
+		status    metav1.ConditionStatus
+		reason    string
+		message   string
+	}{
+		{false, metav1.ConditionTrue, "Reflected", "Reflected into this cluster's DNS as Service web-clusterset."},
+		{true, metav1.ConditionFalse, "NameInUse", "Service ns/web-clusterset exists and is not managed by mcs-controller.vksfleet.dev: the import is not reflected into this cluster's DNS."},
+	} {
+		got := ClusterLocalCondition(si, c.nameInUse, 3)
+		if got.Type != "ClusterLocalService" || got.Status != c.status || got.Reason != c.reason || got.Message != c.message || got.ObservedGeneration != 3 {
+			t.Errorf("ClusterLocalCondition(nameInUse %v) = %+v", c.nameInUse, got)
+		}
+	}
+}

@@ -36,6 +36,9 @@ const (
 	// AnnotationLocality is, on an imported ServiceImport, the JSON of the tiers this member uses (see
 	// package locality): per node zone for kube-proxy's hints, and for the member's headless DNS answers.
 	AnnotationLocality = "mcs.vksfleet.dev/locality"
+	// LabelClusterLocalOf names, on a cluster-local Service and its EndpointSlices, the imported service they
+	// reflect into cluster.local.
+	LabelClusterLocalOf = "mcs.vksfleet.dev/cluster-local-of"
 	// LeaseName is the name of each member's Lease in its broker namespace.
 	LeaseName = "member"
 )
@@ -100,6 +103,31 @@ func DerivedServiceName(namespace, service string) string {
 	}
 	return prefix + "-mcs-" + hash(10, namespace, service)
 }
+
+// clusterLocalSuffix ends the name of every cluster-local Service and EndpointSlice. It keeps a cluster-local
+// Service apart from the Service of the same name as the import, which exporting clusters have and users keep
+// their own meaning for, and from derived Services and imported slices, whose names end in hex digits.
+const clusterLocalSuffix = "-clusterset"
+
+// ClusterLocalServiceName is the name of the Service that reflects an import into cluster.local, which stock DNS
+// answers as <name>.<namespace>.svc.cluster.local: the service name and "-clusterset" ("web" gives
+// "web-clusterset"). A service name longer than 52 characters would pass the 63 of a Service name: its first 41
+// characters, a dash and 10 hex digits of the SHA-256 of "<namespace>/<service>" come before the suffix instead.
+func ClusterLocalServiceName(namespace, service string) string {
+	if len(service)+len(clusterLocalSuffix) <= maxLabel {
+		return service + clusterLocalSuffix
+	}
+	prefix := strings.TrimRight(service[:maxLabel-len(clusterLocalSuffix)-11], "-")
+	return prefix + "-" + hash(10, namespace, service) + clusterLocalSuffix
+}
+
+// IsClusterLocalServiceName says whether a Service's name has the form of a cluster-local Service's, so that a
+// Service of someone else's that takes such a name can be matched with the import that wants it.
+func IsClusterLocalServiceName(name string) bool { return strings.HasSuffix(name, clusterLocalSuffix) }
+
+// ClusterLocalSliceName is the name of a cluster-local Service's EndpointSlice made from base: the imported slice
+// it copies, or the service name and the address family of the ClusterSetIPs it holds.
+func ClusterLocalSliceName(base string) string { return base + clusterLocalSuffix }
 
 // ImportedSliceName is the name of an EndpointSlice imported from the given cluster's broker slice.
 func ImportedSliceName(service, clusterID, brokerSlice string) string {

@@ -91,3 +91,42 @@ func TestObjectNames(t *testing.T) {
 		t.Errorf("RecordName = %q", got)
 	}
 }
+
+func TestClusterLocalServiceName(t *testing.T) {
+	fits, long := strings.Repeat("f", 52), strings.Repeat("l", 63)
+	cases := []struct{ svc, want string }{
+		{"web", "web-clusterset"},
+		{"web-clusterset", "web-clusterset-clusterset"},
+		{fits, fits + "-clusterset"},
+		{fits + "x", strings.Repeat("f", 41) + "-" + hash(10, "ns", fits+"x") + "-clusterset"},
+		{long, strings.Repeat("l", 41) + "-" + hash(10, "ns", long) + "-clusterset"},
+		{strings.Repeat("a", 40) + "-b" + strings.Repeat("c", 20), strings.Repeat("a", 40) + "-" + hash(10, "ns", strings.Repeat("a", 40)+"-b"+strings.Repeat("c", 20)) + "-clusterset"},
+	}
+	seen := map[string]string{}
+	for _, c := range cases {
+		got := ClusterLocalServiceName("ns", c.svc)
+		if got != c.want {
+			t.Errorf("ClusterLocalServiceName(ns, %q) = %q, want %q", c.svc, got, c.want)
+		}
+		if errs := validation.IsDNS1035Label(got); len(errs) > 0 {
+			t.Errorf("ClusterLocalServiceName(ns, %q) = %q is no Service name: %v", c.svc, got, errs)
+		}
+		if !IsClusterLocalServiceName(got) {
+			t.Errorf("IsClusterLocalServiceName(%q) = false", got)
+		}
+		if prev, dup := seen[got]; dup {
+			t.Errorf("%q and %q share the cluster-local name %q", prev, c.svc, got)
+		}
+		seen[got] = c.svc
+		// Never the name of the Service being imported, nor of its derived Service.
+		if got == c.svc || got == DerivedServiceName("ns", c.svc) || IsClusterLocalServiceName(DerivedServiceName("ns", c.svc)) {
+			t.Errorf("ClusterLocalServiceName(ns, %q) = %q may clash with the service or its derived Service", c.svc, got)
+		}
+	}
+	if ClusterLocalServiceName("ns", long) == ClusterLocalServiceName("other", long) {
+		t.Error("a shortened cluster-local name ignores the namespace")
+	}
+	if got := ClusterLocalSliceName("web-ipv4"); got != "web-ipv4-clusterset" {
+		t.Errorf("ClusterLocalSliceName = %q", got)
+	}
+}

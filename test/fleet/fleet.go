@@ -56,10 +56,11 @@ type Member struct {
 	// pods reach the same server through the kube-dns Service (Cluster.DNSServiceIP port 53).
 	DNS string
 
-	fleet      *Fleet
-	mu         sync.Mutex
-	controller *proc.Process
-	coredns    *proc.Process
+	fleet          *Fleet
+	mu             sync.Mutex
+	controller     *proc.Process
+	controllerArgs []string
+	coredns        *proc.Process
 }
 
 // Start starts the clusterset, then every member's controller and CoreDNS, and returns once each CoreDNS reports
@@ -144,18 +145,27 @@ func (m *Member) StartController() error {
 		return nil
 	}
 	f := m.fleet
-	p, err := proc.Start(f.opts.Log, m.Name+"/controller", filepath.Join(f.opts.BinDir, "controller"),
-		"--kubeconfig="+m.KubeconfigPath,
-		"--broker-kubeconfig="+f.Broker.KubeconfigPath,
-		"--lease-grace="+f.opts.LeaseGrace.String(),
+	args := append([]string{
+		"--kubeconfig=" + m.KubeconfigPath,
+		"--broker-kubeconfig=" + f.Broker.KubeconfigPath,
+		"--lease-grace=" + f.opts.LeaseGrace.String(),
 		"--health-probe-bind-address=0",
 		"--metrics-bind-address=0",
-	)
+	}, m.controllerArgs...)
+	p, err := proc.Start(f.opts.Log, m.Name+"/controller", filepath.Join(f.opts.BinDir, "controller"), args...)
 	if err != nil {
 		return err
 	}
 	m.controller = p
 	return nil
+}
+
+// SetControllerArgs sets flags the member's mcs-controller gets from its next start on, beside those the fleet
+// gives every controller, such as --cluster-local-services.
+func (m *Member) SetControllerArgs(args ...string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.controllerArgs = args
 }
 
 // StopController stops the member's mcs-controller, if it runs, as a crash or an upgrade would.
