@@ -112,7 +112,8 @@ const clusterLocalSuffix = "-clusterset"
 // ClusterLocalServiceName is the name of the Service that reflects an import into cluster.local, which stock DNS
 // answers as <name>.<namespace>.svc.cluster.local: the service name and "-clusterset" ("web" gives
 // "web-clusterset"). A service name longer than 52 characters would pass the 63 of a Service name: its first 41
-// characters, a dash and 10 hex digits of the SHA-256 of "<namespace>/<service>" come before the suffix instead.
+// characters (without trailing dashes), a dash and 10 hex digits of the SHA-256 of "<namespace>/<service>" come
+// before the suffix instead.
 func ClusterLocalServiceName(namespace, service string) string {
 	if len(service)+len(clusterLocalSuffix) <= maxLabel {
 		return service + clusterLocalSuffix
