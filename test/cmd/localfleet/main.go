@@ -244,6 +244,11 @@ func writeState(f files, fl *fleet.Fleet) error {
 	if err != nil {
 		return err
 	}
+	// kubectl finds plugins on PATH: make builds kubectl-mcs beside this program.
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
 	names := make([]string, len(fl.Members))
 	var dns strings.Builder
 	for i, m := range fl.Members {
@@ -252,7 +257,8 @@ func writeState(f files, fl *fleet.Fleet) error {
 		fmt.Fprintf(&dns, "%s=%s\nexport %s\n", v, m.DNS, v)
 	}
 	env := fmt.Sprintf("KUBECONFIG=%s\nexport KUBECONFIG\nFLEET_MEMBERS=%q\nexport FLEET_MEMBERS\n%s"+
-		"# kubectl of the pinned Kubernetes release\nPATH=%s:$PATH\nexport PATH\n", kcPath, strings.Join(names, " "), dns.String(), assets)
+		"# kubectl of the pinned Kubernetes release, and the kubectl mcs plugin\nPATH=%s:%s:$PATH\nexport PATH\n",
+		kcPath, strings.Join(names, " "), dns.String(), assets, filepath.Dir(self))
 	tmp := f.env() + ".tmp"
 	if err := os.WriteFile(tmp, []byte(env), 0o644); err != nil {
 		return err
