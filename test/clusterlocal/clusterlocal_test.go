@@ -162,7 +162,7 @@ func TestClusterLocalServices(t *testing.T) {
 		{"db-0." + dbName, dns.TypeA, []string{db0}},
 	} {
 		poll.T(t, timeout, fmt.Sprintf("%s %s", q.name, dns.TypeToString[q.qtype]), func() error {
-			got, err := lookup(a.DNS, q.name, q.qtype)
+			got, err := lookup(a, q.name, q.qtype)
 			if err != nil {
 				return err
 			}
@@ -228,7 +228,7 @@ func TestClusterLocalServices(t *testing.T) {
 		}
 		return gone(t, a, "api")
 	})
-	if got, err := lookup(a.DNS, apiName, dns.TypeA); err != nil || len(got) > 0 {
+	if got, err := lookup(a, apiName, dns.TypeA); err != nil || len(got) > 0 {
 		t.Errorf("%s after the unexport: %v %v", apiName, got, err)
 	}
 
@@ -462,26 +462,11 @@ func podIP(m *fleet.Member, pod string) (string, error) {
 	return p.Status.PodIP, nil
 }
 
-// lookup asks server for name over UDP and returns the addresses answered, sorted; NXDOMAIN answers none.
-func lookup(server, name string, qtype uint16) ([]string, error) {
-	msg := new(dns.Msg)
-	msg.SetQuestion(dns.Fqdn(name), qtype)
-	res, _, err := (&dns.Client{Timeout: 2 * time.Second}).Exchange(msg, server)
-	if err != nil {
-		return nil, err
+// lookup returns the addresses a member's DNS answers for name: none for NXDOMAIN, an error for other failures.
+func lookup(m *fleet.Member, name string, qtype uint16) ([]string, error) {
+	ips, rcode, err := m.Addresses(name, qtype)
+	if err == nil && rcode != dns.RcodeSuccess && rcode != dns.RcodeNameError {
+		err = fmt.Errorf("%s %s: %s", name, dns.TypeToString[qtype], dns.RcodeToString[rcode])
 	}
-	if res.Rcode != dns.RcodeSuccess && res.Rcode != dns.RcodeNameError {
-		return nil, fmt.Errorf("%s %s: %s", name, dns.TypeToString[qtype], dns.RcodeToString[res.Rcode])
-	}
-	var out []string
-	for _, rr := range res.Answer {
-		switch rr := rr.(type) {
-		case *dns.A:
-			out = append(out, rr.A.String())
-		case *dns.AAAA:
-			out = append(out, rr.AAAA.String())
-		}
-	}
-	slices.Sort(out)
-	return out, nil
+	return ips, err
 }

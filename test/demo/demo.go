@@ -161,35 +161,13 @@ func (d *Demo) eventually(ctx context.Context, what string, check func(context.C
 	return nil
 }
 
-// query asks a member's DNS over UDP with miekg/dns.
-func query(m *fleet.Member, name string, qtype uint16) (*dns.Msg, error) {
-	q := new(dns.Msg)
-	q.SetQuestion(dns.Fqdn(name), qtype)
-	c := &dns.Client{Timeout: 2 * time.Second}
-	r, _, err := c.Exchange(q, m.DNS)
-	return r, err
-}
-
-// addresses returns the A/AAAA addresses a name resolves to on a member.
+// addresses returns the A/AAAA addresses a name resolves to on a member; any rcode but NOERROR is an error.
 func addresses(m *fleet.Member, name string, qtype uint16) ([]string, error) {
-	r, err := query(m, name, qtype)
-	if err != nil {
-		return nil, err
+	ips, rcode, err := m.Addresses(name, qtype)
+	if err == nil && rcode != dns.RcodeSuccess {
+		err = fmt.Errorf("%s: %s", name, dns.RcodeToString[rcode])
 	}
-	if r.Rcode != dns.RcodeSuccess {
-		return nil, fmt.Errorf("%s: %s", name, dns.RcodeToString[r.Rcode])
-	}
-	var ips []string
-	for _, rr := range r.Answer {
-		switch v := rr.(type) {
-		case *dns.A:
-			ips = append(ips, v.A.String())
-		case *dns.AAAA:
-			ips = append(ips, v.AAAA.String())
-		}
-	}
-	slices.Sort(ips)
-	return ips, nil
+	return ips, err
 }
 
 // importedEndpoints returns the ready endpoint addresses of a service's imported slices on a member, per source

@@ -236,7 +236,7 @@ func (d *Demo) storySpread(ctx context.Context) error {
 	}
 	srv := "_http._tcp.db." + Namespace + ".svc.clusterset.local"
 	if err := d.eventually(ctx, "cluster-a answers "+srv+" with a record per pod of every cluster", func(ctx context.Context) error {
-		r, err := query(members[0], srv, dns.TypeSRV)
+		r, err := members[0].Query(srv, dns.TypeSRV)
 		if err != nil {
 			return err
 		}
