@@ -266,31 +266,42 @@ func (s *Source) handler(key func(any) (serviceKey, bool)) cache.ResourceEventHa
 	}
 }
 
-// sliceHandler files every imported slice under its service in s.slicesOf, and marks the service dirty.
+// sliceHandler files every imported slice under its service in s.slicesOf, and marks the service dirty. An update
+// swaps the old slice for the new one under one lock: filed apart, an index rebuild could fall between the two
+// and answer the service without the slice's endpoints, NXDOMAIN for a headless service with one slice.
 func (s *Source) sliceHandler() cache.ResourceEventHandler {
-	set := func(obj any, keep bool) {
-		sl, ok := unwrap(obj).(*endpointSlice)
-		if !ok || sl.service == "" {
-			return
-		}
-		k := serviceKey{sl.namespace, sl.service}
+	swap := func(oldObj, newObj any) {
+		var marked []serviceKey
 		s.mu.Lock()
-		filed := slices.DeleteFunc(s.slicesOf[k], func(o *endpointSlice) bool { return o.name == sl.name })
-		if keep {
-			filed = append(filed, sl)
-		}
-		if len(filed) == 0 {
-			delete(s.slicesOf, k)
-		} else {
-			s.slicesOf[k] = filed
+		for _, c := range []struct {
+			obj  any
+			keep bool
+		}{{oldObj, false}, {newObj, true}} {
+			sl, ok := unwrap(c.obj).(*endpointSlice)
+			if !ok || sl.service == "" {
+				continue
+			}
+			k := serviceKey{sl.namespace, sl.service}
+			filed := slices.DeleteFunc(s.slicesOf[k], func(o *endpointSlice) bool { return o.name == sl.name })
+			if c.keep {
+				filed = append(filed, sl)
+			}
+			if len(filed) == 0 {
+				delete(s.slicesOf, k)
+			} else {
+				s.slicesOf[k] = filed
+			}
+			marked = append(marked, k)
 		}
 		s.mu.Unlock()
-		s.markService(k)
+		for _, k := range marked {
+			s.markService(k)
+		}
 	}
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { set(obj, true) },
-		UpdateFunc: func(oldObj, newObj any) { set(oldObj, false); set(newObj, true) },
-		DeleteFunc: func(obj any) { set(obj, false) },
+		AddFunc:    func(obj any) { swap(nil, obj) },
+		UpdateFunc: swap,
+		DeleteFunc: func(obj any) { swap(obj, nil) },
 	}
 }
 
