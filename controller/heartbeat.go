@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,7 +22,11 @@ type heartbeat struct {
 	grace  time.Duration
 	client client.Client // direct: the Lease is read fresh before each renewal
 	cache  cache.Cache   // the broker cache, holding every member's Lease
-	r      *reconciler
+	// liveness and trust are what the heartbeat decides for the reconciler; enqueue tells it what to look at again.
+	liveness *broker.Liveness
+	trust    *broker.Trust
+	enqueue  *triggers
+	log      logr.Logger
 
 	mu        sync.Mutex
 	namespace bool  // the broker namespace is known to exist
@@ -54,19 +59,19 @@ func (h *heartbeat) run(ctx context.Context) error {
 			}
 			renewed = renewed || err == nil
 			leaseStood = err == nil && !created
-			recovered := err == nil && !h.r.liveness.Healthy()
-			h.r.liveness.SetHealthy(err == nil)
+			recovered := err == nil && !h.liveness.Healthy()
+			h.liveness.SetHealthy(err == nil)
 			brokerReachable.WithLabelValues(h.id).Set(gauge(err == nil))
 			nextRenew = now.Add(renewEvery)
 			if err != nil {
-				h.r.log.Error(err, "renewing the broker lease")
+				h.log.Error(err, "renewing the broker lease")
 				nextRenew = now.Add(min(renewEvery, time.Second))
 			}
 			if recovered {
 				// Publishing failed while the broker was away; retry every export now rather than at the
 				// end of each one's backoff.
-				h.r.log.Info("broker reachable again")
-				if err := h.r.enqueueExports(ctx); err != nil {
+				h.log.Info("broker reachable again")
+				if err := h.enqueue.exports(ctx); err != nil {
 					return err
 				}
 			}
@@ -75,12 +80,12 @@ func (h *heartbeat) run(ctx context.Context) error {
 		// withdrawals wait for trust only a renewal interval.
 		sentinel, err := broker.EnsureSentinel(ctx, h.cache, h.client, h.id)
 		if err != nil {
-			h.r.log.V(1).Info("the broker's sentinel record cannot be created", "error", err.Error())
+			h.log.V(1).Info("the broker's sentinel record cannot be created", "error", err.Error())
 		}
-		if h.r.trust.Observe(leaseStood && sentinel, now) {
+		if h.trust.Observe(leaseStood && sentinel, now) {
 			// Whatever the untrusted view would have deleted was held back: look at everything again.
-			h.r.log.Info("broker view trusted")
-			if err := h.r.enqueueAll(ctx); err != nil {
+			h.log.Info("broker view trusted")
+			if err := h.enqueue.all(ctx); err != nil {
 				return err
 			}
 		}
@@ -88,11 +93,11 @@ func (h *heartbeat) run(ctx context.Context) error {
 		if err := h.cache.List(ctx, leases); err != nil {
 			return err
 		}
-		for _, id := range h.r.liveness.Observe(leases.Items, now) {
-			alive := h.r.liveness.Alive(id)
-			h.r.log.Info("member liveness changed", "member", id, "alive", alive)
+		for _, id := range h.liveness.Observe(leases.Items, now) {
+			alive := h.liveness.Alive(id)
+			h.log.Info("member liveness changed", "member", id, "alive", alive)
 			memberAlive.WithLabelValues(h.id, id).Set(gauge(alive))
-			if err := h.r.enqueueCluster(ctx, id); err != nil {
+			if err := h.enqueue.cluster(ctx, id); err != nil {
 				return err
 			}
 		}

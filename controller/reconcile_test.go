@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +24,9 @@ func TestOnlyRaces(t *testing.T) {
 	exists := apierrors.NewAlreadyExists(gr, "a")
 	conflict := apierrors.NewConflict(gr, "b", errors.New("the object has been modified"))
 	forbidden := apierrors.NewForbidden(gr, "c", errors.New("no"))
+	// As kube-apiserver's NamespaceLifecycle admission refuses a create in a namespace being deleted.
+	terminating := apierrors.NewForbidden(gr, "d", errors.New("unable to create new content in namespace x because it is being terminated"))
+	terminating.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause, Field: "metadata.namespace"}}
 	cases := []struct {
 		name string
 		err  error
@@ -32,6 +36,7 @@ func TestOnlyRaces(t *testing.T) {
 		{"Conflict, wrapped", at("https://member", fmt.Errorf("updating: %w", conflict)), true},
 		{"races joined in a wrapped join", at("h", fmt.Errorf("slices: %w", errors.Join(exists, nil, conflict))), true},
 		{"a real error among races", errors.Join(exists, at("h", fmt.Errorf("x: %w", errors.Join(conflict, forbidden)))), false},
+		{"a create in a namespace being deleted", at("h", fmt.Errorf("importing: %w", terminating)), true},
 		{"a real error", forbidden, false},
 		{"not an API error", errors.New("broken"), false},
 	}
@@ -74,18 +79,18 @@ func TestWithdrawsAndHold(t *testing.T) {
 		}
 	}
 
-	h := &withdrawalHold{d: 2 * time.Second, since: map[types.NamespacedName]time.Time{}}
+	h := newHold(2 * time.Second)
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, s := range []struct {
 		at   time.Duration
 		want time.Duration
 	}{{0, 2 * time.Second}, {time.Second, time.Second}, {3 * time.Second, 0}} {
-		if got := h.hold(key, t0.Add(s.at)); got != s.want {
+		if got := h.wait(key, t0.Add(s.at)); got != s.want {
 			t.Errorf("hold at %v = %v, want %v", s.at, got, s.want)
 		}
 	}
 	h.forget(key)
-	if got := h.hold(key, t0.Add(10*time.Second)); got != 2*time.Second {
+	if got := h.wait(key, t0.Add(10*time.Second)); got != 2*time.Second {
 		t.Errorf("hold after forget = %v, want the whole hold", got)
 	}
 }

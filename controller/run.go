@@ -7,13 +7,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/go-logr/logr"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
@@ -58,6 +58,9 @@ type Options struct {
 	// name the controller does not own is left alone and reported on the ServiceImport. Off, the controller
 	// deletes the cluster-local Services and slices it made.
 	ClusterLocalServices bool
+	// DNSAddress (host:port) is this member's DNS server, serving clusterset.local: an import is Ready only once
+	// the server answers it, so that Ready means the name resolves here. Empty, Ready does not wait for DNS.
+	DNSAddress string
 	// LeaderElection makes replicas elect one active controller through a Lease in LeaderElectionNamespace.
 	LeaderElection          bool
 	LeaderElectionNamespace string
@@ -100,6 +103,11 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	if opts.Workers < 0 {
 		return fmt.Errorf("controller: %d workers", opts.Workers)
+	}
+	if opts.DNSAddress != "" {
+		if _, _, err := net.SplitHostPort(opts.DNSAddress); err != nil {
+			return fmt.Errorf("controller: DNS address %q is not host:port: %w", opts.DNSAddress, err)
+		}
 	}
 	log := ctrl.Log.WithName("mcs-controller")
 	if opts.Logger != nil {
@@ -216,16 +224,22 @@ func runManager(ctx context.Context, opts Options, id string, localGV, brokerGV 
 		brokerHost:   opts.Broker.Host,
 		trust:        broker.NewTrust(opts.LeaseGrace),
 		// A renewal interval: the time in which a member notices that the broker lost its Lease.
-		withdrawals: &withdrawalHold{d: opts.LeaseGrace / 3, since: map[types.NamespacedName]time.Time{}},
+		withdrawals: newHold(opts.LeaseGrace / 3),
+		dnsWaits:    newHold(dnsHold),
 		races:       workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay),
 		liveness:    broker.NewLiveness(id, opts.LeaseGrace),
 		events:      mgr.GetEventRecorder(names.ManagedBy),
 		log:         log,
 	}
-	if err := r.setup(mgr, brokerCluster, opts.Workers); err != nil {
+	if opts.DNSAddress != "" {
+		r.dns = newDNSProbe(opts.DNSAddress)
+	}
+	enqueue := newTriggers(r.local, r.broker)
+	if err := r.setup(mgr, brokerCluster, enqueue, opts.Workers); err != nil {
 		return err
 	}
-	hb := &heartbeat{id: id, grace: opts.LeaseGrace, client: brokerDirect, cache: brokerCluster.GetCache(), r: r}
+	hb := &heartbeat{id: id, grace: opts.LeaseGrace, client: brokerDirect, cache: brokerCluster.GetCache(),
+		liveness: r.liveness, trust: r.trust, enqueue: enqueue, log: log}
 	if err := mgr.Add(manager.RunnableFunc(hb.run)); err != nil {
 		return err
 	}
@@ -236,7 +250,7 @@ func runManager(ctx context.Context, opts Options, id string, localGV, brokerGV 
 		return err
 	}
 	log.Info("starting", "leaseGrace", opts.LeaseGrace, "deniedExportNamespaces", opts.DeniedExportNamespaces, "brokerNamespace", names.BrokerNamespace(id),
-		"localAPI", localGV, "brokerAPI", brokerGV, "clusterLocalServices", opts.ClusterLocalServices)
+		"localAPI", localGV, "brokerAPI", brokerGV, "clusterLocalServices", opts.ClusterLocalServices, "dnsAddress", opts.DNSAddress)
 	return mgr.Start(ctx)
 }
 

@@ -40,6 +40,7 @@ type flags struct {
 	workers                      int
 	deniedExportNamespaces       []string
 	clusterLocalServices         bool
+	dnsAddress                   string
 	leaderElect                  bool
 	leaderElectionNamespace      string
 	healthAddr, metricsAddr      string
@@ -63,6 +64,8 @@ func parseFlags(args []string, out io.Writer) (flags, error) {
 	fs.IntVar(&f.workers, "workers", 16, "services reconciled concurrently")
 	fs.BoolVar(&f.clusterLocalServices, "cluster-local-services", false,
 		"also reflect every import into this cluster's cluster.local as the headless Service <svc>-clusterset, for a DNS that cannot serve clusterset.local; off deletes them")
+	fs.StringVar(&f.dnsAddress, "dns-address", "",
+		"host:port of this cluster's DNS server for clusterset.local; a ServiceImport is Ready only once it answers the import. Empty: Ready does not wait for DNS")
 	fs.BoolVar(&f.leaderElect, "leader-elect", false, "elect one active replica through a Lease in the member cluster")
 	fs.StringVar(&f.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease; default the pod's namespace")
 	fs.StringVar(&f.healthAddr, "health-probe-bind-address", ":8081", "address serving /healthz and /readyz; 0 disables")
@@ -156,6 +159,7 @@ func run(ctx context.Context, f flags) error {
 	return controller.Run(ctx, controller.Options{
 		Local: local, Broker: brokerCfg, ClusterID: f.clusterID, LeaseGrace: f.leaseGrace, Workers: f.workers,
 		DeniedExportNamespaces: f.deniedExportNamespaces, ClusterLocalServices: f.clusterLocalServices,
+		DNSAddress:     f.dnsAddress,
 		LeaderElection: f.leaderElect, LeaderElectionNamespace: f.leaderElectionNamespace,
 		HealthProbeBindAddress: f.healthAddr, MetricsBindAddress: f.metricsAddr,
 	})

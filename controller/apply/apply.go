@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 // Slices makes the EndpointSlices in existing (all the controller's slices of one service, in one namespace)
@@ -36,7 +37,8 @@ func Slices(ctx context.Context, c client.Client, existing, desired []discoveryv
 			upd := got.DeepCopy()
 			upd.Labels, upd.Annotations, upd.OwnerReferences = want.Labels, want.Annotations, want.OwnerReferences
 			upd.Endpoints, upd.Ports = want.Endpoints, want.Ports
-			errs = append(errs, Update(ctx, c, upd, want))
+			_, err := Update(ctx, c, upd, want)
+			errs = append(errs, err)
 		}
 	}
 	for _, got := range have {
@@ -45,17 +47,33 @@ func Slices(ctx context.Context, c client.Client, existing, desired []discoveryv
 	return errors.Join(errs...)
 }
 
-// Update writes upd, the changed copy of a cached object. When the object is gone though the cache still shows
-// it (a cache that lags, or an API server that lost its data and has not been relisted yet), it creates want
-// instead, so that what this controller publishes returns without waiting for the cache.
-func Update(ctx context.Context, c client.Client, upd, want client.Object) error {
+// Update writes upd, the changed copy of a cached object, and returns the object as stored. When the object is
+// gone though the cache still shows it (a cache that lags, or an API server that lost its data and has not been
+// relisted yet), it creates want instead, so that what this controller writes returns without waiting for the
+// cache.
+func Update[T client.Object](ctx context.Context, c client.Client, upd, want T) (T, error) {
 	err := c.Update(ctx, upd)
 	if !apierrors.IsNotFound(err) {
-		return err
+		return upd, err
 	}
-	want = want.DeepCopyObject().(client.Object)
-	want.SetResourceVersion("")
-	return c.Create(ctx, want)
+	created := want.DeepCopyObject().(T)
+	created.SetResourceVersion("")
+	return created, c.Create(ctx, created)
+}
+
+// ServiceImport makes the stored ServiceImport got (nil: none yet) carry want's labels, annotations and spec, and
+// returns it as stored. The status is left alone: it is a subresource, written on its own.
+func ServiceImport(ctx context.Context, c client.Client, got, want *mcsv1beta1.ServiceImport) (*mcsv1beta1.ServiceImport, error) {
+	if got == nil {
+		created := want.DeepCopy()
+		return created, c.Create(ctx, created)
+	}
+	if SameMeta(got, want) && equality.Semantic.DeepEqual(got.Spec, want.Spec) {
+		return got, nil
+	}
+	upd := got.DeepCopy()
+	upd.Labels, upd.Annotations, upd.Spec = want.Labels, want.Annotations, want.Spec
+	return Update(ctx, c, upd, want)
 }
 
 // SameSlice says whether a stored slice already has the desired content.

@@ -3,6 +3,7 @@ package apply
 import (
 	"context"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
 func slice(name string, addr discoveryv1.AddressType, ip string) discoveryv1.EndpointSlice {
@@ -35,6 +37,8 @@ func (w *writes) client(t *testing.T, objs ...client.Object) client.Client {
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
+	scheme.AddKnownTypes(mcsv1beta1.SchemeGroupVersion, &mcsv1beta1.ServiceImport{}, &mcsv1beta1.ServiceImportList{})
+	metav1.AddToGroupVersion(scheme, mcsv1beta1.SchemeGroupVersion)
 	record := func(verb string, obj client.Object) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -118,5 +122,53 @@ func TestUpdateRecreatesWhatTheCacheStillShows(t *testing.T) {
 	got := &discoveryv1.EndpointSlice{}
 	if err := c.Get(context.Background(), client.ObjectKeyFromObject(&want), got); err != nil || got.Endpoints[0].Addresses[0] != "10.0.0.2" {
 		t.Errorf("after an update of a lost slice: %v, %+v (writes %v)", err, got.Endpoints, w.calls)
+	}
+}
+
+func TestServiceImport(t *testing.T) {
+	ctx := context.Background()
+	want := func(ip string, annotation string) *mcsv1beta1.ServiceImport {
+		return &mcsv1beta1.ServiceImport{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", Labels: map[string]string{"l": "v"},
+				Annotations: map[string]string{"a": annotation}},
+			Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, IPs: []string{ip}},
+		}
+	}
+	w := &writes{}
+	c := w.client(t)
+	stored, err := ServiceImport(ctx, c, nil, want("10.0.0.1", "x"))
+	if err != nil || stored.ResourceVersion == "" {
+		t.Fatalf("create: %v, %+v", err, stored)
+	}
+	steps := []struct {
+		desc   string
+		want   *mcsv1beta1.ServiceImport
+		writes []string
+	}{
+		{"unchanged: no write", want("10.0.0.1", "x"), nil},
+		{"spec changed", want("10.0.0.2", "x"), []string{"PUT web"}},
+		{"annotation changed", want("10.0.0.2", "y"), []string{"PUT web"}},
+	}
+	for _, s := range steps {
+		w.calls = nil
+		stored.Status.Clusters = []mcsv1beta1.ClusterStatus{{Cluster: "kept"}}
+		if stored, err = ServiceImport(ctx, c, stored, s.want); err != nil {
+			t.Fatalf("%s: %v", s.desc, err)
+		}
+		if !slices.Equal(w.calls, s.writes) || stored.Spec.IPs[0] != s.want.Spec.IPs[0] || stored.Annotations["a"] != s.want.Annotations["a"] {
+			t.Errorf("%s: writes %v (want %v), stored %+v", s.desc, w.calls, s.writes, stored)
+		}
+		if len(stored.Status.Clusters) != 1 {
+			t.Errorf("%s: the status was replaced: %+v", s.desc, stored.Status)
+		}
+	}
+	// A ServiceImport the cache still shows but the server lost comes back from want.
+	if err := c.Delete(ctx, stored.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	w.calls = nil
+	back, err := ServiceImport(ctx, c, stored, want("10.0.0.3", "y"))
+	if err != nil || !slices.Equal(w.calls, []string{"PUT web", "POST web"}) || back.Spec.IPs[0] != "10.0.0.3" {
+		t.Errorf("after the ServiceImport was lost: %v, writes %v, %+v", err, w.calls, back)
 	}
 }

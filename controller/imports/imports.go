@@ -74,6 +74,9 @@ func Served(m merge.Result, served []corev1.IPFamily) merge.Result {
 	return m
 }
 
+// ReadyResolvesMessage is the message of a Ready condition the controller checked against this cluster's DNS.
+const ReadyResolvesMessage = "The service's IPs and endpoints are programmed in this cluster, and its DNS answers the service."
+
 // Ready is the ServiceImport Ready condition of si, the desired import narrowed to this cluster's families, once
 // its imported slices are programmed (stored and seen in the controller's cache; the controller writes no status
 // before): exported are the families the exports share before that narrowing. A Headless import is ready then,

@@ -61,6 +61,8 @@ type Member struct {
 	controller     *proc.Process
 	controllerArgs []string
 	coredns        *proc.Process
+	dnsPort        int
+	dnsService     bool // the kube-dns Service for the pods exists
 }
 
 // Start starts the clusterset, then every member's controller and CoreDNS, and returns once each CoreDNS reports
@@ -91,14 +93,20 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 	}
 	f := &Fleet{ClusterSet: cs, opts: opts, dir: dir}
 	for _, c := range cs.Members {
-		f.Members = append(f.Members, &Member{Cluster: c, fleet: f})
+		// The DNS port is known before the controller starts: the controller asks that server before it says an
+		// import is Ready.
+		port, err := clusterset.FreePort()
+		if err != nil {
+			return nil, errors.Join(err, f.Stop())
+		}
+		f.Members = append(f.Members, &Member{Cluster: c, fleet: f, DNS: fmt.Sprintf("127.0.0.1:%d", port), dnsPort: port})
 	}
 	errs := make([]error, len(f.Members))
 	var wg sync.WaitGroup
 	for i, m := range f.Members {
 		wg.Go(func() {
 			if errs[i] = m.StartController(); errs[i] == nil {
-				errs[i] = m.startCoreDNS(ctx)
+				errs[i] = m.StartCoreDNS(ctx)
 			}
 		})
 	}
@@ -125,11 +133,7 @@ func (f *Fleet) Stop() error {
 		var errs []error
 		for _, m := range f.Members {
 			m.StopController()
-			m.mu.Lock()
-			if m.coredns != nil {
-				m.coredns.Stop()
-			}
-			m.mu.Unlock()
+			m.StopCoreDNS()
 		}
 		errs = append(errs, f.ClusterSet.Stop(), os.RemoveAll(f.dir))
 		f.stopErr = errors.Join(errs...)
@@ -151,6 +155,7 @@ func (m *Member) StartController() error {
 		"--lease-grace=" + f.opts.LeaseGrace.String(),
 		"--health-probe-bind-address=0",
 		"--metrics-bind-address=0",
+		"--dns-address=" + m.DNS,
 	}, m.controllerArgs...)
 	p, err := proc.Start(f.opts.Log, m.Name+"/controller", filepath.Join(f.opts.BinDir, "controller"), args...)
 	if err != nil {
@@ -196,11 +201,16 @@ const corefile = `.:%d {
 }
 `
 
-func (m *Member) startCoreDNS(ctx context.Context) error {
-	dnsPort, err := clusterset.FreePort()
-	if err != nil {
-		return err
+// StartCoreDNS starts the member's CoreDNS, unless it is running, on the member's DNS address, and returns once it
+// reports ready.
+func (m *Member) StartCoreDNS(ctx context.Context) error {
+	m.mu.Lock()
+	running := m.coredns != nil
+	m.mu.Unlock()
+	if running {
+		return nil
 	}
+	dnsPort := m.dnsPort
 	readyPort, err := clusterset.FreePort()
 	if err != nil {
 		return err
@@ -221,15 +231,25 @@ func (m *Member) startCoreDNS(ctx context.Context) error {
 	m.mu.Lock()
 	m.coredns = p
 	m.mu.Unlock()
-	m.DNS = fmt.Sprintf("127.0.0.1:%d", dnsPort)
 	hc := &http.Client{Timeout: time.Second}
 	if err := p.WaitHTTP(ctx, hc, fmt.Sprintf("http://127.0.0.1:%d/ready", readyPort), 2*time.Minute); err != nil {
 		return err
 	}
-	if len(m.Nodes) == 0 {
+	if len(m.Nodes) == 0 || m.dnsService {
 		return nil
 	}
+	m.dnsService = true
 	return m.createDNSService(ctx, dnsPort)
+}
+
+// StopCoreDNS stops the member's CoreDNS, if it runs, as a crash would.
+func (m *Member) StopCoreDNS() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.coredns != nil {
+		m.coredns.Stop()
+		m.coredns = nil
+	}
 }
 
 // createDNSService publishes the member's CoreDNS to its pods as kube-system/kube-dns, as a cluster's DNS add-on

@@ -1,0 +1,260 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"vksfleet.dev/fleet/controller/apply"
+	"vksfleet.dev/fleet/controller/broker"
+	"vksfleet.dev/fleet/controller/imports"
+	"vksfleet.dev/fleet/controller/locality"
+	"vksfleet.dev/fleet/controller/merge"
+	"vksfleet.dev/fleet/controller/names"
+)
+
+// gather collects every cluster's export of the service and the endpoint slices of the live ones.
+func (r *reconciler) gather(ctx context.Context, key types.NamespacedName, own *merge.Export,
+	ownSlices []discoveryv1.EndpointSlice) ([]merge.Export, []imports.Source, error) {
+	var exports []merge.Export
+	var sources []imports.Source
+	if own != nil {
+		exports = append(exports, *own)
+		for _, s := range ownSlices {
+			sources = append(sources, imports.Source{Cluster: r.id, Slice: s})
+		}
+	}
+	sel := client.MatchingFields{serviceIndex: key.String()}
+	records := &mcsv1beta1.ServiceImportList{}
+	if err := r.broker.List(ctx, records, sel); err != nil {
+		return nil, nil, err
+	}
+	exporting := map[string]bool{}
+	for i := range records.Items {
+		e, err := broker.ParseRecord(&records.Items[i])
+		if err != nil {
+			r.log.Error(err, "ignoring a broken broker record")
+			continue
+		}
+		// A cluster only writes in its own namespace; a record elsewhere claiming its id is ignored.
+		if e.Cluster == r.id || records.Items[i].Namespace != names.BrokerNamespace(e.Cluster) {
+			continue
+		}
+		exports = append(exports, e)
+		exporting[e.Cluster] = true
+	}
+	slices := &discoveryv1.EndpointSliceList{}
+	if err := r.broker.List(ctx, slices, sel); err != nil {
+		return nil, nil, err
+	}
+	for _, s := range slices.Items {
+		c := broker.ClusterOf(&s)
+		if exporting[c] && s.Namespace == names.BrokerNamespace(c) && r.liveness.Alive(c) {
+			sources = append(sources, imports.Source{Cluster: c, Slice: s})
+		}
+	}
+	return exports, sources, nil
+}
+
+// importService writes the local import of the service: nothing when no cluster exports it or its namespace does
+// not exist here, else the ServiceImport, its derived Service and the imported slices. It returns when to look
+// again, if a hold is waiting.
+func (r *reconciler) importService(ctx context.Context, key types.NamespacedName, exports []merge.Export,
+	merged merge.Result, sources []imports.Source, top locality.Topology) (time.Duration, error) {
+	got, err := r.stored(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	ns, err := getOrNil(ctx, r.local, types.NamespacedName{Name: key.Namespace}, &corev1.Namespace{})
+	if err != nil {
+		return 0, err
+	}
+	nsGone := ns == nil || !ns.DeletionTimestamp.IsZero()
+	if !nsGone && withdraws(got.si, got.derived, got.slices, key, exports, sources) {
+		if wait := r.withdrawals.wait(key, time.Now()); wait > 0 || !r.trusted(ctx) {
+			// The broker may be losing its data, or have lost it and not have it back yet: what this would
+			// delete is kept while the view is untrusted (regaining trust reconciles every service again), and
+			// until the view has shown the withdrawal for the hold, long enough for a lost broker to be noticed.
+			r.log.V(1).Info("holding back a withdrawal", "service", key, "wait", wait)
+			return wait, nil
+		}
+	}
+	r.withdrawals.forget(key)
+	if len(exports) == 0 || nsGone {
+		return 0, r.unimport(ctx, key, got)
+	}
+
+	served, err := r.servedFamilies(ctx)
+	if err != nil {
+		return 0, err
+	}
+	exported := merged.Spec.IPFamilies
+	merged = imports.Served(merged, served)
+	si := got.si
+	if si == nil {
+		// The ServiceImport comes first: it owns the derived Service and the slices.
+		if si, err = apply.ServiceImport(ctx, r.local, nil, imports.ServiceImport(key, merged, nil)); err != nil {
+			return 0, fmt.Errorf("creating ServiceImport %s: %w", key, err)
+		}
+	}
+	derived, err := r.applyDerived(ctx, got.derived, imports.DerivedService(key, merged, imports.Owner(si, r.siAPI)))
+	if err != nil {
+		return 0, err
+	}
+	desiredSlices := imports.Slices(key, sources, imports.Owner(si, r.siAPI))
+	want := imports.ServiceImport(key, merged, derived)
+	r.locate(si, want, top, exports, desiredSlices)
+	if si, err = apply.ServiceImport(ctx, r.local, si, want); err != nil {
+		return 0, fmt.Errorf("updating ServiceImport %s: %w", key, err)
+	}
+	// The slices go before the status, so that Ready can say whether they are programmed: stored, and seen in the
+	// cache, where this reconcile read them.
+	programmed := allStored(got.slices, desiredSlices)
+	if err := apply.Slices(ctx, r.local, got.slices, desiredSlices); err != nil {
+		return 0, fmt.Errorf("importing the endpoints of %s: %w", key, err)
+	}
+	clusterLocalCond, err := r.reflect(ctx, si, want, desiredSlices, got.clusterLocal, got.clusterLocalSlices)
+	if err != nil {
+		return 0, fmt.Errorf("reflecting %s into cluster.local: %w", key, err)
+	}
+	if !programmed {
+		// The slices were just created: their events bring the service back once the cache has them, and the status
+		// is written then, once, instead of Pending now and Ready a moment later.
+		return 0, nil
+	}
+	ready, requeue := r.ready(ctx, si, want, exported, desiredSlices)
+	if ready == nil {
+		return requeue, nil
+	}
+	return requeue, r.importStatus(ctx, si, want, *ready, clusterLocalCond)
+}
+
+// storedImport is what the controller has stored of a service's import, or has in the way of it.
+type storedImport struct {
+	si      *mcsv1beta1.ServiceImport
+	derived *corev1.Service
+	slices  []discoveryv1.EndpointSlice
+	// clusterLocal is the Service with the name of the import's cluster-local Service, whoever owns it.
+	clusterLocal       *corev1.Service
+	clusterLocalSlices []discoveryv1.EndpointSlice
+}
+
+// stored reads the service's import from the cache.
+func (r *reconciler) stored(ctx context.Context, key types.NamespacedName) (storedImport, error) {
+	var got storedImport
+	var err error
+	if got.si, err = getOrNil(ctx, r.local, key, &mcsv1beta1.ServiceImport{}); err != nil {
+		return got, err
+	}
+	derivedKey := types.NamespacedName{Namespace: key.Namespace, Name: names.DerivedServiceName(key.Namespace, key.Name)}
+	if got.derived, err = getOrNil(ctx, r.local, derivedKey, &corev1.Service{}); err != nil {
+		return got, err
+	}
+	sliceList := &discoveryv1.EndpointSliceList{}
+	if err := r.local.List(ctx, sliceList, client.InNamespace(key.Namespace),
+		client.MatchingFields{localSliceIndex: importedSlice + key.Name}); err != nil {
+		return got, err
+	}
+	got.slices = sliceList.Items
+	got.clusterLocal, got.clusterLocalSlices, err = r.clusterLocalObjects(ctx, key)
+	return got, err
+}
+
+// unimport deletes the service's import, all of it.
+func (r *reconciler) unimport(ctx context.Context, key types.NamespacedName, got storedImport) error {
+	var errs []error
+	if got.si != nil {
+		errs = append(errs, apply.Delete(ctx, r.local, got.si))
+	}
+	if got.derived != nil && isOurs(got.derived) {
+		errs = append(errs, apply.Delete(ctx, r.local, got.derived))
+	}
+	if got.clusterLocal != nil && reflects(got.clusterLocal, key.Name) {
+		errs = append(errs, apply.Delete(ctx, r.local, got.clusterLocal))
+	}
+	errs = append(errs, apply.Slices(ctx, r.local, got.slices, nil), apply.Slices(ctx, r.local, got.clusterLocalSlices, nil))
+	forgetLocality(r.id, key)
+	r.dnsWaits.forget(key)
+	return errors.Join(errs...)
+}
+
+// trusted says whether the broker's view may be acted on with deletions: trusted by the heartbeat, and still
+// holding this member's sentinel record, which a broker losing its records loses too.
+func (r *reconciler) trusted(ctx context.Context) bool {
+	if !r.trust.Trusted() {
+		return false
+	}
+	err := r.broker.Get(ctx, client.ObjectKeyFromObject(broker.Sentinel(r.id)), &mcsv1beta1.ServiceImport{})
+	return err == nil
+}
+
+// withdraws says whether importing the exports would delete any of the import: all of it, or a slice.
+func withdraws(si *mcsv1beta1.ServiceImport, derived *corev1.Service, stored []discoveryv1.EndpointSlice,
+	key types.NamespacedName, exports []merge.Export, sources []imports.Source) bool {
+	if len(exports) == 0 {
+		return si != nil || derived != nil || len(stored) > 0
+	}
+	for _, s := range stored {
+		if !slices.ContainsFunc(sources, func(src imports.Source) bool {
+			return names.ImportedSliceName(key.Name, src.Cluster, src.Slice.Name) == s.Name
+		}) {
+			return true
+		}
+	}
+	return false
+}
+
+// allStored says whether every desired slice is among the stored ones, whatever their content: an import is
+// programmed once its slices exist, and later endpoint changes do not make it unready.
+func allStored(stored, desired []discoveryv1.EndpointSlice) bool {
+	for _, d := range desired {
+		if !slices.ContainsFunc(stored, func(s discoveryv1.EndpointSlice) bool { return s.Name == d.Name }) {
+			return false
+		}
+	}
+	return true
+}
+
+// servedFamilies are the IP families this member allocates ClusterIPs from: those of its ServiceCIDRs
+// (networking.k8s.io/v1, which kube-apiserver creates from --service-cluster-ip-range as "kubernetes"). It is nil,
+// unknown, on a server without that API; the kubernetes Service would be no substitute, since it has only the
+// primary family of a dual-stack cluster.
+func (r *reconciler) servedFamilies(ctx context.Context) ([]corev1.IPFamily, error) {
+	cidrs := &networkingv1.ServiceCIDRList{}
+	if err := r.local.List(ctx, cidrs); err != nil {
+		if meta.IsNoMatchError(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("listing ServiceCIDRs for the served IP families: %w", err)
+	}
+	families := []corev1.IPFamily{}
+	for _, sc := range cidrs.Items {
+		if !sc.DeletionTimestamp.IsZero() {
+			continue
+		}
+		for _, c := range sc.Spec.CIDRs {
+			f := corev1.IPv4Protocol
+			if strings.Contains(c, ":") {
+				f = corev1.IPv6Protocol
+			}
+			if !slices.Contains(families, f) {
+				families = append(families, f)
+			}
+		}
+	}
+	if len(families) == 0 {
+		return nil, nil // kube-apiserver keeps its default ServiceCIDR: none is a view not to trust
+	}
+	return families, nil
+}

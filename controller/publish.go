@@ -1,0 +1,82 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"vksfleet.dev/fleet/controller/apply"
+	"vksfleet.dev/fleet/controller/broker"
+	"vksfleet.dev/fleet/controller/export"
+	"vksfleet.dev/fleet/controller/locality"
+	"vksfleet.dev/fleet/controller/merge"
+	"vksfleet.dev/fleet/controller/names"
+)
+
+// export returns what this cluster exports of the service, if anything: its broker record, the endpoint slices
+// to publish, and the ServiceExport's Valid condition.
+func (r *reconciler) export(ctx context.Context, key types.NamespacedName, se *mcsv1beta1.ServiceExport,
+	top locality.Topology) (*merge.Export, []discoveryv1.EndpointSlice, metav1.Condition, error) {
+	if se == nil || !se.DeletionTimestamp.IsZero() {
+		return nil, nil, metav1.Condition{}, nil
+	}
+	svc, err := getOrNil(ctx, r.local, key, &corev1.Service{})
+	if err != nil {
+		return nil, nil, metav1.Condition{}, err
+	}
+	valid, ok := export.Valid(se, svc, r.denied)
+	if !ok {
+		return nil, nil, valid, nil
+	}
+	own := export.Record(r.id, se, svc)
+	own.Region = top.Region
+	local := &discoveryv1.EndpointSliceList{}
+	if err := r.local.List(ctx, local, client.InNamespace(key.Namespace),
+		client.MatchingFields{localSliceIndex: sourceSlice + key.Name}); err != nil {
+		return nil, nil, valid, err
+	}
+	return &own, export.Slices(key.Namespace, key.Name, local.Items), valid, nil
+}
+
+// publish makes this cluster's broker record and slices for the service match its export (none when own is nil).
+func (r *reconciler) publish(ctx context.Context, key types.NamespacedName, own *merge.Export, ownSlices []discoveryv1.EndpointSlice) error {
+	ns := names.BrokerNamespace(r.id)
+	recordKey := types.NamespacedName{Namespace: ns, Name: names.RecordName(key.Namespace, key.Name)}
+	existing, err := getOrNil(ctx, r.broker, recordKey, &mcsv1beta1.ServiceImport{})
+	if err != nil {
+		return err
+	}
+	sliceList := &discoveryv1.EndpointSliceList{}
+	if err := r.broker.List(ctx, sliceList, client.InNamespace(ns), client.MatchingFields{serviceIndex: key.String()}); err != nil {
+		return err
+	}
+	var desired []discoveryv1.EndpointSlice
+	if own == nil {
+		if existing != nil {
+			if err := apply.Delete(ctx, r.broker, existing); err != nil {
+				return fmt.Errorf("withdrawing %s from the broker: %w", key, err)
+			}
+		}
+	} else {
+		want, err := broker.Record(key, *own)
+		if err != nil {
+			return err
+		}
+		if _, err := apply.ServiceImport(ctx, r.broker, existing, want); err != nil {
+			return fmt.Errorf("publishing %s to the broker: %w", key, err)
+		}
+		for i := range ownSlices {
+			desired = append(desired, *broker.Slice(r.id, key, &ownSlices[i]))
+		}
+	}
+	if err := apply.Slices(ctx, r.broker, sliceList.Items, desired); err != nil {
+		return fmt.Errorf("publishing the endpoints of %s to the broker: %w", key, err)
+	}
+	return nil
+}
