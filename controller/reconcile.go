@@ -36,9 +36,9 @@ import (
 	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/controller/export"
 	"vksfleet.dev/fleet/controller/imports"
-	"vksfleet.dev/fleet/controller/locality"
 	"vksfleet.dev/fleet/controller/merge"
-	"vksfleet.dev/fleet/controller/names"
+	"vksfleet.dev/fleet/mcs/locality"
+	"vksfleet.dev/fleet/mcs/names"
 )
 
 // maxRetryDelay caps the backoff of a failing service.
