@@ -15,7 +15,7 @@ import (
 
 	"vksfleet.dev/fleet/controller/apply"
 	"vksfleet.dev/fleet/controller/imports"
-	"vksfleet.dev/fleet/controller/names"
+	"vksfleet.dev/fleet/mcs/names"
 )
 
 // clusterLocalObjects reads the Service that has the name of the import's cluster-local Service, whoever owns

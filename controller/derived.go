@@ -9,7 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"vksfleet.dev/fleet/controller/apply"
-	"vksfleet.dev/fleet/controller/names"
+	"vksfleet.dev/fleet/mcs/names"
 )
 
 // applyDerived makes the derived Service match want (nil: none) and returns it as stored.

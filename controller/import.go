@@ -19,9 +19,9 @@ import (
 	"vksfleet.dev/fleet/controller/apply"
 	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/controller/imports"
-	"vksfleet.dev/fleet/controller/locality"
 	"vksfleet.dev/fleet/controller/merge"
-	"vksfleet.dev/fleet/controller/names"
+	"vksfleet.dev/fleet/mcs/locality"
+	"vksfleet.dev/fleet/mcs/names"
 )
 
 // gather collects every cluster's export of the service and the endpoint slices of the live ones.

@@ -9,7 +9,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"vksfleet.dev/fleet/controller/locality"
+	"vksfleet.dev/fleet/mcs/locality"
 )
 
 // Metrics beyond controller-runtime's own (reconciles, workqueues, client requests), served on the metrics

@@ -14,9 +14,9 @@ import (
 	"vksfleet.dev/fleet/controller/apply"
 	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/controller/export"
-	"vksfleet.dev/fleet/controller/locality"
 	"vksfleet.dev/fleet/controller/merge"
-	"vksfleet.dev/fleet/controller/names"
+	"vksfleet.dev/fleet/mcs/locality"
+	"vksfleet.dev/fleet/mcs/names"
 )
 
 // export returns what this cluster exports of the service, if anything: its broker record, the endpoint slices

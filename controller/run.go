@@ -14,6 +14,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
@@ -29,10 +31,10 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/controller/broker"
-	"vksfleet.dev/fleet/controller/clusterid"
 	"vksfleet.dev/fleet/controller/export"
-	"vksfleet.dev/fleet/controller/mcsversion"
-	"vksfleet.dev/fleet/controller/names"
+	"vksfleet.dev/fleet/mcs/clusterid"
+	"vksfleet.dev/fleet/mcs/mcsversion"
+	"vksfleet.dev/fleet/mcs/names"
 )
 
 // Options configure one controller. Local and Broker are required; the rest have defaults.
@@ -113,33 +115,27 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if opts.Logger != nil {
 		log = *opts.Logger
 	}
-	localGV, err := mcsversion.Detect(opts.Local)
+	localGV, scheme, err := detect(opts.Local)
 	if err != nil {
 		return fmt.Errorf("controller: local cluster: %w", err)
 	}
-	scheme, err := mcsversion.NewScheme(localGV)
-	if err != nil {
-		return err
-	}
-	brokerGV, err := mcsversion.Detect(opts.Broker)
+	brokerGV, brokerScheme, err := detect(opts.Broker)
 	if err != nil {
 		return fmt.Errorf("controller: broker: %w", err)
-	}
-	brokerScheme, err := mcsversion.NewScheme(brokerGV)
-	if err != nil {
-		return err
-	}
-	direct, err := client.New(opts.Local, client.Options{Scheme: scheme})
-	if err != nil {
-		return fmt.Errorf("controller: local cluster: %w", err)
 	}
 	id, clusterSet := opts.ClusterID, ""
 	if id != "" {
 		if err := clusterid.Validate(id); err != nil {
 			return fmt.Errorf("controller: --cluster-id: %w", err)
 		}
-	} else if id, clusterSet, err = clusterid.Resolve(ctx, direct); err != nil {
-		return fmt.Errorf("controller: %w", err)
+	} else {
+		dyn, err := dynamic.NewForConfig(opts.Local)
+		if err != nil {
+			return fmt.Errorf("controller: local cluster: %w", err)
+		}
+		if id, clusterSet, err = clusterid.Resolve(ctx, dyn); err != nil {
+			return fmt.Errorf("controller: %w", err)
+		}
 	}
 	log = log.WithValues("cluster", id, "clusterSet", clusterSet)
 	opts.Local, opts.Broker = countWrites(opts.Local, id, "local"), countWrites(opts.Broker, id, "broker")
@@ -167,6 +163,20 @@ func Run(ctx context.Context, opts Options) (err error) {
 			return err
 		}
 	}
+}
+
+// detect returns the mcs-api version the server at cfg serves and a scheme of the Go types in that version.
+func detect(cfg *rest.Config) (schema.GroupVersion, *runtime.Scheme, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return schema.GroupVersion{}, nil, err
+	}
+	gv, err := mcsversion.Detect(dc)
+	if err != nil {
+		return schema.GroupVersion{}, nil, err
+	}
+	scheme, err := mcsversion.NewScheme(gv)
+	return gv, scheme, err
 }
 
 // errBrokerReset ends a run of the manager when the broker lost this member's Lease.

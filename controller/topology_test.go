@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"vksfleet.dev/fleet/controller/locality"
+	"vksfleet.dev/fleet/mcs/locality"
 )
 
 func TestTierChanges(t *testing.T) {

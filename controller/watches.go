@@ -21,7 +21,7 @@ import (
 
 	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
 	"vksfleet.dev/fleet/controller/broker"
-	"vksfleet.dev/fleet/controller/names"
+	"vksfleet.dev/fleet/mcs/names"
 )
 
 // setup registers the controller and its watches: local ServiceExports, Services, EndpointSlices, ServiceImports

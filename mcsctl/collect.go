@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
@@ -28,8 +28,9 @@ import (
 
 	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
 	"vksfleet.dev/fleet/controller/broker"
-	"vksfleet.dev/fleet/controller/mcsversion"
-	"vksfleet.dev/fleet/controller/names"
+	"vksfleet.dev/fleet/mcs/clusterid"
+	"vksfleet.dev/fleet/mcs/mcsversion"
+	"vksfleet.dev/fleet/mcs/names"
 )
 
 // Where the deploy manifests (build/deploy) put the controller and CoreDNS; the manifests are YAML, so these
@@ -103,16 +104,6 @@ func servedAPIs(cfg *rest.Config, clusterProperty bool) (schema.GroupVersion, []
 	if err != nil {
 		return schema.GroupVersion{}, nil, err
 	}
-	has := func(gv schema.GroupVersion, resource string) (bool, error) {
-		list, err := dc.ServerResourcesForGroupVersion(gv.String())
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		return slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == resource }), nil
-	}
 	var gv schema.GroupVersion
 	var missing []string
 	want := []schema.GroupVersionResource{
@@ -129,9 +120,9 @@ func servedAPIs(cfg *rest.Config, clusterProperty bool) (schema.GroupVersion, []
 		}
 		found := false
 		for _, v := range versions {
-			ok, err := has(v, r.Resource)
+			ok, err := mcsversion.Serves(dc, v.WithResource(r.Resource))
 			if err != nil {
-				return gv, nil, fmt.Errorf("discovering %s: %w", v, err)
+				return gv, nil, err
 			}
 			if ok {
 				found = true
@@ -188,12 +179,12 @@ func fillMember(ctx context.Context, m *Member, src source) error {
 	if err != nil {
 		return err
 	}
-	for name, value := range map[string]*string{aboutv1alpha1.ClusterIDName: &m.ClusterID, aboutv1alpha1.ClusterSetName: &m.ClusterSet} {
-		cp := &aboutv1alpha1.ClusterProperty{}
-		if err := c.Get(ctx, client.ObjectKey{Name: name}, cp); ignoreAbsent(err) != nil {
-			return err
-		}
-		*value = cp.Spec.Value
+	dyn, err := dynamic.NewForConfig(src.config)
+	if err != nil {
+		return err
+	}
+	if m.ClusterID, m.ClusterSet, err = clusterid.Read(ctx, dyn); err != nil {
+		return err
 	}
 	nsList := &corev1.NamespaceList{}
 	if err := c.List(ctx, nsList); err != nil {

@@ -13,11 +13,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"vksfleet.dev/fleet/controller/mcsversion"
+	"vksfleet.dev/fleet/mcs/mcsversion"
 )
 
 // ErrChecksFailed is returned by diagnose when a check failed; the table already said which, so the caller only
@@ -222,7 +223,11 @@ func (o *options) exportTarget(name string) (client.Client, types.NamespacedName
 	if err != nil {
 		return nil, types.NamespacedName{}, err
 	}
-	gv, err := mcsversion.Detect(cfg)
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, types.NamespacedName{}, err
+	}
+	gv, err := mcsversion.Detect(dc)
 	if err != nil {
 		return nil, types.NamespacedName{}, err
 	}

@@ -16,7 +16,7 @@ import (
 	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/controller/imports"
 	"vksfleet.dev/fleet/controller/merge"
-	"vksfleet.dev/fleet/controller/names"
+	"vksfleet.dev/fleet/mcs/names"
 )
 
 var (

@@ -13,7 +13,7 @@ import (
 	"vksfleet.dev/fleet/controller"
 	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/controller/merge"
-	"vksfleet.dev/fleet/controller/names"
+	"vksfleet.dev/fleet/mcs/names"
 )
 
 // leaseState is a member's broker Lease judged on the broker's clock, as the controllers judge it.

@@ -24,9 +24,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"vksfleet.dev/fleet/controller"
-	"vksfleet.dev/fleet/controller/clusterid"
 	"vksfleet.dev/fleet/controller/export"
-	"vksfleet.dev/fleet/controller/names"
+	"vksfleet.dev/fleet/mcs/clusterid"
+	"vksfleet.dev/fleet/mcs/names"
 )
 
 // flags are the command line, parsed and checked.

@@ -12,7 +12,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/controller/merge"
-	"vksfleet.dev/fleet/controller/names"
+	"vksfleet.dev/fleet/mcs/names"
 )
 
 func TestRecordRoundTrip(t *testing.T) {

@@ -11,48 +11,15 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	fakediscovery "k8s.io/client-go/discovery/fake"
-	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"vksfleet.dev/fleet/controller/names"
+	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/plugin/mcstest"
 	"vksfleet.dev/fleet/plugin/zone"
 )
-
-func TestDetectServiceImport(t *testing.T) {
-	resources := func(gv string, names ...string) *metav1.APIResourceList {
-		l := &metav1.APIResourceList{GroupVersion: gv}
-		for _, n := range names {
-			l.APIResources = append(l.APIResources, metav1.APIResource{Name: n})
-		}
-		return l
-	}
-	tests := []struct {
-		name    string
-		served  []*metav1.APIResourceList
-		want    string
-		wantErr bool
-	}{
-		{"both", []*metav1.APIResourceList{resources("multicluster.x-k8s.io/v1alpha1", "serviceimports"),
-			resources("multicluster.x-k8s.io/v1beta1", "serviceexports", "serviceimports")}, "v1beta1", false},
-		{"v1alpha1 only", []*metav1.APIResourceList{resources("multicluster.x-k8s.io/v1alpha1", "serviceexports", "serviceimports")},
-			"v1alpha1", false},
-		{"v1beta1 without imports", []*metav1.APIResourceList{resources("multicluster.x-k8s.io/v1beta1", "serviceexports"),
-			resources("multicluster.x-k8s.io/v1alpha1", "serviceimports")}, "v1alpha1", false},
-		{"none", nil, "", true},
-	}
-	for _, tt := range tests {
-		d := &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{Resources: tt.served}}
-		gvr, err := detectServiceImport(d)
-		if (err != nil) != tt.wantErr || gvr.Version != tt.want {
-			t.Errorf("%s: got %v, %v; want version %q", tt.name, gvr, err, tt.want)
-		}
-	}
-}
 
 func TestSlimServiceImportFromEitherVersion(t *testing.T) {
 	full := mcstest.Import("ns", "web", mcsv1beta1.ClusterSetIP, []string{"10.0.0.1", "bogus"}, mcstest.Port("http", corev1.ProtocolTCP, 80))

@@ -16,8 +16,8 @@ import (
 	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"vksfleet.dev/fleet/controller/locality"
-	"vksfleet.dev/fleet/controller/names"
+	"vksfleet.dev/fleet/mcs/locality"
+	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/plugin/zone"
 )
 

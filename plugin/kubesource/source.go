@@ -11,14 +11,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -26,7 +22,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
-	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
+	"vksfleet.dev/fleet/mcs/mcsversion"
 	"vksfleet.dev/fleet/plugin/zone"
 )
 
@@ -76,8 +72,6 @@ type Source struct {
 
 type serviceKey struct{ namespace, name string }
 
-const mcsGroup = "multicluster.x-k8s.io"
-
 // New returns a Source for the cluster that opts.Config reaches. Nothing runs until Start.
 func New(opts Options) (*Source, error) {
 	if opts.Config == nil || opts.Index == nil {
@@ -111,11 +105,11 @@ func (s *Source) Start() {
 	s.finished = make(chan struct{})
 	go func() {
 		defer close(s.finished)
-		gvr, ok := s.serviceImportVersion(ctx)
+		gv, ok := s.serviceImportVersion(ctx)
 		if !ok {
 			return
 		}
-		if err := s.startInformers(ctx, gvr); err != nil {
+		if err := s.startInformers(ctx, gv); err != nil {
 			s.opts.Observer.SyncError("informers", err)
 			return
 		}
@@ -136,43 +130,25 @@ func (s *Source) Stop() {
 func (s *Source) HasSynced() bool { return s.synced.Load() }
 
 // serviceImportVersion asks discovery which ServiceImport version the server serves, preferring v1beta1, and
-// retries with backoff while the server cannot tell.
-func (s *Source) serviceImportVersion(ctx context.Context) (schema.GroupVersionResource, bool) {
+// retries with backoff while the server cannot tell or serves none.
+func (s *Source) serviceImportVersion(ctx context.Context) (schema.GroupVersion, bool) {
 	delay := 250 * time.Millisecond
 	for {
-		gvr, err := detectServiceImport(s.kube.Discovery())
+		gv, err := mcsversion.Detect(s.kube.Discovery())
 		if err == nil {
-			return gvr, true
+			return gv, true
 		}
 		s.opts.Observer.SyncError("discovery", err)
 		select {
 		case <-ctx.Done():
-			return gvr, false
+			return gv, false
 		case <-time.After(delay):
 		}
 		delay = min(2*delay, 10*time.Second)
 	}
 }
 
-func detectServiceImport(d discovery.DiscoveryInterface) (schema.GroupVersionResource, error) {
-	var errs []error
-	for _, version := range []string{"v1beta1", "v1alpha1"} {
-		gv := schema.GroupVersion{Group: mcsGroup, Version: version}
-		list, err := d.ServerResourcesForGroupVersion(gv.String())
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		for _, r := range list.APIResources {
-			if r.Name == "serviceimports" {
-				return gv.WithResource("serviceimports"), nil
-			}
-		}
-	}
-	return schema.GroupVersionResource{}, fmt.Errorf("no ServiceImport resource served: %w", errors.Join(errs...))
-}
-
-func (s *Source) startInformers(ctx context.Context, gvr schema.GroupVersionResource) error {
+func (s *Source) startInformers(ctx context.Context, gv schema.GroupVersion) error {
 	// Informers without indexers: the default namespace index would hold a set entry per object, and the slices
 	// are found by service through s.slicesOf instead.
 	imports := &cache.ListWatch{
@@ -184,7 +160,7 @@ func (s *Source) startInformers(ctx context.Context, gvr schema.GroupVersionReso
 		},
 	}
 	var example runtime.Object = &mcsv1beta1.ServiceImport{}
-	if gvr.Version == "v1alpha1" {
+	if gv == mcsv1alpha1.SchemeGroupVersion {
 		imports.ListWithContextFunc = func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return s.mcs.MulticlusterV1alpha1().ServiceImports("").List(ctx, o)
 		}
@@ -433,25 +409,6 @@ func (s *Source) service(k serviceKey) *zone.Service {
 	filed := slices.Clone(s.slicesOf[k])
 	s.mu.Unlock()
 	return toService(si, filed)
-}
-
-// ClusterID reads this cluster's id from the cluster.clusterset.k8s.io ClusterProperty; "" when it does not
-// exist (or its CRD is not installed).
-func ClusterID(ctx context.Context, cfg *rest.Config) (string, error) {
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return "", err
-	}
-	gvr := aboutv1alpha1.GroupVersion.WithResource("clusterproperties")
-	obj, err := dyn.Resource(gvr).Get(ctx, aboutv1alpha1.ClusterIDName, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("reading ClusterProperty %s: %w", aboutv1alpha1.ClusterIDName, err)
-	}
-	v, _, err := unstructured.NestedString(obj.Object, "spec", "value")
-	return v, err
 }
 
 type nopObserver struct{}

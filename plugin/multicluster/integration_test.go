@@ -16,10 +16,11 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"vksfleet.dev/fleet/plugin/kubesource"
+	"vksfleet.dev/fleet/mcs/clusterid"
 	"vksfleet.dev/fleet/plugin/mcstest"
 	"vksfleet.dev/fleet/test/clusterset"
 )
@@ -287,9 +288,13 @@ func TestIntegrationNoEndpoints(t *testing.T) {
 
 func TestIntegrationClusterID(t *testing.T) {
 	c := member(t)
-	id, err := kubesource.ClusterID(context.Background(), c.Config)
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _, err := clusterid.Read(context.Background(), dyn)
 	if err != nil || id != "east.prod" {
-		t.Errorf("ClusterID = %q, %v; want east.prod", id, err)
+		t.Errorf("cluster id = %q, %v; want east.prod", id, err)
 	}
 }
 

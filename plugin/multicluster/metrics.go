@@ -7,8 +7,10 @@ import (
 	"github.com/coredns/coredns/plugin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-	"vksfleet.dev/fleet/plugin/kubesource"
+
+	"vksfleet.dev/fleet/mcs/clusterid"
 )
 
 // The metrics are registered in the default registry, which the prometheus plugin serves, like the metrics of
@@ -78,8 +80,12 @@ func reportClusterID(rc *rest.Config, id string) {
 	if id == "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		var err error
-		if id, err = kubesource.ClusterID(ctx, rc); err != nil {
+		dyn, err := dynamic.NewForConfig(rc)
+		if err != nil {
+			log.Warningf("cluster id: %v", err)
+			return
+		}
+		if id, _, err = clusterid.Read(ctx, dyn); err != nil {
 			log.Warningf("cluster id: %v", err)
 			return
 		}

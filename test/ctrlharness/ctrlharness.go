@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"vksfleet.dev/fleet/controller"
-	"vksfleet.dev/fleet/controller/names"
+	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/clusterset"
 )
 

@@ -1,6 +1,7 @@
 // Package names derives every object name and label the controller writes, on the broker and in members, from
-// cluster ids and service keys. Cluster ids may hold dots and run to 127 characters, so they cannot be used as
-// namespace names or label values as they are; the functions here keep the results valid, unique and stable.
+// cluster ids and service keys; the CoreDNS plugin and kubectl-mcs read them through the same names. Cluster ids
+// may hold dots and run to 127 characters, so they cannot be used as namespace names or label values as they are;
+// the functions here keep the results valid, unique and stable.
 package names
 
 import (
@@ -10,7 +11,7 @@ import (
 	"strings"
 )
 
-// Labels and annotations the controller reads and writes.
+// Labels and annotations the controller writes and reads; the CoreDNS plugin reads some of them.
 const (
 	// ManagedBy is the endpointslice.kubernetes.io/managed-by value on imported slices and the
 	// app.kubernetes.io/managed-by value on everything else the controller creates.

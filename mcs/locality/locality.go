@@ -1,7 +1,7 @@
 // Package locality decides which endpoints of an imported service each part of the importing member uses: the
 // zone hints that kube-proxy obeys for a ClusterSetIP, and the clusters whose endpoints the member's DNS answers
 // for a headless name. It is pure: the controller gives it the member's topology and the endpoints with their
-// origin, and writes what it returns.
+// origin, and writes what it returns in an Annotation, which the CoreDNS plugin decodes.
 //
 // The model is availability first, then locality. With trafficDistribution PreferSameZone (or its alias
 // PreferClose) each zone of the member uses the first tier that has a ready endpoint:
