@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -31,51 +30,10 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/controller/broker"
-	"vksfleet.dev/fleet/controller/export"
 	"vksfleet.dev/fleet/mcs/clusterid"
 	"vksfleet.dev/fleet/mcs/mcsversion"
 	"vksfleet.dev/fleet/mcs/names"
 )
-
-// Options configure one controller. Local and Broker are required; the rest have defaults.
-type Options struct {
-	// Local reaches the member cluster the controller runs for.
-	Local *rest.Config
-	// Broker reaches the broker API server.
-	Broker *rest.Config
-	// ClusterID overrides the cluster.clusterset.k8s.io ClusterProperty.
-	ClusterID string
-	// LeaseGrace is how long a member's broker Lease may go unrenewed before its endpoints are withdrawn;
-	// default 30 s.
-	LeaseGrace time.Duration
-	// Workers is how many services are reconciled at once; default 16.
-	Workers int
-	// DeniedExportNamespaces are the namespaces whose ServiceExports are refused (Valid=False,
-	// NamespaceNotAllowed), whether or not the deploy manifests' admission policy is installed; nil means
-	// export.DefaultDeniedNamespaces, and an empty non-nil list refuses none.
-	DeniedExportNamespaces []string
-	// ClusterLocalServices reflects every import into the member's own cluster.local, for members whose DNS
-	// cannot serve clusterset.local: a selector-less headless Service named names.ClusterLocalServiceName
-	// ("<svc>-clusterset") whose EndpointSlices stock DNS answers (see imports.ClusterLocal). A Service of that
-	// name the controller does not own is left alone and reported on the ServiceImport. Off, the controller
-	// deletes the cluster-local Services and slices it made.
-	ClusterLocalServices bool
-	// DNSAddress (host:port) is this member's DNS server, serving clusterset.local: an import is Ready only once
-	// the server answers it, so that Ready means the name resolves here. Empty, Ready does not wait for DNS.
-	DNSAddress string
-	// LeaderElection makes replicas elect one active controller through a Lease in LeaderElectionNamespace.
-	LeaderElection          bool
-	LeaderElectionNamespace string
-	// HealthProbeBindAddress serves /healthz and /readyz; empty or "0" disables it.
-	HealthProbeBindAddress string
-	// MetricsBindAddress serves Prometheus metrics; empty or "0" disables it.
-	MetricsBindAddress string
-	// Logger logs; default the controller-runtime logger.
-	Logger *logr.Logger
-}
-
-// DefaultLeaseGrace is the default Options.LeaseGrace.
-const DefaultLeaseGrace = 30 * time.Second
 
 // leaderElectionID names the local Lease that controller replicas elect a leader with.
 const leaderElectionID = "mcs-controller.vksfleet.dev"
@@ -91,58 +49,25 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if opts.Local == nil || opts.Broker == nil {
 		return errors.New("controller: both a local and a broker client configuration are required")
 	}
-	if opts.LeaseGrace == 0 {
-		opts.LeaseGrace = DefaultLeaseGrace
+	opts = opts.withDefaults()
+	if err := opts.Validate(); err != nil {
+		return fmt.Errorf("controller: %w", err)
 	}
-	if opts.LeaseGrace < time.Second {
-		return fmt.Errorf("controller: lease grace %v is shorter than 1s", opts.LeaseGrace)
-	}
-	if opts.Workers == 0 {
-		opts.Workers = 16
-	}
-	if opts.DeniedExportNamespaces == nil {
-		opts.DeniedExportNamespaces = export.DefaultDeniedNamespaces
-	}
-	if opts.Workers < 0 {
-		return fmt.Errorf("controller: %d workers", opts.Workers)
-	}
-	if opts.DNSAddress != "" {
-		if _, _, err := net.SplitHostPort(opts.DNSAddress); err != nil {
-			return fmt.Errorf("controller: DNS address %q is not host:port: %w", opts.DNSAddress, err)
-		}
-	}
-	log := ctrl.Log.WithName("mcs-controller")
-	if opts.Logger != nil {
-		log = *opts.Logger
-	}
-	localGV, scheme, err := detect(opts.Local)
+	log := *opts.Logger
+	a, err := detectAPIs(opts.Local, opts.Broker)
 	if err != nil {
-		return fmt.Errorf("controller: local cluster: %w", err)
+		return err
 	}
-	brokerGV, brokerScheme, err := detect(opts.Broker)
+	id, clusterSet, err := resolveID(ctx, opts)
 	if err != nil {
-		return fmt.Errorf("controller: broker: %w", err)
-	}
-	id, clusterSet := opts.ClusterID, ""
-	if id != "" {
-		if err := clusterid.Validate(id); err != nil {
-			return fmt.Errorf("controller: --cluster-id: %w", err)
-		}
-	} else {
-		dyn, err := dynamic.NewForConfig(opts.Local)
-		if err != nil {
-			return fmt.Errorf("controller: local cluster: %w", err)
-		}
-		if id, clusterSet, err = clusterid.Resolve(ctx, dyn); err != nil {
-			return fmt.Errorf("controller: %w", err)
-		}
+		return err
 	}
 	log = log.WithValues("cluster", id, "clusterSet", clusterSet)
 	opts.Local, opts.Broker = countWrites(opts.Local, id, "local"), countWrites(opts.Broker, id, "broker")
 
 	reset := false
 	for {
-		err := runManager(ctx, opts, id, localGV, brokerGV, scheme, brokerScheme, log)
+		err := runManager(ctx, opts, id, a, log)
 		switch {
 		case errors.Is(err, errBrokerReset):
 			// The broker lost this member's Lease, with its data: the watches of a broker whose etcd was wiped
@@ -165,67 +90,66 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 }
 
-// detect returns the mcs-api version the server at cfg serves and a scheme of the Go types in that version.
-func detect(cfg *rest.Config) (schema.GroupVersion, *runtime.Scheme, error) {
+// apis are the mcs-api versions the member and the broker serve, and the schemes that encode them.
+type apis struct {
+	localGV, brokerGV schema.GroupVersion
+	local, broker     *runtime.Scheme
+}
+
+// detectAPIs asks the member and the broker which mcs-api version each serves.
+func detectAPIs(local, broker *rest.Config) (apis, error) {
+	var a apis
+	var err error
+	if a.localGV, a.local, err = detectAPI(local); err != nil {
+		return a, fmt.Errorf("controller: local cluster: %w", err)
+	}
+	if a.brokerGV, a.broker, err = detectAPI(broker); err != nil {
+		return a, fmt.Errorf("controller: broker: %w", err)
+	}
+	return a, nil
+}
+
+func detectAPI(cfg *rest.Config) (schema.GroupVersion, *runtime.Scheme, error) {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return schema.GroupVersion{}, nil, err
 	}
 	gv, err := mcsversion.Detect(dc)
 	if err != nil {
-		return schema.GroupVersion{}, nil, err
+		return gv, nil, err
 	}
 	scheme, err := mcsversion.NewScheme(gv)
 	return gv, scheme, err
+}
+
+// resolveID returns opts.ClusterID, or else the cluster id and clusterset that the member's ClusterProperties
+// name.
+func resolveID(ctx context.Context, opts Options) (id, clusterSet string, err error) {
+	if opts.ClusterID != "" {
+		return opts.ClusterID, "", nil
+	}
+	dyn, err := dynamic.NewForConfig(opts.Local)
+	if err != nil {
+		return "", "", fmt.Errorf("controller: local cluster: %w", err)
+	}
+	if id, clusterSet, err = clusterid.Resolve(ctx, dyn); err != nil {
+		return "", "", fmt.Errorf("controller: %w", err)
+	}
+	return id, clusterSet, nil
 }
 
 // errBrokerReset ends a run of the manager when the broker lost this member's Lease.
 var errBrokerReset = errors.New("the broker lost this member's Lease")
 
 // runManager runs the controller's manager until ctx ends or the broker is found reset.
-func runManager(ctx context.Context, opts Options, id string, localGV, brokerGV schema.GroupVersion,
-	scheme, brokerScheme *runtime.Scheme, log logr.Logger) error {
-	mgr, err := ctrl.NewManager(opts.Local, manager.Options{
-		Scheme:                  scheme,
-		Logger:                  log,
-		Metrics:                 metricsserver.Options{BindAddress: orZero(opts.MetricsBindAddress)},
-		HealthProbeBindAddress:  orZero(opts.HealthProbeBindAddress),
-		LeaderElection:          opts.LeaderElection,
-		LeaderElectionID:        leaderElectionID,
-		LeaderElectionNamespace: opts.LeaderElectionNamespace,
-		// A run that ends because the broker was reset hands the lead straight to the next run.
-		LeaderElectionReleaseOnCancel: true,
-		Controller:                    config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+func runManager(ctx context.Context, opts Options, id string, a apis, log logr.Logger) error {
+	mgr, brokerCluster, brokerDirect, err := newClusters(ctx, opts, a, log)
 	if err != nil {
-		return fmt.Errorf("controller: local manager: %w", err)
-	}
-	brokerCluster, err := cluster.New(opts.Broker, func(o *cluster.Options) {
-		o.Scheme = brokerScheme
-		o.Logger = log.WithName("broker")
-		o.Cache = cache.Options{DefaultLabelSelector: broker.Selector}
-	})
-	if err != nil {
-		return fmt.Errorf("controller: broker: %w", err)
-	}
-	brokerDirect, err := client.New(opts.Broker, client.Options{Scheme: brokerScheme})
-	if err != nil {
-		return fmt.Errorf("controller: broker: %w", err)
-	}
-	if err := mgr.Add(brokerCluster); err != nil {
 		return err
-	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &discoveryv1.EndpointSlice{}, localSliceIndex, indexLocalSlice); err != nil {
-		return fmt.Errorf("controller: indexing local slices: %w", err)
-	}
-	for _, obj := range []client.Object{&mcsv1beta1.ServiceImport{}, &discoveryv1.EndpointSlice{}} {
-		if err := brokerCluster.GetFieldIndexer().IndexField(ctx, obj, serviceIndex, indexByService); err != nil {
-			return fmt.Errorf("controller: indexing broker objects: %w", err)
-		}
 	}
 	r := &reconciler{
 		id:           id,
-		siAPI:        localGV.String(),
+		siAPI:        a.localGV.String(),
 		local:        mgr.GetClient(),
 		broker:       brokerCluster.GetClient(),
 		denied:       opts.DeniedExportNamespaces,
@@ -260,8 +184,53 @@ func runManager(ctx context.Context, opts Options, id string, localGV, brokerGV 
 		return err
 	}
 	log.Info("starting", "leaseGrace", opts.LeaseGrace, "deniedExportNamespaces", opts.DeniedExportNamespaces, "brokerNamespace", names.BrokerNamespace(id),
-		"localAPI", localGV, "brokerAPI", brokerGV, "clusterLocalServices", opts.ClusterLocalServices, "dnsAddress", opts.DNSAddress)
+		"localAPI", a.localGV, "brokerAPI", a.brokerGV, "clusterLocalServices", opts.ClusterLocalServices)
 	return mgr.Start(ctx)
+}
+
+// newClusters builds the clients of one run of the manager, none started: the member's manager, the broker's
+// cluster, whose cache the manager starts and which sees only the objects of broker.Selector, and an uncached
+// broker client. Both caches carry the indexes that the reconciler looks objects up by.
+func newClusters(ctx context.Context, opts Options, a apis, log logr.Logger) (manager.Manager, cluster.Cluster, client.Client, error) {
+	mgr, err := ctrl.NewManager(opts.Local, manager.Options{
+		Scheme:                  a.local,
+		Logger:                  log,
+		Metrics:                 metricsserver.Options{BindAddress: orZero(opts.MetricsBindAddress)},
+		HealthProbeBindAddress:  orZero(opts.HealthProbeBindAddress),
+		LeaderElection:          opts.LeaderElection,
+		LeaderElectionID:        leaderElectionID,
+		LeaderElectionNamespace: opts.LeaderElectionNamespace,
+		// A run that ends because the broker was reset hands the lead straight to the next run.
+		LeaderElectionReleaseOnCancel: true,
+		Controller:                    config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("controller: local manager: %w", err)
+	}
+	brokerCluster, err := cluster.New(opts.Broker, func(o *cluster.Options) {
+		o.Scheme = a.broker
+		o.Logger = log.WithName("broker")
+		o.Cache = cache.Options{DefaultLabelSelector: broker.Selector}
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("controller: broker: %w", err)
+	}
+	brokerDirect, err := client.New(opts.Broker, client.Options{Scheme: a.broker})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("controller: broker: %w", err)
+	}
+	if err := mgr.Add(brokerCluster); err != nil {
+		return nil, nil, nil, err
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &discoveryv1.EndpointSlice{}, localSliceIndex, indexLocalSlice); err != nil {
+		return nil, nil, nil, fmt.Errorf("controller: indexing local slices: %w", err)
+	}
+	for _, obj := range []client.Object{&mcsv1beta1.ServiceImport{}, &discoveryv1.EndpointSlice{}} {
+		if err := brokerCluster.GetFieldIndexer().IndexField(ctx, obj, serviceIndex, indexByService); err != nil {
+			return nil, nil, nil, fmt.Errorf("controller: indexing broker objects: %w", err)
+		}
+	}
+	return mgr, brokerCluster, brokerDirect, nil
 }
 
 // serviceIndex indexes broker objects by the service they belong to, so that a reconcile finds a service's

@@ -12,11 +12,9 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -25,7 +23,6 @@ import (
 
 	"vksfleet.dev/fleet/controller"
 	"vksfleet.dev/fleet/controller/export"
-	"vksfleet.dev/fleet/mcs/clusterid"
 	"vksfleet.dev/fleet/mcs/names"
 )
 
@@ -33,18 +30,11 @@ import (
 type flags struct {
 	kubeconfig, brokerKubeconfig string
 	brokerSecret                 types.NamespacedName
-	clusterID                    string
-	leaseGrace                   time.Duration
 	qps                          float64
 	burst                        int
-	workers                      int
-	deniedExportNamespaces       []string
-	clusterLocalServices         bool
-	dnsAddress                   string
-	leaderElect                  bool
-	leaderElectionNamespace      string
-	healthAddr, metricsAddr      string
-	// printBrokerNamespace asks only for the broker namespace of clusterID, for the broker's RBAC overlay.
+	// opts are the controller's settings; run adds the client configurations.
+	opts controller.Options
+	// printBrokerNamespace asks only for the broker namespace of --cluster-id, for the broker's RBAC overlay.
 	printBrokerNamespace bool
 }
 
@@ -57,43 +47,39 @@ func parseFlags(args []string, out io.Writer) (flags, error) {
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig of the member cluster; default in-cluster config or $KUBECONFIG")
 	fs.StringVar(&f.brokerKubeconfig, "broker-kubeconfig", "", "kubeconfig file of the broker")
 	fs.StringVar(&secret, "broker-secret", "", "namespace/name of a Secret in the member cluster whose key `kubeconfig` reaches the broker")
-	fs.StringVar(&f.clusterID, "cluster-id", "", "override the cluster id of the cluster.clusterset.k8s.io ClusterProperty")
-	fs.DurationVar(&f.leaseGrace, "lease-grace", controller.DefaultLeaseGrace, "how long a member's broker Lease may go unrenewed before its endpoints are withdrawn")
+	fs.StringVar(&f.opts.ClusterID, "cluster-id", "", "override the cluster id of the cluster.clusterset.k8s.io ClusterProperty")
+	fs.DurationVar(&f.opts.LeaseGrace, "lease-grace", controller.DefaultLeaseGrace, "how long a member's broker Lease may go unrenewed before its endpoints are withdrawn")
 	fs.Float64Var(&f.qps, "qps", 200, "client queries per second to each API server")
 	fs.IntVar(&f.burst, "burst", 400, "client burst to each API server")
-	fs.IntVar(&f.workers, "workers", 16, "services reconciled concurrently")
-	fs.BoolVar(&f.clusterLocalServices, "cluster-local-services", false,
+	fs.IntVar(&f.opts.Workers, "workers", controller.DefaultWorkers, "services reconciled concurrently")
+	fs.BoolVar(&f.opts.ClusterLocalServices, "cluster-local-services", false,
 		"also reflect every import into this cluster's cluster.local as the headless Service <svc>-clusterset, for a DNS that cannot serve clusterset.local; off deletes them")
-	fs.StringVar(&f.dnsAddress, "dns-address", "",
+	fs.StringVar(&f.opts.DNSAddress, "dns-address", "",
 		"host:port of this cluster's DNS server for clusterset.local; a ServiceImport is Ready only once it answers the import. Empty: Ready does not wait for DNS")
-	fs.BoolVar(&f.leaderElect, "leader-elect", false, "elect one active replica through a Lease in the member cluster")
-	fs.StringVar(&f.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease; default the pod's namespace")
-	fs.StringVar(&f.healthAddr, "health-probe-bind-address", ":8081", "address serving /healthz and /readyz; 0 disables")
-	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "address serving Prometheus metrics; 0 disables")
+	fs.BoolVar(&f.opts.LeaderElection, "leader-elect", false, "elect one active replica through a Lease in the member cluster")
+	fs.StringVar(&f.opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease; default the pod's namespace")
+	fs.StringVar(&f.opts.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address serving /healthz and /readyz; 0 disables")
+	fs.StringVar(&f.opts.MetricsBindAddress, "metrics-bind-address", ":8080", "address serving Prometheus metrics; 0 disables")
 	fs.BoolVar(&f.printBrokerNamespace, "print-broker-namespace", false, "print the broker namespace of --cluster-id, which the broker's RBAC for that member names, and exit")
 	denied := fs.String("denied-export-namespaces", strings.Join(export.DefaultDeniedNamespaces, ","),
 		"comma-separated namespaces whose ServiceExports are refused (Valid=False, NamespaceNotAllowed); empty refuses none")
 	if err := fs.Parse(args); err != nil {
 		return f, err
 	}
-	f.deniedExportNamespaces = []string{}
+	// Empty but not nil: an empty flag refuses no namespace, where nil would mean the default list.
+	f.opts.DeniedExportNamespaces = []string{}
 	for ns := range strings.SplitSeq(*denied, ",") {
 		if ns = strings.TrimSpace(ns); ns != "" {
-			f.deniedExportNamespaces = append(f.deniedExportNamespaces, ns)
+			f.opts.DeniedExportNamespaces = append(f.opts.DeniedExportNamespaces, ns)
 		}
 	}
 	var errs []error
-	for _, ns := range f.deniedExportNamespaces {
-		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("--denied-export-namespaces: %q: %s", ns, strings.Join(msgs, "; ")))
-		}
-	}
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments: %q", fs.Args()))
 	}
 	switch {
 	case f.printBrokerNamespace:
-		if f.clusterID == "" {
+		if f.opts.ClusterID == "" {
 			errs = append(errs, errors.New("--print-broker-namespace needs --cluster-id"))
 		}
 	case f.brokerKubeconfig == "" && secret == "":
@@ -107,20 +93,10 @@ func parseFlags(args []string, out io.Writer) (flags, error) {
 		}
 		f.brokerSecret = types.NamespacedName{Namespace: ns, Name: name}
 	}
-	if f.clusterID != "" {
-		if err := clusterid.Validate(f.clusterID); err != nil {
-			errs = append(errs, fmt.Errorf("--cluster-id: %w", err))
-		}
-	}
-	if f.leaseGrace < time.Second {
-		errs = append(errs, fmt.Errorf("--lease-grace %v is shorter than 1s", f.leaseGrace))
-	}
 	if f.qps <= 0 || f.burst <= 0 {
 		errs = append(errs, fmt.Errorf("--qps %v and --burst %d must be positive", f.qps, f.burst))
 	}
-	if f.workers <= 0 {
-		errs = append(errs, fmt.Errorf("--workers %d must be positive", f.workers))
-	}
+	errs = append(errs, f.opts.Validate())
 	return f, errors.Join(errs...)
 }
 
@@ -131,7 +107,7 @@ func main() {
 		return
 	}
 	if err == nil && f.printBrokerNamespace {
-		fmt.Println(names.BrokerNamespace(f.clusterID))
+		fmt.Println(names.BrokerNamespace(f.opts.ClusterID))
 		return
 	}
 	if err == nil {
@@ -156,13 +132,9 @@ func run(ctx context.Context, f flags) error {
 		return fmt.Errorf("broker: %w", err)
 	}
 	brokerCfg.QPS, brokerCfg.Burst = float32(f.qps), f.burst
-	return controller.Run(ctx, controller.Options{
-		Local: local, Broker: brokerCfg, ClusterID: f.clusterID, LeaseGrace: f.leaseGrace, Workers: f.workers,
-		DeniedExportNamespaces: f.deniedExportNamespaces, ClusterLocalServices: f.clusterLocalServices,
-		DNSAddress:     f.dnsAddress,
-		LeaderElection: f.leaderElect, LeaderElectionNamespace: f.leaderElectionNamespace,
-		HealthProbeBindAddress: f.healthAddr, MetricsBindAddress: f.metricsAddr,
-	})
+	opts := f.opts
+	opts.Local, opts.Broker = local, brokerCfg
+	return controller.Run(ctx, opts)
 }
 
 // restConfig loads a kubeconfig file, or the in-cluster config / $KUBECONFIG when path is empty.

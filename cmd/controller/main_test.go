@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"vksfleet.dev/fleet/controller"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -17,25 +19,26 @@ func TestParseFlags(t *testing.T) {
 		check   func(flags) bool
 	}{
 		{[]string{"--broker-kubeconfig=/b"}, "", func(f flags) bool {
-			return f.brokerKubeconfig == "/b" && f.leaseGrace == 30*time.Second && f.qps == 200 && f.burst == 400 && !f.clusterLocalServices &&
-				slices.Equal(f.deniedExportNamespaces, []string{"kube-system", "kube-public", "kube-node-lease", "default"})
+			return f.brokerKubeconfig == "/b" && f.opts.LeaseGrace == controller.DefaultLeaseGrace && f.opts.Workers == controller.DefaultWorkers && f.qps == 200 && f.burst == 400 && !f.opts.ClusterLocalServices &&
+				slices.Equal(f.opts.DeniedExportNamespaces, []string{"kube-system", "kube-public", "kube-node-lease", "default"}) &&
+				f.opts.HealthProbeBindAddress == ":8081" && f.opts.MetricsBindAddress == ":8080"
 		}},
 		{[]string{"--broker-kubeconfig=/b", "--denied-export-namespaces= kube-system, shared-tools"}, "", func(f flags) bool {
-			return slices.Equal(f.deniedExportNamespaces, []string{"kube-system", "shared-tools"})
+			return slices.Equal(f.opts.DeniedExportNamespaces, []string{"kube-system", "shared-tools"})
 		}},
 		{[]string{"--broker-kubeconfig=/b", "--denied-export-namespaces="}, "", func(f flags) bool {
-			return f.deniedExportNamespaces != nil && len(f.deniedExportNamespaces) == 0
+			return f.opts.DeniedExportNamespaces != nil && len(f.opts.DeniedExportNamespaces) == 0
 		}},
 		{[]string{"--broker-kubeconfig=/b", "--denied-export-namespaces=default,Not_A_Namespace"}, "--denied-export-namespaces", nil},
 		{[]string{"--broker-secret=mcs-system/broker", "--cluster-id=east.prod", "--lease-grace=5s"}, "", func(f flags) bool {
-			return f.brokerSecret == types.NamespacedName{Namespace: "mcs-system", Name: "broker"} && f.clusterID == "east.prod" &&
-				f.leaseGrace == 5*time.Second
+			return f.brokerSecret == types.NamespacedName{Namespace: "mcs-system", Name: "broker"} && f.opts.ClusterID == "east.prod" &&
+				f.opts.LeaseGrace == 5*time.Second
 		}},
-		{[]string{"--broker-kubeconfig=/b", "--cluster-local-services"}, "", func(f flags) bool { return f.clusterLocalServices }},
+		{[]string{"--broker-kubeconfig=/b", "--cluster-local-services"}, "", func(f flags) bool { return f.opts.ClusterLocalServices }},
 		{[]string{"--broker-kubeconfig=/b", "--cluster-local-services=maybe"}, "invalid boolean value", nil},
 		{nil, "one of --broker-kubeconfig and --broker-secret is required", nil},
 		{[]string{"--print-broker-namespace", "--cluster-id=east.prod"}, "", func(f flags) bool {
-			return f.printBrokerNamespace && f.clusterID == "east.prod"
+			return f.printBrokerNamespace && f.opts.ClusterID == "east.prod"
 		}},
 		{[]string{"--print-broker-namespace"}, "needs --cluster-id", nil},
 		{[]string{"--broker-kubeconfig=/b", "--broker-secret=a/b"}, "exclude each other", nil},
@@ -45,6 +48,13 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--broker-kubeconfig=/b", "--lease-grace=100ms"}, "shorter than 1s", nil},
 		{[]string{"--broker-kubeconfig=/b", "--qps=0"}, "must be positive", nil},
 		{[]string{"--broker-kubeconfig=/b", "--workers=-1"}, "must be positive", nil},
+		{[]string{"--broker-kubeconfig=/b", "--workers=0"}, "--workers", nil},
+		{[]string{"--broker-kubeconfig=/b", "--lease-grace=0"}, "--lease-grace", nil},
+		{[]string{"--broker-kubeconfig=/b", "--workers=4", "--leader-elect", "--leader-election-namespace=mcs-system",
+			"--health-probe-bind-address=0", "--metrics-bind-address=:9090"}, "", func(f flags) bool {
+			return f.opts.Workers == 4 && f.opts.LeaderElection && f.opts.LeaderElectionNamespace == "mcs-system" &&
+				f.opts.HealthProbeBindAddress == "0" && f.opts.MetricsBindAddress == ":9090"
+		}},
 		{[]string{"--broker-kubeconfig=/b", "extra"}, "unexpected arguments", nil},
 		{[]string{"--no-such-flag"}, "not defined", nil},
 	}

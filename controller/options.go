@@ -1,0 +1,114 @@
+package controller
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"vksfleet.dev/fleet/controller/export"
+	"vksfleet.dev/fleet/mcs/clusterid"
+)
+
+// Options configure one controller. Local and Broker are required; Run gives a zero setting the default its field
+// states, then refuses the options if Validate reports any setting.
+type Options struct {
+	// Local reaches the member cluster the controller runs for.
+	Local *rest.Config
+	// Broker reaches the broker API server.
+	Broker *rest.Config
+	// ClusterID overrides the cluster.clusterset.k8s.io ClusterProperty.
+	ClusterID string
+	// LeaseGrace is how long a member's broker Lease may go unrenewed before its endpoints are withdrawn;
+	// default DefaultLeaseGrace.
+	LeaseGrace time.Duration
+	// Workers is how many services are reconciled at once; default DefaultWorkers.
+	Workers int
+	// DeniedExportNamespaces are the namespaces whose ServiceExports are refused (Valid=False,
+	// NamespaceNotAllowed), whether or not the deploy manifests' admission policy is installed; nil means
+	// export.DefaultDeniedNamespaces, and an empty non-nil list refuses none.
+	DeniedExportNamespaces []string
+	// ClusterLocalServices reflects every import into the member's own cluster.local, for members whose DNS
+	// cannot serve clusterset.local: a selector-less headless Service named names.ClusterLocalServiceName
+	// ("<svc>-clusterset") whose EndpointSlices stock DNS answers (see imports.ClusterLocal). A Service of that
+	// name the controller does not own is left alone and reported on the ServiceImport. Off, the controller
+	// deletes the cluster-local Services and slices it made.
+	ClusterLocalServices bool
+	// DNSAddress (host:port) is this member's DNS server, serving clusterset.local: an import is Ready only once
+	// the server answers it, so that Ready means the name resolves here. Empty, Ready does not wait for DNS.
+	DNSAddress string
+	// LeaderElection makes replicas elect one active controller through a Lease in LeaderElectionNamespace.
+	LeaderElection          bool
+	LeaderElectionNamespace string
+	// HealthProbeBindAddress serves /healthz and /readyz; empty or "0" disables it.
+	HealthProbeBindAddress string
+	// MetricsBindAddress serves Prometheus metrics; empty or "0" disables it.
+	MetricsBindAddress string
+	// Logger logs; default the controller-runtime logger.
+	Logger *logr.Logger
+}
+
+// Defaults of the Options that Run gives a zero setting, and that cmd/controller's flags state.
+const (
+	// DefaultLeaseGrace is the default Options.LeaseGrace.
+	DefaultLeaseGrace = 30 * time.Second
+	// DefaultWorkers is the default Options.Workers.
+	DefaultWorkers = 16
+)
+
+// minLeaseGrace is the shortest Options.LeaseGrace: a broker Lease records its duration in whole seconds.
+const minLeaseGrace = time.Second
+
+// withDefaults returns o with each zero setting that has a default replaced by it.
+func (o Options) withDefaults() Options {
+	if o.LeaseGrace == 0 {
+		o.LeaseGrace = DefaultLeaseGrace
+	}
+	if o.Workers == 0 {
+		o.Workers = DefaultWorkers
+	}
+	if o.DeniedExportNamespaces == nil {
+		o.DeniedExportNamespaces = export.DefaultDeniedNamespaces
+	}
+	if o.Logger == nil {
+		log := ctrl.Log.WithName("mcs-controller")
+		o.Logger = &log
+	}
+	return o
+}
+
+// Validate reports every setting of o that is out of range, each error naming the cmd/controller flag and the
+// option field. A zero LeaseGrace or Workers is out of range too: Run gives those their defaults before it
+// validates, and the flags state the defaults, so that a zero on the command line is a mistake. Local and Broker
+// are not checked here, as a command line has them only once it has read the kubeconfigs.
+func (o Options) Validate() error {
+	var errs []error
+	if o.ClusterID != "" {
+		if err := clusterid.Validate(o.ClusterID); err != nil {
+			errs = append(errs, fmt.Errorf("--cluster-id (Options.ClusterID): %w", err))
+		}
+	}
+	if o.LeaseGrace < minLeaseGrace {
+		errs = append(errs, fmt.Errorf("--lease-grace (Options.LeaseGrace): %v is shorter than %v", o.LeaseGrace, minLeaseGrace))
+	}
+	if o.Workers <= 0 {
+		errs = append(errs, fmt.Errorf("--workers (Options.Workers): %d must be positive", o.Workers))
+	}
+	for _, ns := range o.DeniedExportNamespaces {
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--denied-export-namespaces (Options.DeniedExportNamespaces): %q: %s", ns, strings.Join(msgs, "; ")))
+		}
+	}
+	if o.DNSAddress != "" {
+		if _, _, err := net.SplitHostPort(o.DNSAddress); err != nil {
+			errs = append(errs, fmt.Errorf("--dns-address (Options.DNSAddress): %q is not host:port: %w", o.DNSAddress, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,80 @@
+package controller
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"vksfleet.dev/fleet/controller/export"
+)
+
+func TestOptionsWithDefaults(t *testing.T) {
+	discard := logr.Discard()
+	cases := []struct {
+		name    string
+		in      Options
+		grace   time.Duration
+		workers int
+		denied  []string
+	}{
+		{"zero takes the defaults", Options{}, DefaultLeaseGrace, DefaultWorkers, export.DefaultDeniedNamespaces},
+		{"settings stay", Options{LeaseGrace: 5 * time.Second, Workers: 2, DeniedExportNamespaces: []string{"a"}, Logger: &discard},
+			5 * time.Second, 2, []string{"a"}},
+		{"an empty denied list refuses none", Options{DeniedExportNamespaces: []string{}}, DefaultLeaseGrace, DefaultWorkers, []string{}},
+		{"out of range settings are left to Validate", Options{LeaseGrace: -time.Second, Workers: -1},
+			-time.Second, -1, export.DefaultDeniedNamespaces},
+	}
+	for _, c := range cases {
+		got := c.in.withDefaults()
+		if got.LeaseGrace != c.grace || got.Workers != c.workers || !slices.Equal(got.DeniedExportNamespaces, c.denied) ||
+			(got.DeniedExportNamespaces == nil) != (c.denied == nil) || got.Logger == nil {
+			t.Errorf("%s: withDefaults() = %+v", c.name, got)
+		}
+		if c.in.Logger != nil && got.Logger != c.in.Logger {
+			t.Errorf("%s: withDefaults() replaced the logger", c.name)
+		}
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	valid := Options{}.withDefaults()
+	cases := []struct {
+		name string
+		edit func(*Options)
+		want []string // substrings of the error, each naming the option and its flag; none for no error
+	}{
+		{"defaults", func(*Options) {}, nil},
+		{"cluster id", func(o *Options) { o.ClusterID = "east.prod" }, nil},
+		{"bad cluster id", func(o *Options) { o.ClusterID = "Bad_ID" }, []string{"--cluster-id (Options.ClusterID): ", "RFC 1123"}},
+		{"one second grace", func(o *Options) { o.LeaseGrace = time.Second }, nil},
+		{"short grace", func(o *Options) { o.LeaseGrace = 100 * time.Millisecond },
+			[]string{"--lease-grace (Options.LeaseGrace): 100ms is shorter than 1s"}},
+		{"zero grace", func(o *Options) { o.LeaseGrace = 0 }, []string{"--lease-grace (Options.LeaseGrace): 0s is shorter than 1s"}},
+		{"zero workers", func(o *Options) { o.Workers = 0 }, []string{"--workers (Options.Workers): 0 must be positive"}},
+		{"negative workers", func(o *Options) { o.Workers = -1 }, []string{"--workers (Options.Workers): -1 must be positive"}},
+		{"no denied namespaces", func(o *Options) { o.DeniedExportNamespaces = nil }, nil},
+		{"DNS address", func(o *Options) { o.DNSAddress = "kube-dns.kube-system.svc.cluster.local:53" }, nil},
+		{"DNS address without a port", func(o *Options) { o.DNSAddress = "10.96.0.10" }, []string{"--dns-address (Options.DNSAddress): \"10.96.0.10\" is not host:port"}},
+		{"bad denied namespace", func(o *Options) { o.DeniedExportNamespaces = []string{"default", "Not_A_Namespace"} },
+			[]string{`--denied-export-namespaces (Options.DeniedExportNamespaces): "Not_A_Namespace": `}},
+		{"every mistake", func(o *Options) { o.ClusterID, o.LeaseGrace, o.Workers = "Bad_ID", 0, 0 },
+			[]string{"--cluster-id", "--lease-grace", "--workers"}},
+	}
+	for _, c := range cases {
+		o := valid
+		c.edit(&o)
+		err := o.Validate()
+		if (err != nil) != (len(c.want) > 0) {
+			t.Errorf("%s: Validate() = %v", c.name, err)
+			continue
+		}
+		for _, want := range c.want {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: Validate() = %v, want it to contain %q", c.name, err, want)
+			}
+		}
+	}
+}
