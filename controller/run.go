@@ -184,7 +184,7 @@ func runManager(ctx context.Context, opts Options, id string, a apis, log logr.L
 		return err
 	}
 	log.Info("starting", "leaseGrace", opts.LeaseGrace, "deniedExportNamespaces", opts.DeniedExportNamespaces, "brokerNamespace", names.BrokerNamespace(id),
-		"localAPI", a.localGV, "brokerAPI", a.brokerGV, "clusterLocalServices", opts.ClusterLocalServices)
+		"localAPI", a.localGV, "brokerAPI", a.brokerGV, "clusterLocalServices", opts.ClusterLocalServices, "dnsAddress", opts.DNSAddress)
 	return mgr.Start(ctx)
 }
 
@@ -231,44 +231,6 @@ func newClusters(ctx context.Context, opts Options, a apis, log logr.Logger) (ma
 		}
 	}
 	return mgr, brokerCluster, brokerDirect, nil
-}
-
-// serviceIndex indexes broker objects by the service they belong to, so that a reconcile finds a service's
-// records and slices among thousands without a scan.
-const serviceIndex = "mcs.vksfleet.dev/service"
-
-func indexByService(obj client.Object) []string {
-	if key, ok := broker.ServiceOf(obj); ok {
-		return []string{key.String()}
-	}
-	return nil
-}
-
-// localSliceIndex indexes local EndpointSlices by role and service name (the cache adds the namespace): a
-// Service's own slices as sourceSlice+name, the controller's imported slices as importedSlice+name and its
-// cluster-local slices as clusterLocalSlice+name.
-const (
-	localSliceIndex   = "mcs.vksfleet.dev/slice"
-	sourceSlice       = "source/"
-	importedSlice     = "imported/"
-	clusterLocalSlice = "cluster-local/"
-)
-
-func indexLocalSlice(obj client.Object) []string {
-	l := obj.GetLabels()
-	if l[discoveryv1.LabelManagedBy] == names.ManagedBy {
-		if name := l[mcsv1beta1.LabelServiceName]; name != "" {
-			return []string{importedSlice + name}
-		}
-		if name := l[names.LabelClusterLocalOf]; name != "" {
-			return []string{clusterLocalSlice + name}
-		}
-		return nil
-	}
-	if name := l[discoveryv1.LabelServiceName]; name != "" {
-		return []string{sourceSlice + name}
-	}
-	return nil
 }
 
 func orZero(addr string) string {
