@@ -82,9 +82,11 @@ func (bn *bench) exports(ctx context.Context, res *results) error {
 	res.exportLatency = map[string][]time.Duration{}
 	res.exportLast = make([]time.Duration, n)
 	var lastSeen time.Time
+	// A backlog drains at what the API servers absorb, a few services per second with many members on 2 cores.
+	timeout := max(10*time.Minute, time.Duration(n*bn.cfg.members)*50*time.Millisecond)
 	for k, w := range bn.seen {
 		member := bn.others[k].Name
-		err = w.waitFor(ctx, 20*time.Minute, func() error {
+		err = w.waitFor(ctx, timeout, func() error {
 			if done := len(w.complete); done < n {
 				return fmt.Errorf("%d of %d services complete in %s", done, n, member)
 			}
