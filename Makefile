@@ -45,11 +45,22 @@ demo: tools build ## bring up a local fleet and walk both user stories; fails if
 down: ## stop the local clusterset
 	@if [ -x bin/localfleet ]; then bin/localfleet down; else $(GO) run ./test/cmd/localfleet down; fi
 
-bench-dns: tools ## DNS benchmark: our CoreDNS vs stock CoreDNS 1.15.0 on the same data; writes test/bench/results/dns.md
+bench-dns: tools ## DNS benchmark: our CoreDNS vs stock CoreDNS 1.15.0 on the same data; writes test/bench/results/dns.md and its charts
 	$(GO) run ./test/bench/dnsbench -out test/bench/results/dns.md
 
-bench-sync: tools ## measure export, readiness and restart propagation (3 members, 1,000 services); writes test/bench/results/sync.md
+# The scale curve's grid: `make bench-sync SCALE=1` runs every SCALE_MEMBERS × SCALE_SERVICES point, each in a
+# process of its own, and keeps its figures in test/bench/results/scale/; SCALE_MEMBERS=10 SCALE_SERVICES=5000
+# runs that one point and redraws the table with the points kept. SCALE_FLAGS go to every point (-rate=4).
+SCALE_MEMBERS ?= 3,6,10
+SCALE_SERVICES ?= 1000,5000
+SCALE_FLAGS ?=
+
+bench-sync: tools ## export, readiness and restart propagation, 3 members × 1,000 services: sync.md; SCALE=1: the scale curve, scale.md and charts
+ifdef SCALE
+	$(GO) run ./test/bench/syncbench -sweep -members $(SCALE_MEMBERS) -services $(SCALE_SERVICES) $(SCALE_FLAGS) -out test/bench/results/scale.md
+else
 	$(GO) run ./test/bench/syncbench -out test/bench/results/sync.md
+endif
 
 KUSTOMIZE := $(TOOLS_CACHE)/current/kustomize
 

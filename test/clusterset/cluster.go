@@ -92,6 +92,7 @@ type clusterSpec struct {
 	index             int
 	log               io.Writer
 	region            string
+	noKCM             bool // the member runs no kube-controller-manager
 	// With a data plane: the plane, the node count and the node agent binary.
 	plane     *dataplane.Plane
 	nodes     int
@@ -172,8 +173,10 @@ func startCluster(ctx context.Context, spec clusterSpec, assets string) (c *Clus
 	if err := c.installExportPolicy(ctx); err != nil {
 		return c, err
 	}
-	if c.kcm, err = startControllerManager(ctx, assets, c.dir, c.KubeconfigPath, spec.log); err != nil {
-		return c, err
+	if !spec.noKCM {
+		if c.kcm, err = startControllerManager(ctx, assets, c.dir, c.KubeconfigPath, spec.log); err != nil {
+			return c, err
+		}
 	}
 	if spec.plane != nil {
 		if c.scheduler, err = startScheduler(ctx, assets, c.dir, c.KubeconfigPath, spec.log); err != nil {

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -52,6 +53,10 @@ type Options struct {
 	// region.topology.k8s.io ClusterProperty); by default members share regions two by two, in order:
 	// region-1 for the first two, region-2 for the next two, and so on.
 	Regions map[string]string
+	// NoControllerManager names members that run no kube-controller-manager, for benchmarks that write every
+	// EndpointSlice themselves and would rather not pay for the process: such a member has no endpointslice,
+	// Deployment or namespace controller and no garbage collector.
+	NoControllerManager []string
 	// DataPlaneWait is how long Start waits for another clusterset's data plane on this machine to stop;
 	// default 15 minutes.
 	DataPlaneWait time.Duration
@@ -132,6 +137,13 @@ func plan(opts Options) ([]clusterSpec, string, error) {
 		logw = io.Discard
 	}
 	seen := map[string]bool{}
+	noKCM := map[string]bool{}
+	for _, name := range opts.NoControllerManager {
+		if !slices.Contains(members, name) {
+			return nil, "", fmt.Errorf("clusterset: NoControllerManager names %q, which is not a member", name)
+		}
+		noKCM[name] = true
+	}
 	var specs []clusterSpec
 	for i, name := range members {
 		if name == BrokerName {
@@ -150,7 +162,7 @@ func plan(opts Options) ([]clusterSpec, string, error) {
 			region = r
 		}
 		specs = append(specs, clusterSpec{name: name, id: id, setName: setName, member: true, index: i, log: logw,
-			region: region, nodes: opts.Nodes, nodeAgent: opts.NodeAgent})
+			region: region, nodes: opts.Nodes, nodeAgent: opts.NodeAgent, noKCM: noKCM[name]})
 	}
 	if !opts.NoBroker {
 		specs = append(specs, clusterSpec{name: BrokerName, index: maxMembers, log: logw, nodeAgent: opts.NodeAgent})

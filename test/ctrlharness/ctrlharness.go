@@ -1,6 +1,7 @@
-// Package ctrlharness runs mcs-controllers in-process against a local clusterset, for tests and benchmarks: one
-// restartable controller per member, a record of the writes it makes, an idle check from controller-runtime's
-// metrics, a wait for its broker Lease, and a switch that cuts it off from the broker.
+// Package ctrlharness runs mcs-controllers against a local clusterset, for tests and benchmarks: one restartable
+// controller per member, in this process or as a process of its own, a record of the writes it makes, an idle
+// check from controller-runtime's metrics, a wait for its broker Lease, and a switch that cuts it off from the
+// broker.
 package ctrlharness
 
 import (
@@ -19,11 +20,11 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"vksfleet.dev/fleet/controller"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/clusterset"
+	"vksfleet.dev/fleet/test/proc"
 )
 
 // Options configure every run of a Controller.
@@ -38,6 +39,13 @@ type Options struct {
 	Burst int
 	// Logger is the controller's logger; nil discards its logs.
 	Logger *logr.Logger
+	// Binary, when set, is an mcs-controller binary (cmd/controller) that Start runs as a child process instead
+	// of running the controller in this process, so that its CPU time and memory are its own (Usage). Idle,
+	// Timings and WritesByResource then read the process's metrics endpoint; Partition and the Writes log need
+	// the controller in this process and do nothing.
+	Binary string
+	// Log receives the process's output with Binary; nil discards it.
+	Log io.Writer
 }
 
 // Controller is the mcs-controller of one member cluster, run in this process. It embeds the member, so that
@@ -55,6 +63,12 @@ type Controller struct {
 	mu     sync.Mutex
 	cancel context.CancelFunc
 	done   chan error
+	// With Binary: the running process and where it serves its metrics, the error that kept the last one from
+	// starting, and the last metrics of every earlier process, whose totals the next ones carry on.
+	proc       *proc.Process
+	metricsURL string
+	startErr   error
+	carried    [][]*dto.MetricFamily
 }
 
 // New returns the controller of member, using broker as its broker; it does not start it.
@@ -62,11 +76,16 @@ func New(member, broker *clusterset.Cluster, opts Options) *Controller {
 	return &Controller{Cluster: member, Broker: broker, opts: opts}
 }
 
-// Start runs the controller in the background; it does nothing if the controller is running.
+// Start runs the controller in the background; it does nothing if the controller is running. With Binary, it
+// returns once the process serves its metrics; a process that does not is stopped, and Stop returns why.
 func (c *Controller) Start() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cancel != nil {
+	if c.cancel != nil || c.proc != nil {
+		return
+	}
+	if c.opts.Binary != "" {
+		c.proc, c.metricsURL, c.startErr = c.startProcess()
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -87,6 +106,9 @@ func (c *Controller) Start() {
 func (c *Controller) Stop() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.opts.Binary != "" {
+		return c.stopProcess()
+	}
 	if c.cancel == nil {
 		return nil
 	}
@@ -187,10 +209,11 @@ func (c *Controller) WritesByResource() (map[string]float64, error) {
 	return writes, err
 }
 
-// gather calls fn for every sample in controller-runtime's registry, where the controller's metrics are
-// registered.
+// gather calls fn for every sample of the controller's metrics: controller-runtime's registry, where the
+// controller registers them in this process, or with Binary the running process's metrics and the totals
+// (counters and histograms) of the earlier ones.
 func (c *Controller) gather(fn func(family string, labels map[string]string, m *dto.Metric)) error {
-	families, err := metrics.Registry.Gather()
+	families, err := c.families()
 	if err != nil {
 		return err
 	}

@@ -1,17 +1,24 @@
-// Command syncbench measures how fast the mcs-controller propagates state through a local clusterset of three
-// members and a broker, with one controller per member run in this process by test/ctrlharness: ServiceExports
-// created in cluster-a until cluster-b imports them, pods becoming ready in cluster-a until cluster-b's imported
-// slices say so, and a restart of every controller until all are idle again, with the writes it made. Latencies
-// are measured, not asserted. The result is a Markdown table. `make bench-sync` runs it.
+// Command syncbench measures how fast the mcs-controller propagates state through a local clusterset of N
+// members and a broker, with one controller process per member (cmd/controller, started by test/ctrlharness):
+// ServiceExports created in cluster-a until every other member imports them, pods becoming ready in cluster-a
+// until every other member's imported slices say so, and a restart of every controller until all are idle
+// again, with the writes it made, each controller's CPU time and memory, and what the broker holds. Latencies
+// are measured, not asserted. One run is one point, N members × S services, reported as a Markdown table;
+// -sweep runs each point of a grid in a process of its own and draws the scale table and its charts.
+// `make bench-sync` runs it.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -23,7 +30,7 @@ import (
 	"vksfleet.dev/fleet/test/ctrlharness"
 )
 
-// namespace holds every object of the benchmark, in all three members, so that every member imports everything.
+// namespace holds every object of the benchmark, in all members, so that every member imports everything.
 const namespace = "bench"
 
 // sourceManagedBy marks the benchmark's own EndpointSlices: any manager but the kcm endpointslice controller's,
@@ -35,15 +42,21 @@ const sourceManagedBy = "syncbench.vksfleet.dev"
 const readyService = "ready"
 
 type config struct {
-	services, endpoints, replicas int
-	rate                          float64
-	qps                           float32
-	burst, workers                int
+	members, services, endpoints, replicas int
+	rate                                   float64
+	qps                                    float32
+	burst, workers                         int
+	controller                             string // the mcs-controller binary
 }
 
 func main() {
-	out := flag.String("out", "test/bench/results/sync.md", "where to write the results table")
-	services := flag.Int("services", 1000, "exported services in cluster-a")
+	out := flag.String("out", "", "where to write the results table; default test/bench/results/sync.md, with -sweep scale.md")
+	members := flag.String("members", "3", "member clusters; with -sweep a comma-separated list")
+	services := flag.String("services", "1000", "exported services in cluster-a; with -sweep a comma-separated list")
+	sweep := flag.Bool("sweep", false, "run every -members × -services point in a process of its own, keep each point's figures "+
+		"beside -out (scale/<members>x<services>.json and .md) and write the scale table of every point kept there, with its charts")
+	render := flag.Bool("render", false, "with -sweep: run nothing, only write the scale table and charts of the points kept")
+	pointJSON := flag.String("point-json", "", "also write the run's figures as JSON here, for -sweep")
 	endpoints := flag.Int("endpoints", 4, "ready endpoints per exported service")
 	rate := flag.Float64("rate", 8, "ServiceExports created per second; the default stays below what 4 API servers on 2 cores absorb, so latency is not queueing")
 	replicas := flag.Int("replicas", 50, "pods of the readiness Deployment, made ready one at a time")
@@ -52,36 +65,69 @@ func main() {
 	qps := flag.Float64("qps", 200, "controller client QPS to each API server")
 	burst := flag.Int("burst", 400, "controller client burst to each API server")
 	workers := flag.Int("workers", 0, "reconcile workers per controller; 0 is the controller's default")
+	controllerBin := flag.String("controller", "", "the mcs-controller binary; default: built from ./cmd/controller")
 	flag.Parse()
-	cfg := config{services: *services, endpoints: *endpoints, replicas: *replicas, rate: *rate,
-		qps: float32(*qps), burst: *burst, workers: *workers}
-	if cfg.services < 1 || cfg.endpoints < 1 || cfg.replicas < 1 || cfg.rate <= 0 {
-		log.Fatal("-services, -endpoints, -replicas and -rate must be positive")
-	}
 	ctrl.SetLogger(logr.Discard())
-	if err := run(cfg, *out); err != nil {
+	var err error
+	if *sweep {
+		if *out == "" {
+			*out = "test/bench/results/scale.md"
+		}
+		err = runSweep(*out, *members, *services, *render, *controllerBin)
+	} else {
+		if *out == "" {
+			*out = "test/bench/results/sync.md"
+		}
+		cfg := config{endpoints: *endpoints, replicas: *replicas, rate: *rate, qps: float32(*qps), burst: *burst,
+			workers: *workers, controller: *controllerBin}
+		if cfg.members, err = strconv.Atoi(*members); err != nil || cfg.members < 2 {
+			log.Fatalf("-members %q: want one number, 2 or more (a list needs -sweep)", *members)
+		}
+		if cfg.services, err = strconv.Atoi(*services); err != nil || cfg.services < 1 {
+			log.Fatalf("-services %q: want one positive number (a list needs -sweep)", *services)
+		}
+		if cfg.endpoints < 1 || cfg.replicas < 1 || cfg.rate <= 0 {
+			log.Fatal("-endpoints, -replicas and -rate must be positive")
+		}
+		err = run(cfg, *out, *pointJSON)
+	}
+	if err != nil {
 		log.Fatal(err)
 	}
 }
 
-// bench is the running clusterset, its controllers and the watch on cluster-b.
+// bench is the running clusterset, its controllers and the watches on every member but cluster-a.
 type bench struct {
-	cfg   config
-	cs    *clusterset.ClusterSet
-	a, b  *clusterset.Cluster
-	ctrls []*ctrlharness.Controller
-	seen  *watcher
+	cfg    config
+	cs     *clusterset.ClusterSet
+	a      *clusterset.Cluster
+	others []*clusterset.Cluster // the members that import cluster-a's exports, in clusterset order
+	ctrls  []*ctrlharness.Controller
+	seen   []*watcher // one per member of others, in the same order
 }
 
-func run(cfg config, out string) error {
+func run(cfg config, out, pointJSON string) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	if cfg.controller == "" {
+		dir, err := os.MkdirTemp("", "syncbench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		if cfg.controller, err = buildController(dir); err != nil {
+			return err
+		}
+	}
 	// Other work on the machine skews every figure: measure it before starting anything, to report it.
-	idle := startCPU()
+	idle := startCPU(nil)
 	time.Sleep(2 * time.Second)
 	before := idle.stop()
-	log.Print("starting 3 members and a broker")
-	cs, err := clusterset.Start(ctx, clusterset.Options{Members: clusterset.DefaultMembers})
+	names := clusterset.MemberNames(cfg.members)
+	log.Printf("starting %d members and a broker", cfg.members)
+	// Only cluster-a's Deployment needs pods and the endpointslice controller: every other slice is written by
+	// the benchmark or the mcs-controllers.
+	cs, err := clusterset.Start(ctx, clusterset.Options{Members: names, NoControllerManager: names[1:]})
 	if err != nil {
 		return err
 	}
@@ -90,11 +136,10 @@ func run(cfg config, out string) error {
 			log.Print("stopping the clusterset: ", err)
 		}
 	}()
-	bn := &bench{cfg: cfg, cs: cs, a: cs.Member("cluster-a"), b: cs.Member("cluster-b")}
+	bn := &bench{cfg: cfg, cs: cs, a: cs.Members[0], others: cs.Members[1:]}
 	for _, m := range cs.Members {
-		c := ctrlharness.New(m, cs.Broker, ctrlharness.Options{Workers: cfg.workers, QPS: cfg.qps, Burst: cfg.burst})
-		c.Start()
-		bn.ctrls = append(bn.ctrls, c)
+		bn.ctrls = append(bn.ctrls, ctrlharness.New(m, cs.Broker, ctrlharness.Options{
+			Workers: cfg.workers, QPS: cfg.qps, Burst: cfg.burst, Binary: cfg.controller}))
 	}
 	defer func() {
 		for _, c := range bn.ctrls {
@@ -103,6 +148,9 @@ func run(cfg config, out string) error {
 			}
 		}
 	}()
+	if err := bn.startControllers(); err != nil {
+		return err
+	}
 	leaseCtx, leaseCancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer leaseCancel()
 	for _, c := range bn.ctrls {
@@ -115,49 +163,104 @@ func run(cfg config, out string) error {
 			return err
 		}
 	}
-	if bn.seen, err = watch(ctx, bn.b, cfg.endpoints); err != nil {
-		return err
+	for _, m := range bn.others {
+		w, err := watch(ctx, m, cfg.endpoints)
+		if err != nil {
+			return err
+		}
+		bn.seen = append(bn.seen, w)
 	}
 
-	res := results{cfg: cfg, before: before}
+	res := results{cfg: cfg, members: names, before: before}
 	if err := bn.exports(ctx, &res); err != nil {
 		return fmt.Errorf("export propagation: %w", err)
 	}
 	if err := bn.readiness(ctx, &res); err != nil {
 		return fmt.Errorf("readiness propagation: %w", err)
 	}
+	if res.memory, err = bn.usage(); err != nil {
+		return err
+	}
+	if res.broker, err = brokerObjects(ctx, cs.Broker.Client); err != nil {
+		return fmt.Errorf("counting broker objects: %w", err)
+	}
 	if err := bn.restart(ctx, &res); err != nil {
 		return fmt.Errorf("restart: %w", err)
 	}
 	table := res.report()
 	fmt.Print(table)
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+	if err := writeFile(out, []byte(table)); err != nil {
 		return err
 	}
-	return os.WriteFile(out, []byte(table), 0o644)
+	if pointJSON == "" {
+		return nil
+	}
+	return res.point().save(pointJSON)
+}
+
+// startControllers starts every controller at once: each returns once its process serves its metrics.
+func (bn *bench) startControllers() error {
+	var wg sync.WaitGroup
+	for _, c := range bn.ctrls {
+		wg.Go(c.Start)
+	}
+	wg.Wait()
+	// A controller that did not start has no process to read, and says why when stopped.
+	for _, c := range bn.ctrls {
+		if _, err := c.Usage(); err != nil {
+			return errors.Join(err, c.Stop())
+		}
+	}
+	return nil
+}
+
+// buildController builds cmd/controller into dir, as `make build` would.
+func buildController(dir string) (string, error) {
+	bin := filepath.Join(dir, "controller")
+	log.Print("building the mcs-controller")
+	if b, err := exec.Command("go", "build", "-o", bin, "./cmd/controller").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building ./cmd/controller: %v\n%s", err, b)
+	}
+	return bin, nil
+}
+
+func writeFile(path string, b []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
 }
 
 // results are the measurements of one run.
 type results struct {
-	cfg    config
-	before cpuUse // of the machine before the benchmark started anything
+	cfg     config
+	members []string // in clusterset order, cluster-a first
+	before  cpuUse   // of the machine before the benchmark started anything
 
-	exportLatency []time.Duration                // per service, ServiceExport Create to complete import in B
+	exportLatency map[string][]time.Duration     // per importing member, per service: ServiceExport Create to complete import there
+	exportLast    []time.Duration                // per service, to complete import in the last member
 	exportCreate  []time.Duration                // per service, the Create call itself
 	idleCreate    []time.Duration                // Create calls of objects no controller watches, before the export phase
-	exportSpan    time.Duration                  // first ServiceExport Create to the last service complete in B
+	exportSpan    time.Duration                  // first ServiceExport Create to the last service complete everywhere
 	exportRate    float64                        // ServiceExports actually created per second
 	exportWrites  map[string]float64             // writes of all controllers by "METHOD resource", Lease renewals excepted
 	exportTimings map[string]ctrlharness.Timings // per controller, over the export phase
 	exportCPU     cpuUse
 
-	readyLatency []time.Duration
+	readyLatency map[string][]time.Duration // per importing member, per pod
+	readyLast    []time.Duration            // per pod, to ready in the last member
 	readyCPU     cpuUse
+
+	memory map[string]memory  // per member's controller, after the readiness phase
+	broker map[string]objects // by resource, after the readiness phase
 
 	restartTook       time.Duration
 	restartEach       map[string]time.Duration
 	restartReconciles map[string]float64
 	restartWrites     map[string]float64 // "METHOD resource" of every controller's restart writes
-	restartLogged     []string           // the same writes as the harness recorded them, with paths
 	restartCPU        cpuUse
+	restartMemory     map[string]memory // per member's restarted controller, once converged
 }
+
+// memory is a controller process's resident set: now and its peak, in bytes.
+type memory struct{ RSS, Peak int64 }

@@ -15,6 +15,7 @@ import (
 
 	"vksfleet.dev/fleet/test/ctrlharness"
 	"vksfleet.dev/fleet/test/poll"
+	"vksfleet.dev/fleet/test/proc"
 )
 
 // waitIdle waits until every controller is idle at three polls in a row, so that a short gap between two bursts
@@ -121,32 +122,64 @@ func paced(ctx context.Context, n int, rate float64, workers int, fn func(i int)
 	return context.Cause(ctx)
 }
 
-// cpuUse is the CPU time the machine and this process (the controllers and the watch) used over a phase.
+// cpuUse is the CPU time the machine, this process (the watches and the benchmark's writes) and each controller
+// process used over a phase.
 type cpuUse struct {
 	wall                 time.Duration
-	machineBusy, ownBusy float64 // cores' worth, averaged over wall
+	machineBusy, ownBusy float64            // cores' worth, averaged over wall
+	controllers          map[string]float64 // CPU seconds, by member
 }
+
+// controllersBusy is the cores' worth all controllers used, averaged over the phase.
+func (u cpuUse) controllersBusy() float64 { return sum(u.controllers) / u.wall.Seconds() }
 
 type cpuMeter struct {
 	start               time.Time
 	machine, total, own float64
+	ctrls               []*ctrlharness.Controller
+	ctrlStart           map[string]float64
 }
 
-func startCPU() cpuMeter {
-	m := cpuMeter{start: time.Now()}
+// startCPU starts measuring the machine, this process and ctrls.
+func startCPU(ctrls []*ctrlharness.Controller) cpuMeter {
+	m := cpuMeter{start: time.Now(), ctrls: ctrls, ctrlStart: map[string]float64{}}
 	m.machine, m.total = machineCPU()
 	m.own = ownCPU()
+	for _, c := range ctrls {
+		// A stopped controller has none: all of its next process's CPU time falls within the phase.
+		if u, err := c.Usage(); err == nil {
+			m.ctrlStart[c.Name] = u.CPUSeconds
+		}
+	}
 	return m
 }
 
 func (m cpuMeter) stop() cpuUse {
 	busy, total := machineCPU()
-	u := cpuUse{wall: time.Since(m.start)}
+	u := cpuUse{wall: time.Since(m.start), controllers: map[string]float64{}}
 	if total > m.total {
 		u.machineBusy = (busy - m.machine) / (total - m.total) * float64(runtime.NumCPU())
 	}
 	u.ownBusy = (ownCPU() - m.own) / u.wall.Seconds()
+	for _, c := range m.ctrls {
+		if now, err := c.Usage(); err == nil {
+			u.controllers[c.Name] = now.CPUSeconds - m.ctrlStart[c.Name]
+		}
+	}
 	return u
+}
+
+// usage reads every controller's resident memory.
+func (bn *bench) usage() (map[string]memory, error) {
+	mem := map[string]memory{}
+	for _, c := range bn.ctrls {
+		u, err := c.Usage()
+		if err != nil {
+			return nil, err
+		}
+		mem[c.Name] = memory{RSS: u.RSS, Peak: u.PeakRSS}
+	}
+	return mem, nil
 }
 
 // machineCPU reads the busy and total jiffies of all cores from /proc/stat; zeros where it is unreadable.
@@ -166,22 +199,10 @@ func machineCPU() (busy, total float64) {
 	return busy, total
 }
 
-// ownCPU reads this process's user and system CPU seconds from /proc/self/stat; zero where it is unreadable.
+// ownCPU is this process's CPU seconds; zero where /proc is unreadable.
 func ownCPU() float64 {
-	b, err := os.ReadFile("/proc/self/stat")
-	if err != nil {
-		return 0
-	}
-	// Fields after the command, which is parenthesised and may contain spaces: utime and stime are the 12th and
-	// 13th, in clock ticks of (on Linux, always) 100 Hz.
-	_, rest, _ := strings.Cut(string(b), ") ")
-	f := strings.Fields(rest)
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100
+	u, _ := proc.UsageOf(os.Getpid())
+	return u.CPUSeconds
 }
 
 // percentile returns the nearest-rank p-th percentile.

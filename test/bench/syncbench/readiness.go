@@ -19,8 +19,9 @@ import (
 	"vksfleet.dev/fleet/test/poll"
 )
 
-// readiness exports a Deployment whose pods start not ready, waits until cluster-b imports all of them, then makes
-// them ready one at a time, each time waiting until cluster-b's imported slices show that pod's address ready.
+// readiness exports a Deployment whose pods start not ready, waits until every other member imports all of them,
+// then makes them ready one at a time, each time waiting until every other member's imported slices show that
+// pod's address ready.
 func (bn *bench) readiness(ctx context.Context, res *results) error {
 	r := bn.cfg.replicas
 	log.Printf("readiness: a Deployment of %d pods that start not ready", r)
@@ -73,17 +74,20 @@ func (bn *bench) readiness(ctx context.Context, res *results) error {
 	if err != nil {
 		return err
 	}
-	err = bn.seen.waitFor(ctx, 5*time.Minute, func() error {
-		if got := bn.seen.addresses(readyService); got != r || !bn.seen.imports[readyService] {
-			return fmt.Errorf("cluster-b imports %d of %d endpoints", got, r)
+	for k, w := range bn.seen {
+		err = w.waitFor(ctx, 5*time.Minute, func() error {
+			if got := w.addresses(readyService); got != r || !w.imports[readyService] {
+				return fmt.Errorf("%s imports %d of %d endpoints", bn.others[k].Name, got, r)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		return nil
-	})
-	if err != nil {
-		return err
 	}
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
-	cpu := startCPU()
+	cpu := startCPU(bn.ctrls)
+	res.readyLatency = map[string][]time.Duration{}
 	for _, p := range pods {
 		ip := p.Status.PodIP
 		// The clock starts before SetPodReady's Get and status update, which stand in for the kubelet's.
@@ -91,20 +95,26 @@ func (bn *bench) readiness(ctx context.Context, res *results) error {
 		if err := bn.a.SetPodReady(ctx, namespace, p.Name, true); err != nil {
 			return err
 		}
-		var at time.Time
-		err := bn.seen.waitFor(ctx, time.Minute, func() error {
-			var ok bool
-			if at, ok = bn.seen.readyAt[readyService][ip]; !ok {
-				return fmt.Errorf("pod %s (%s) is not ready in cluster-b", p.Name, ip)
+		var last time.Duration
+		for k, w := range bn.seen {
+			member := bn.others[k].Name
+			var at time.Time
+			err := w.waitFor(ctx, time.Minute, func() error {
+				var ok bool
+				if at, ok = w.readyAt[readyService][ip]; !ok {
+					return fmt.Errorf("pod %s (%s) is not ready in %s", p.Name, ip, member)
+				}
+				return nil
+			})
+			if err != nil {
+				return err
 			}
-			return nil
-		})
-		if err != nil {
-			return err
+			res.readyLatency[member] = append(res.readyLatency[member], at.Sub(start))
+			last = max(last, at.Sub(start))
 		}
-		res.readyLatency = append(res.readyLatency, at.Sub(start))
+		res.readyLast = append(res.readyLast, last)
 	}
 	res.readyCPU = cpu.stop()
-	log.Printf("readiness: p50 %s p99 %s", percentile(res.readyLatency, 50), percentile(res.readyLatency, 99))
+	log.Printf("readiness, in the last member: p50 %s p99 %s", percentile(res.readyLast, 50), percentile(res.readyLast, 99))
 	return nil
 }

@@ -1,0 +1,145 @@
+// Package chart draws the benchmarks' figures as SVG with gonum.org/v1/plot: measures against a parameter as
+// lines, and measures per category as grouped bars. The SVG names its fonts rather than embedding them, which
+// keeps the files a few kilobytes.
+package chart
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// Chart is a figure that draws itself as SVG.
+type Chart interface {
+	WriteSVG(w io.Writer) error
+}
+
+// WriteFile draws c into the file at path.
+func WriteFile(path string, c Chart) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	return errors.Join(c.WriteSVG(f), f.Close())
+}
+
+// Series is one line of a Lines chart: Y[i] at X[i].
+type Series struct {
+	Name string
+	X, Y []float64
+	// Color is the line's index in the palette, so that series of one subject (a p50 and its p99) share one.
+	Color int
+	// Dashed draws a secondary measure of the subject, such as the p50 beside its p99.
+	Dashed bool
+}
+
+// Lines plots series against one numeric axis, both axes from zero, each point marked and its X value ticked.
+type Lines struct {
+	Title, X, Y string
+	Series      []Series
+}
+
+// WriteSVG draws the chart.
+func (l Lines) WriteSVG(w io.Writer) error {
+	p := newPlot(l.Title, l.Y)
+	p.X.Label.Text = l.X
+	p.X.Min = 0
+	var ticks []plot.Tick
+	for _, s := range l.Series {
+		if len(s.X) != len(s.Y) {
+			return fmt.Errorf("chart: series %q has %d X and %d Y values", s.Name, len(s.X), len(s.Y))
+		}
+		xys := make(plotter.XYs, len(s.X))
+		for i := range s.X {
+			xys[i] = plotter.XY{X: s.X[i], Y: s.Y[i]}
+			ticks = append(ticks, plot.Tick{Value: s.X[i], Label: strconv.FormatFloat(s.X[i], 'f', -1, 64)})
+		}
+		line, points, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			return fmt.Errorf("chart: series %q: %w", s.Name, err)
+		}
+		line.Color = plotutil.Color(s.Color)
+		line.Width = vg.Points(1.5)
+		if s.Dashed {
+			line.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
+		}
+		points.Color = line.Color
+		points.Shape = plotutil.Shape(s.Color)
+		p.Add(line, points)
+		p.Legend.Add(s.Name, line, points)
+	}
+	// The measured sizes are the ticks, and room past the last keeps its label inside the picture.
+	slices.SortFunc(ticks, func(a, b plot.Tick) int { return cmp.Compare(a.Value, b.Value) })
+	p.X.Tick.Marker = plot.ConstantTicks(slices.CompactFunc(ticks, func(a, b plot.Tick) bool { return a.Value == b.Value }))
+	p.X.Max *= 1.05
+	return write(p, len(l.Series), 16*vg.Centimeter, 10*vg.Centimeter, w)
+}
+
+// Bars draws, for each group, one bar per series side by side.
+type Bars struct {
+	Title, Y string
+	Groups   []string
+	Series   []BarSeries
+}
+
+// BarSeries is one bar in every group of a Bars chart.
+type BarSeries struct {
+	Name string
+	// Values has one value per group, in Bars.Groups order.
+	Values []float64
+}
+
+// WriteSVG draws the chart.
+func (b Bars) WriteSVG(w io.Writer) error {
+	p := newPlot(b.Title, b.Y)
+	width := vg.Points(48 / float64(max(len(b.Series), 1)))
+	for i, s := range b.Series {
+		if len(s.Values) != len(b.Groups) {
+			return fmt.Errorf("chart: series %q has %d values for %d groups", s.Name, len(s.Values), len(b.Groups))
+		}
+		bars, err := plotter.NewBarChart(plotter.Values(s.Values), width)
+		if err != nil {
+			return fmt.Errorf("chart: series %q: %w", s.Name, err)
+		}
+		bars.Color = plotutil.Color(i)
+		bars.LineStyle.Width = 0
+		bars.Offset = width * vg.Length(float64(i)-float64(len(b.Series)-1)/2)
+		p.Add(bars)
+		p.Legend.Add(s.Name, bars)
+	}
+	p.NominalX(b.Groups...)
+	return write(p, len(b.Series), 20*vg.Centimeter, 10*vg.Centimeter, w)
+}
+
+// newPlot starts a plot with a title, a Y label, a grid and a Y axis that starts at zero, so that bars and lines
+// compare by length.
+func newPlot(title, y string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.Y.Label.Text = y
+	p.Y.Min = 0
+	p.Add(plotter.NewGrid())
+	p.Legend.Top = true
+	p.Legend.ThumbnailWidth = vg.Points(24)
+	return p
+}
+
+// write draws p as SVG, with room above the highest value for the legend's entries.
+func write(p *plot.Plot, entries int, width, height vg.Length, w io.Writer) error {
+	p.Y.Max *= 1.1 + 0.07*float64(entries)
+	to, err := p.WriterTo(width, height, "svg")
+	if err != nil {
+		return err
+	}
+	_, err = to.WriteTo(w)
+	return err
+}

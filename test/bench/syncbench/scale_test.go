@@ -1,0 +1,87 @@
+package main
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"testing"
+
+	"vksfleet.dev/fleet/test/clusterset"
+)
+
+func TestInts(t *testing.T) {
+	for _, tc := range []struct {
+		in    string
+		want  []int
+		fails bool
+	}{
+		{in: "3", want: []int{3}},
+		{in: "3,6, 10", want: []int{3, 6, 10}},
+		{in: "3,,6", fails: true},
+		{in: "0", fails: true},
+		{in: "three", fails: true},
+	} {
+		got, err := ints(tc.in)
+		if tc.fails != (err != nil) || !slices.Equal(got, tc.want) {
+			t.Errorf("ints(%q) = %v, %v; want %v, fails %v", tc.in, got, err, tc.want, tc.fails)
+		}
+	}
+}
+
+func TestSpread(t *testing.T) {
+	for _, tc := range []struct {
+		in   []float64
+		want string
+	}{
+		{nil, "–"},
+		{[]float64{62.2}, "62"},
+		{[]float64{62.2, 61.9}, "62"},
+		{[]float64{70, 41.6, 55}, "42–70"},
+	} {
+		if got := spread(tc.in); got != tc.want {
+			t.Errorf("spread(%v) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestScaleReport draws the table and charts of fixed points: a row and a column per point, a line per member
+// count (p99 and p50) and per service count.
+func TestScaleReport(t *testing.T) {
+	mk := func(members, services int, p99 float64) point {
+		p := point{Members: members, Services: services, Endpoints: 4, Date: "2026-11-24",
+			Export: map[string]latency{}, ExportPooled: latency{P50: p99 / 3, P99: p99}, ExportLast: latency{P99: p99},
+			WritesPerServiceMember: map[string]float64{"PUT serviceimports": 2, "POST services": 1},
+			Controllers:            map[string]controllerUse{"cluster-a": {ExportCPUSeconds: 3, PeakMiB: 60}},
+			Broker:                 map[string]objects{"serviceimports": {Count: services, Bytes: int64(services) * 1400}},
+		}
+		for _, m := range clusterset.MemberNames(members)[1:] {
+			p.Export[m] = latency{P50: p99 / 3, P99: p99}
+			p.Controllers[m] = controllerUse{ExportCPUSeconds: 2, PeakMiB: 50}
+		}
+		return p
+	}
+	points := []point{mk(3, 1000, 147), mk(3, 5000, 300), mk(6, 1000, 250)}
+	table := scaleReport(points)
+	for _, want := range []string{"[3 × 1000](scale/3x1000.md)", "[6 × 1000](scale/6x1000.md)", "| **147** |",
+		"| PUT serviceimports | 2.00 | 2.00 | 2.00 |", "| serviceimports | 1000; 1367 | 5000; 6836 | 1000; 1367 |",
+		"(" + latencyChart + ")", "(" + writesChart + ")"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table has no %q:\n%s", want, table)
+		}
+	}
+	charts := scaleCharts(points)
+	for file, names := range map[string][]string{
+		latencyChart: {"3 members, p99", "3 members, p50", "6 members, p99", "6 members, p50"},
+		writesChart:  {"1000 services", "5000 services"},
+	} {
+		var b bytes.Buffer
+		if err := charts[file].WriteSVG(&b); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range names {
+			if !strings.Contains(b.String(), ">"+n+"<") {
+				t.Errorf("%s has no series %q", file, n)
+			}
+		}
+	}
+}
