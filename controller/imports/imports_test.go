@@ -246,7 +246,7 @@ func TestClusterLocalCondition(t *testing.T) {
 		message   string
 	}{
 		{false, metav1.ConditionTrue, "Reflected", "Reflected into this cluster's DNS as Service web-clusterset."},
-		{true, metav1.ConditionFalse, "NameInUse", "Service ns/web-clusterset exists and is not managed by mcs-controller.vksfleet.dev: the import is not reflected into this cluster's DNS."},
+		{true, metav1.ConditionFalse, "NameInUse", "Service ns/web-clusterset exists and is not managed by " + names.ManagedBy + ": the import is not reflected into this cluster's DNS."},
 	} {
 		got := ClusterLocalCondition(si, c.nameInUse, 3)
 		if got.Type != "ClusterLocalService" || got.Status != c.status || got.Reason != c.reason || got.Message != c.message || got.ObservedGeneration != 3 {

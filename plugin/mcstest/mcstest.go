@@ -13,10 +13,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
-)
 
-// ManagedBy is the endpointslice.kubernetes.io/managed-by value of imported slices.
-const ManagedBy = "mcs-controller.vksfleet.dev"
+	"vksfleet.dev/fleet/mcs/names"
+)
 
 // Port returns a ServiceImport port.
 func Port(name string, protocol corev1.Protocol, port int32) mcsv1beta1.ServicePort {
@@ -67,7 +66,7 @@ func Slice(namespace, service, cluster string, family discoveryv1.AddressType, p
 			Labels: map[string]string{
 				mcsv1beta1.LabelServiceName:   service,
 				mcsv1beta1.LabelSourceCluster: cluster,
-				discoveryv1.LabelManagedBy:    ManagedBy,
+				discoveryv1.LabelManagedBy:    names.ManagedBy,
 			},
 		},
 		AddressType: family,

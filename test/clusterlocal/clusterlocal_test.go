@@ -33,6 +33,7 @@ import (
 	"vksfleet.dev/fleet/test/dataplane"
 	"vksfleet.dev/fleet/test/fleet"
 	"vksfleet.dev/fleet/test/poll"
+	"vksfleet.dev/fleet/test/proc"
 	"vksfleet.dev/fleet/test/workload"
 )
 
@@ -53,10 +54,7 @@ func TestClusterLocalServices(t *testing.T) {
 	if err := fleet.Build(bin); err != nil {
 		t.Fatal(err)
 	}
-	logf, err := os.Create(filepath.Join(t.TempDir(), "fleet.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	logf := proc.TestLog(t)
 	f, err := fleet.Start(ctx, fleet.Options{
 		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(2), Nodes: nodes},
 		BinDir:     bin, LeaseGrace: 5 * time.Second, Log: logf,
@@ -67,13 +65,6 @@ func TestClusterLocalServices(t *testing.T) {
 	t.Cleanup(func() {
 		if err := f.Stop(); err != nil {
 			t.Errorf("stopping the fleet: %v", err)
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			if len(b) > 30000 {
-				b = b[len(b)-30000:]
-			}
-			t.Logf("last process logs:\n%s", b)
 		}
 	})
 	a, b := f.Member("cluster-a"), f.Member("cluster-b")

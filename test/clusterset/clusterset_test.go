@@ -160,6 +160,17 @@ func podTemplate(labels map[string]string) corev1.PodTemplateSpec {
 	}
 }
 
+// deployment is a Deployment of two pods labelled app=name.
+func deployment(ns, name string) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](2), Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: podTemplate(labels),
+		},
+	}
+}
+
 // readyEndpoints lists the EndpointSlices of a service and returns its ready endpoints, with their IP family.
 func readyEndpoints(ctx context.Context, c *Cluster, ns, svc string) ([]discoveryv1.Endpoint, error) {
 	slices := &discoveryv1.EndpointSliceList{}
@@ -180,16 +191,10 @@ func readyEndpoints(ctx context.Context, c *Cluster, ns, svc string) ([]discover
 func testDeployment(t *testing.T, c *Cluster) {
 	ctx := context.Background()
 	createNamespace(t, c, "deploy")
-	labels := map[string]string{"app": "web"}
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "deploy"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](2), Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: podTemplate(labels),
-		},
-	}
+	dep := deployment("deploy", "web")
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "deploy"},
-		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 80}}},
+		Spec:       corev1.ServiceSpec{Selector: dep.Spec.Selector.MatchLabels, Ports: []corev1.ServicePort{{Port: 80}}},
 	}
 	for _, o := range []client.Object{dep, svc} {
 		if err := c.Client.Create(ctx, o); err != nil {
@@ -265,14 +270,7 @@ func testStatefulSet(t *testing.T, c *Cluster) {
 func testNamespaceDeletion(t *testing.T, c *Cluster) {
 	ctx := context.Background()
 	createNamespace(t, c, "doomed")
-	labels := map[string]string{"app": "doomed"}
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "doomed", Namespace: "doomed"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](2), Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: podTemplate(labels),
-		},
-	}
-	if err := c.Client.Create(ctx, dep); err != nil {
+	if err := c.Client.Create(ctx, deployment("doomed", "doomed")); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "doomed pods running", func(ctx context.Context) (bool, error) {

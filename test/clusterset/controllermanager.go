@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -76,6 +77,22 @@ var insecureLoopback = &http.Client{Timeout: 2 * time.Second, Transport: &http.T
 // FreePort returns a loopback port that is free for both TCP and UDP right now, for servers the tests start
 // (a DNS server needs both).
 func FreePort() (int, error) { return freePortOn("127.0.0.1") }
+
+// FreePorts returns n distinct ports as FreePort does, for a server that listens on several (DNS, ready,
+// health, metrics): ports asked for one by one may repeat.
+func FreePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for len(ports) < n {
+		p, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(ports, p) {
+			ports = append(ports, p)
+		}
+	}
+	return ports, nil
+}
 
 // freePortOn returns a port free for TCP and UDP on the given local address.
 func freePortOn(host string) (int, error) {

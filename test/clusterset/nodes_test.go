@@ -21,6 +21,7 @@ import (
 
 	"vksfleet.dev/fleet/test/dataplane"
 	"vksfleet.dev/fleet/test/poll"
+	"vksfleet.dev/fleet/test/proc"
 )
 
 // TestNodes runs one member with two nodes of the data plane and checks that its node agents behave as kubelets
@@ -35,27 +36,14 @@ func TestNodes(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the node agent: %v\n%s", err, out)
 	}
-	logf, err := os.Create(filepath.Join(t.TempDir(), "clusterset.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	cs, err := Start(context.Background(), Options{
 		Members: []string{"cluster-a"}, NoBroker: true, Nodes: 2, NodeAgent: filepath.Join(bin, "nodeagent"),
-		Regions: map[string]string{"cluster-a": "north"}, Log: logf,
+		Regions: map[string]string{"cluster-a": "north"}, Log: proc.TestLog(t),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = cs.Stop()
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			if len(b) > 20000 {
-				b = b[len(b)-20000:]
-			}
-			t.Logf("last process logs:\n%s", b)
-		}
-	})
+	t.Cleanup(func() { _ = cs.Stop() })
 	c := cs.Member("cluster-a")
 	assets, err := AssetsDir("")
 	if err != nil {

@@ -2,7 +2,6 @@ package demo
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/dataplane"
 	"vksfleet.dev/fleet/test/fleet"
+	"vksfleet.dev/fleet/test/proc"
 )
 
 // logWriter sends the narration to the test log.
@@ -31,14 +31,10 @@ func TestStories(t *testing.T) {
 	if err := fleet.Build(bin); err != nil {
 		t.Fatal(err)
 	}
-	logf, err := os.CreateTemp(t.TempDir(), "fleet-*.log")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	f, err := fleet.Start(ctx, fleet.Options{
 		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(3), Nodes: 2},
-		BinDir:     bin, LeaseGrace: 5 * time.Second, Log: logf,
+		BinDir:     bin, LeaseGrace: 5 * time.Second, Log: proc.TestLog(t),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -46,10 +42,6 @@ func TestStories(t *testing.T) {
 	t.Cleanup(func() { _ = f.Stop() })
 	d := &Demo{Fleet: f, Serve: filepath.Join(bin, "serve"), Out: logWriter{t}, Timeout: time.Minute}
 	if err := d.Run(ctx); err != nil {
-		b, _ := os.ReadFile(logf.Name())
-		if len(b) > 20000 {
-			b = b[len(b)-20000:]
-		}
-		t.Fatalf("%v\nlast process logs:\n%s", err, b)
+		t.Fatal(err)
 	}
 }

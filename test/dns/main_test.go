@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/build/deploy/corefile"
 	"vksfleet.dev/fleet/plugin/mcstest"
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/proc"
@@ -105,56 +106,49 @@ func run(m *testing.M) int {
 	return code
 }
 
-// startCoreDNS writes a Corefile with both plugins for the member and starts coredns until it is ready.
+// startCoreDNS runs coredns with both plugins for the member until it is ready, and sets env.port to its port.
 //
 // The kubernetes plugin runs first and indexes every EndpointSlice by address, imported ones included: for an
 // imported address it answers the PTR itself, and for a slice without kubernetes.io/service-name (as the
 // fixture's) it builds an invalid name and no reply goes out at all. It is limited to namespace default here so
 // that the PTRs of both plugins can be checked.
 func startCoreDNS(ctx context.Context, log io.Writer) (*proc.Process, error) {
-	var err error
-	if env.port, err = clusterset.FreePort(); err != nil {
-		return nil, err
-	}
-	readyPort, err := clusterset.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	kc, name := env.member.KubeconfigPath, env.member.Name
-	corefile := fmt.Sprintf(`.:%d {
-    bind 127.0.0.1
-    ready 127.0.0.1:%d
-    errors
-    kubernetes cluster.local in-addr.arpa ip6.arpa {
-        kubeconfig %s %s
-        namespaces default
-        fallthrough in-addr.arpa ip6.arpa
-    }
-    multicluster clusterset.local in-addr.arpa ip6.arpa {
-        kubeconfig %s %s
-    }
-}
-`, env.port, readyPort, kc, name, kc, name)
-	return runCoreDNS(ctx, "coredns", corefile, readyPort, log)
+	p, port, err := runCoreDNS(ctx, "coredns", memberServer(&corefile.Kubernetes{Reverse: true, Namespaces: []string{metav1.NamespaceDefault}}), log)
+	env.port = port
+	return p, err
 }
 
-// runCoreDNS writes corefile into the suite's directory and runs the binary with it, logging to log with name
-// as prefix. With a readyPort, that of the Corefile's ready plugin, it waits until the server reports ready.
-func runCoreDNS(ctx context.Context, name, corefile string, readyPort int, log io.Writer) (*proc.Process, error) {
+// memberServer is a server block whose kubernetes stanza is k and whose multicluster stanza serves
+// clusterset.local and the reverse zones, both reading the member, with a ready plugin.
+func memberServer(k *corefile.Kubernetes) corefile.Server {
+	return corefile.Server{
+		Stock:      corefile.Stock{Ready: true},
+		Kubeconfig: env.member.KubeconfigPath, Context: env.member.Name,
+		Kubernetes: k, Multicluster: &corefile.Multicluster{Reverse: true},
+	}
+}
+
+// runCoreDNS runs the binary with the server block s on a free port of 127.0.0.1, which it returns, logging to
+// log with name as prefix. With a ready plugin in s, on a free port too, it waits until the server reports ready.
+func runCoreDNS(ctx context.Context, name string, s corefile.Server, log io.Writer) (*proc.Process, int, error) {
+	ports, err := clusterset.FreePorts(2)
+	if err != nil {
+		return nil, 0, err
+	}
+	s.Port, s.Bind, s.ReadyAddr = ports[0], []string{"127.0.0.1"}, "127.0.0.1:"+strconv.Itoa(ports[1])
 	path := filepath.Join(env.dir, name+".Corefile")
-	if err := os.WriteFile(path, []byte(corefile), 0o600); err != nil {
-		return nil, err
+	if err := os.WriteFile(path, []byte(s.Render()), 0o600); err != nil {
+		return nil, 0, err
 	}
 	p, err := proc.Start(log, name, env.bin, "-conf", path)
-	if err != nil || readyPort == 0 {
-		return p, err
+	if err != nil || !s.Stock.Ready {
+		return p, s.Port, err
 	}
-	url := "http://127.0.0.1:" + strconv.Itoa(readyPort) + "/ready"
-	if err := p.WaitHTTP(ctx, http.DefaultClient, url, startWait); err != nil {
+	if err := p.WaitHTTP(ctx, http.DefaultClient, "http://"+s.ReadyAddr+"/ready", startWait); err != nil {
 		p.Stop()
-		return nil, err
+		return nil, 0, err
 	}
-	return p, nil
+	return p, s.Port, nil
 }
 
 // createFixture writes the imports of the suite, and a cluster.local Service in namespace default whose PTR

@@ -13,23 +13,19 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"vksfleet.dev/fleet/test/clusterset"
+	"vksfleet.dev/fleet/build/deploy/corefile"
 	"vksfleet.dev/fleet/test/poll"
 )
 
-// transferServer runs another coredns until the test ends and returns its DNS port: body is the server block's
-// plugins after bind, errors and a `transfer { to * }` stanza. A readyPort other than 0 is that of a ready
-// plugin in body, and the server is waited for until it reports ready.
-func transferServer(t *testing.T, name, body string, readyPort int) int {
+// transferServer runs another coredns with the server block s and a `transfer { to * }` stanza until the test
+// ends, and returns its DNS port.
+func transferServer(t *testing.T, name string, s corefile.Server) int {
 	t.Helper()
-	port, err := clusterset.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	corefile := fmt.Sprintf(".:%d {\n    bind 127.0.0.1\n    errors\n    transfer {\n        to *\n    }\n%s}\n", port, body)
+	s.TransferTo = "*"
 	var log bytes.Buffer
-	p, err := runCoreDNS(context.Background(), name, corefile, readyPort, &log)
+	p, port, err := runCoreDNS(context.Background(), name, s, &log)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
@@ -143,20 +139,7 @@ func agree(port int, rrs []dns.RR, serial uint32) error {
 // cluster.local. The transfer is compared with the same names asked one by one, and with every row of SPEC
 // section 4.
 func TestTransfer(t *testing.T) {
-	readyPort, err := clusterset.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, member := env.member.KubeconfigPath, env.member.Name
-	port := transferServer(t, "coredns-transfer", fmt.Sprintf(`    ready 127.0.0.1:%d
-    kubernetes cluster.local {
-        kubeconfig %s %s
-        namespaces default
-    }
-    multicluster clusterset.local in-addr.arpa ip6.arpa {
-        kubeconfig %s %s
-    }
-`, readyPort, kc, member, kc, member), readyPort)
+	port := transferServer(t, "coredns-transfer", memberServer(&corefile.Kubernetes{Namespaces: []string{metav1.NamespaceDefault}}))
 
 	var (
 		rrs    []dns.RR
@@ -170,6 +153,7 @@ func TestTransfer(t *testing.T) {
 			return errors.New("dig: transfer failed")
 		}
 		elapsed := time.Since(start)
+		var err error
 		if serial, err = checkFrame(rrs, zone); err != nil {
 			return err
 		}
@@ -260,10 +244,8 @@ func TestTransfer(t *testing.T) {
 // and one whose zone is not ready, which must refuse rather than send part of it.
 func TestTransferRefused(t *testing.T) {
 	// The API server of the not-ready one is unreachable: its informers never sync.
-	notReady := transferServer(t, "coredns-not-ready", `    multicluster clusterset.local in-addr.arpa {
-        endpoint http://127.0.0.1:1
-    }
-`, 0)
+	notReady := transferServer(t, "coredns-not-ready",
+		corefile.Server{Endpoint: "http://127.0.0.1:1", Multicluster: &corefile.Multicluster{Reverse: true}})
 	poll.T(t, 30*time.Second, "the not-ready server answering SERVFAIL", func() error {
 		r, err := exchangeAt(notReady, "udp", "dns-version."+zone, dns.TypeTXT)
 		if err == nil && r.rcode != "SERVFAIL" {

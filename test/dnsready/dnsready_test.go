@@ -6,8 +6,6 @@ package dnsready
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -26,6 +24,7 @@ import (
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/fleet"
 	"vksfleet.dev/fleet/test/poll"
+	"vksfleet.dev/fleet/test/proc"
 )
 
 const (
@@ -39,10 +38,7 @@ func TestReadyMeansResolves(t *testing.T) {
 	if err := fleet.Build(bin); err != nil {
 		t.Fatal(err)
 	}
-	logf, err := os.Create(filepath.Join(t.TempDir(), "fleet.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	logf := proc.TestLog(t)
 	f, err := fleet.Start(ctx, fleet.Options{
 		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(2)},
 		BinDir:     bin, LeaseGrace: 5 * time.Second, Log: logf,
@@ -53,10 +49,6 @@ func TestReadyMeansResolves(t *testing.T) {
 	t.Cleanup(func() {
 		if err := f.Stop(); err != nil {
 			t.Errorf("stopping the fleet: %v", err)
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("process logs:\n%s", b[max(0, len(b)-30000):])
 		}
 	})
 	a, b := f.Member("cluster-a"), f.Member("cluster-b")

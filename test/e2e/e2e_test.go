@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/poll"
 )
 
@@ -61,8 +63,8 @@ func TestExportIsImportedEverywhere(t *testing.T) {
 				return fmt.Errorf("status.endpointSliceObjects = %q, want Present", si.Status.EndpointSliceObjects)
 			}
 			for _, s := range imp.slices {
-				if s.Labels["endpointslice.kubernetes.io/managed-by"] != "mcs-controller.vksfleet.dev" ||
-					s.Labels["kubernetes.io/service-name"] != imp.derived.Name {
+				if s.Labels[discoveryv1.LabelManagedBy] != names.ManagedBy ||
+					s.Labels[discoveryv1.LabelServiceName] != imp.derived.Name {
 					return fmt.Errorf("slice %s labels %v", s.Name, s.Labels)
 				}
 				for _, e := range s.Endpoints {

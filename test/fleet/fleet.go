@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"vksfleet.dev/fleet/build/deploy/corefile"
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/dataplane"
 	"vksfleet.dev/fleet/test/proc"
@@ -183,24 +184,6 @@ func (m *Member) StopController() {
 	}
 }
 
-// corefile is the member's Corefile: Corefile.example's two plugins, on loopback ports, and with a data plane on
-// the host link too, where kube-proxy sends the pods' queries.
-const corefile = `.:%d {
-    bind %s
-    errors
-    ready 127.0.0.1:%d
-    kubernetes cluster.local in-addr.arpa ip6.arpa {
-        kubeconfig %s %s
-        pods insecure
-        fallthrough in-addr.arpa ip6.arpa
-    }
-    multicluster clusterset.local in-addr.arpa ip6.arpa {
-        kubeconfig %s %s
-        ttl 5
-    }
-}
-`
-
 // StartCoreDNS starts the member's CoreDNS, unless it is running, on the member's DNS address, and returns once it
 // reports ready.
 func (m *Member) StartCoreDNS(ctx context.Context) error {
@@ -216,12 +199,17 @@ func (m *Member) StartCoreDNS(ctx context.Context) error {
 		return err
 	}
 	path := filepath.Join(m.fleet.dir, "Corefile."+m.Name)
-	bind := "127.0.0.1"
-	if len(m.Nodes) > 0 {
-		bind += " " + dataplane.HostV4.String()
+	// The deployed Corefile's two plugins, on loopback ports, and with a data plane on the host link too, where
+	// kube-proxy sends the pods' queries.
+	s := corefile.Server{
+		Port: dnsPort, Bind: []string{"127.0.0.1"}, Stock: corefile.Stock{Ready: true}, ReadyAddr: fmt.Sprintf("127.0.0.1:%d", readyPort),
+		Kubeconfig: m.KubeconfigPath, Context: m.Name,
+		Kubernetes: &corefile.Kubernetes{Reverse: true, Pods: true}, Multicluster: &corefile.Multicluster{Reverse: true},
 	}
-	body := fmt.Sprintf(corefile, dnsPort, bind, readyPort, m.KubeconfigPath, m.Name, m.KubeconfigPath, m.Name)
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+	if len(m.Nodes) > 0 {
+		s.Bind = append(s.Bind, dataplane.HostV4.String())
+	}
+	if err := os.WriteFile(path, []byte(s.Render()), 0o644); err != nil {
 		return err
 	}
 	p, err := proc.Start(m.fleet.opts.Log, m.Name+"/coredns", filepath.Join(m.fleet.opts.BinDir, "coredns"), "-conf", path)
@@ -232,7 +220,7 @@ func (m *Member) StartCoreDNS(ctx context.Context) error {
 	m.coredns = p
 	m.mu.Unlock()
 	hc := &http.Client{Timeout: time.Second}
-	if err := p.WaitHTTP(ctx, hc, fmt.Sprintf("http://127.0.0.1:%d/ready", readyPort), 2*time.Minute); err != nil {
+	if err := p.WaitHTTP(ctx, hc, "http://"+s.ReadyAddr+"/ready", 2*time.Minute); err != nil {
 		return err
 	}
 	if len(m.Nodes) == 0 || m.dnsService {

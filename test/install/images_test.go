@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/build/deploy/corefile"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/poll"
@@ -240,30 +241,21 @@ func TestImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	corefile := filepath.Join(dir, "Corefile")
-	body := fmt.Sprintf(`.:53 {
-    bind %s
-    errors
-    ready 127.0.0.1:%d
-    kubernetes cluster.local in-addr.arpa ip6.arpa {
-        kubeconfig /etc/coredns/kubeconfig cluster-b
-        fallthrough in-addr.arpa ip6.arpa
-    }
-    multicluster clusterset.local in-addr.arpa ip6.arpa {
-        kubeconfig /etc/coredns/kubeconfig cluster-b
-    }
-}
-`, addr, readyPort)
-	if err := os.WriteFile(corefile, []byte(body), 0o644); err != nil {
+	conf := filepath.Join(dir, "Corefile")
+	s := corefile.Server{
+		Port: 53, Bind: []string{addr}, Stock: corefile.Stock{Ready: true}, ReadyAddr: fmt.Sprintf("127.0.0.1:%d", readyPort),
+		Kubeconfig: "/etc/coredns/kubeconfig", Context: "cluster-b",
+		Kubernetes: &corefile.Kubernetes{Reverse: true}, Multicluster: &corefile.Multicluster{Reverse: true},
+	}
+	if err := os.WriteFile(conf, []byte(s.Render()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// Without no-new-privileges: Docker 20.10 gives a non-root process no permitted capabilities, and under
 	// no-new-privileges the kernel grants a file capability only within them, so port 53 would be refused.
 	e.run(t, "coredns", "--user", "65532:65532", "--read-only", "--cap-drop", "ALL", "--cap-add", "NET_BIND_SERVICE",
-		"-v", corefile+":/etc/coredns/Corefile:ro", "-v", readable(t, b, dir)+":/etc/coredns/kubeconfig:ro",
+		"-v", conf+":/etc/coredns/Corefile:ro", "-v", readable(t, b, dir)+":/etc/coredns/kubeconfig:ro",
 		coreDNSImage, "-conf", "/etc/coredns/Corefile")
-	readyURL := fmt.Sprintf("http://127.0.0.1:%d/ready", readyPort)
-	poll.T(t, timeout, "the CoreDNS container ready", func() error { return httpOK(hc, readyURL) })
+	poll.T(t, timeout, "the CoreDNS container ready", func() error { return httpOK(hc, "http://"+s.ReadyAddr+"/ready") })
 	server := addr + ":53"
 	kubernetesIP := ""
 	svc := &corev1.Service{}

@@ -147,6 +147,35 @@ var coreDNSBinary = sync.OnceValues(func() (string, error) {
 	return bin, nil
 })
 
+// startCoreDNS runs our CoreDNS binary with the Corefile conf until the test ends, logging as name.
+func startCoreDNS(t *testing.T, name, conf string) *proc.Process {
+	t.Helper()
+	bin, err := coreDNSBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "Corefile")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := proc.Start(tWriter{t}, name, bin, "-conf", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Stop)
+	return p
+}
+
+// freePorts returns n distinct loopback ports free for TCP and UDP.
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	ports, err := clusterset.FreePorts(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ports
+}
+
 var (
 	portRe    = regexp.MustCompile(`(?m):53 \{$`)
 	readyRe   = regexp.MustCompile(`(?m)^(\s*)ready$`)
@@ -160,30 +189,13 @@ var (
 // multicluster blocks get c's kubeconfig in place of the in-cluster service account. It returns the DNS address.
 func runCorefile(ctx context.Context, t *testing.T, c *clusterset.Cluster, corefile string) string {
 	t.Helper()
-	bin, err := coreDNSBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ports [4]int
-	for i := range ports {
-		if ports[i], err = clusterset.FreePort(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ports := freePorts(t, 4)
 	local := portRe.ReplaceAllString(corefile, fmt.Sprintf(":%d {", ports[0]))
 	local = readyRe.ReplaceAllString(local, fmt.Sprintf("${1}ready 127.0.0.1:%d", ports[1]))
 	local = healthRe.ReplaceAllString(local, fmt.Sprintf("${1}health 127.0.0.1:%d {", ports[2]))
 	local = metricsRe.ReplaceAllString(local, fmt.Sprintf("${1}prometheus 127.0.0.1:%d", ports[3]))
 	local = pluginRe.ReplaceAllString(local, fmt.Sprintf("${1}${2}\n${1}    kubeconfig %s %s", c.KubeconfigPath, c.Name))
-	path := filepath.Join(t.TempDir(), "Corefile")
-	if err := os.WriteFile(path, []byte(local), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	p, err := proc.Start(tWriter{t}, "coredns", bin, "-conf", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Stop)
+	p := startCoreDNS(t, "coredns", local)
 	if err := p.WaitHTTP(ctx, httpClient, fmt.Sprintf("http://127.0.0.1:%d/ready", ports[1]), timeout); err != nil {
 		t.Fatalf("%v\nCorefile:\n%s", err, local)
 	}

@@ -20,9 +20,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/plugin/mcstest"
-	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/poll"
-	"vksfleet.dev/fleet/test/proc"
 )
 
 const (
@@ -188,16 +186,7 @@ func TestNodeLocalDNSCache(t *testing.T) {
 // port, forwarding to upstream, with its metrics on a free loopback port. It returns the DNS address.
 func runNodeLocal(t *testing.T, stanza, upstream string) string {
 	t.Helper()
-	bin, err := coreDNSBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ports [2]int
-	for i := range ports {
-		if ports[i], err = clusterset.FreePort(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ports := freePorts(t, 2)
 	conf := strings.NewReplacer(
 		"__PILLAR__LOCAL__DNS__", "127.0.0.1",
 		"__PILLAR__DNS__SERVER__", "127.0.0.2",
@@ -209,15 +198,7 @@ func runNodeLocal(t *testing.T, stanza, upstream string) string {
 			t.Fatalf("the stanza changed: %q is left as it was", l)
 		}
 	}
-	path := filepath.Join(t.TempDir(), "Corefile")
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	p, err := proc.Start(tWriter{t}, "node-local", bin, "-conf", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Stop)
+	startCoreDNS(t, "node-local", conf)
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	poll.T(t, timeout, "node-local answering on "+addr, func() error {
 		_, err := ask(addr, "up.clusterset.local", dns.TypeA)

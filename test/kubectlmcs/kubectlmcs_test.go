@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/build/deploy/corefile"
 	"vksfleet.dev/fleet/build/deploy/crds"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/mcsctl"
@@ -165,9 +167,13 @@ func TestKubectlMCS(t *testing.T) {
 		}
 		// A CoreDNS for cluster-a that does not serve clusterset.local, reloading its Corefile as a cluster's
 		// CoreDNS reloads its ConfigMap.
-		without := fmt.Sprintf(".:%d {\n    bind 127.0.0.1\n    reload 2s\n    errors\n}\n", port)
-		with := fmt.Sprintf(".:%d {\n    bind 127.0.0.1\n    reload 2s\n    errors\n    multicluster clusterset.local {\n        kubeconfig %s %s\n    }\n}\n",
-			port, a.KubeconfigPath, a.Name)
+		s := corefile.Server{
+			Port: port, Bind: []string{"127.0.0.1"}, Stock: corefile.Stock{Reload: true}, ReloadEvery: 2 * time.Second,
+			Kubeconfig: a.KubeconfigPath, Context: a.Name,
+		}
+		without := s.Render()
+		s.Multicluster = &corefile.Multicluster{}
+		with := s.Render()
 		path := filepath.Join(t.TempDir(), "Corefile")
 		if err := os.WriteFile(path, []byte(without), 0o644); err != nil {
 			t.Fatal(err)

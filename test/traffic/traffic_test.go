@@ -25,6 +25,7 @@ import (
 	"vksfleet.dev/fleet/test/dataplane"
 	"vksfleet.dev/fleet/test/fleet"
 	"vksfleet.dev/fleet/test/poll"
+	"vksfleet.dev/fleet/test/proc"
 	"vksfleet.dev/fleet/test/workload"
 )
 
@@ -53,15 +54,11 @@ func TestTraffic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logf, err := os.Create(filepath.Join(t.TempDir(), "fleet.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	start := time.Now()
 	f, err := fleet.Start(ctx, fleet.Options{
 		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(3), Nodes: 2},
-		BinDir:     bin, LeaseGrace: 5 * time.Second, Log: logf,
+		BinDir:     bin, LeaseGrace: 5 * time.Second, Log: proc.TestLog(t),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -70,13 +67,6 @@ func TestTraffic(t *testing.T) {
 	t.Cleanup(func() {
 		if !stopped {
 			_ = f.Stop()
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			if len(b) > 30000 {
-				b = b[len(b)-30000:]
-			}
-			t.Logf("last process logs:\n%s", b)
 		}
 	})
 	t.Logf("fleet with 3 members x 2 nodes up in %s", time.Since(start).Round(100*time.Millisecond))

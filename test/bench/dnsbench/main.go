@@ -33,6 +33,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/build/deploy/corefile"
+	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/poll"
 	"vksfleet.dev/fleet/test/proc"
@@ -110,91 +112,29 @@ func run(d dataset, out string, duration time.Duration, profile string) error {
 			return err
 		}
 	}
+	// The Corefile users deploy (build/deploy/coredns/Corefile), with an upstream that is never asked: every
+	// question is in clusterset.local. Without loop, which would probe through that upstream, and reload.
+	deployed := corefile.Deployed()
+	deployed.Comments, deployed.Upstream = false, "127.0.0.1:1"
+	deployed.Stock.Loop, deployed.Stock.Reload = false, false
+	// Stock's kubernetes plugin serves both zones with one TTL: 5 s, as multicluster's, so that the cache keeps
+	// clusterset.local answers as long in both.
+	stockDeployed := deployed
+	stockDeployed.Kubernetes = &corefile.Kubernetes{Reverse: true, Pods: true, Multicluster: true, TTL: 5}
+	stockDeployed.Multicluster = nil
 	servers := []server{
-		{name: "ours", bin: ours, corefile: `.:{port} {
-    errors{pprof}
-    kubernetes cluster.local {
-        {kubeconfig}
-    }
-    multicluster clusterset.local {
-        {kubeconfig}
-    }
-}
-`},
-		{name: "stock", bin: stock, corefile: `.:{port} {
-    errors{pprof}
-    kubernetes cluster.local clusterset.local {
-        {kubeconfig}
-        multicluster clusterset.local
-    }
-}
-`},
+		{name: "ours", bin: ours, conf: corefile.Server{Kubernetes: &corefile.Kubernetes{}, Multicluster: &corefile.Multicluster{}}},
+		{name: "stock", bin: stock, conf: corefile.Server{Kubernetes: &corefile.Kubernetes{Multicluster: true}}},
 		// The ceiling: stock CoreDNS answering every query with whoami, which builds a two-record reply from the
 		// question alone, behind the same plugins as ours (kubernetes passes clusterset.local on), in a process
 		// that runs the same kind of informers. Only the answer differs.
-		{name: "ceiling", bin: stock, anyReply: true, corefile: `.:{port} {
-    errors{pprof}
-    kubernetes cluster.local {
-        {kubeconfig}
-    }
-    whoami
-}
-`},
+		{name: "ceiling", bin: stock, anyReply: true, conf: corefile.Server{Kubernetes: &corefile.Kubernetes{}, Whoami: true}},
 		// whoami alone, for reference: no plugin in front, and no informer goroutines. Go sizes a new goroutine's
 		// stack by the average of all goroutines, and the informers' are small: in processes that have them, the
 		// stack of every query's goroutine grows and is copied (15-25% of the CPU under dnsperf), here much less.
-		{name: "bare", bin: stock, anyReply: true, corefile: `.:{port} {
-    errors{pprof}
-    whoami
-}
-`},
-		// The Corefile users deploy (build/deploy/coredns/Corefile), with an upstream that is never asked: every
-		// question is in clusterset.local.
-		{name: "ours-deployed", bin: ours, corefile: `.:{port} {
-    errors{pprof}
-    health 127.0.0.1:{free}
-    ready 127.0.0.1:{free}
-    kubernetes cluster.local in-addr.arpa ip6.arpa {
-        {kubeconfig}
-        pods insecure
-        fallthrough in-addr.arpa ip6.arpa
-        ttl 30
-    }
-    multicluster clusterset.local in-addr.arpa ip6.arpa {
-        {kubeconfig}
-        ttl 5
-    }
-    prometheus 127.0.0.1:{free}
-    forward . 127.0.0.1:1
-    cache 30 {
-        disable success cluster.local
-        disable denial cluster.local
-    }
-    loadbalance
-}
-`},
-		// Stock's kubernetes plugin serves both zones with one TTL: 5 s, as multicluster's, so that the cache
-		// keeps clusterset.local answers as long in both.
-		{name: "stock-deployed", bin: stock, corefile: `.:{port} {
-    errors{pprof}
-    health 127.0.0.1:{free}
-    ready 127.0.0.1:{free}
-    kubernetes cluster.local clusterset.local in-addr.arpa ip6.arpa {
-        {kubeconfig}
-        pods insecure
-        multicluster clusterset.local
-        fallthrough in-addr.arpa ip6.arpa
-        ttl 5
-    }
-    prometheus 127.0.0.1:{free}
-    forward . 127.0.0.1:1
-    cache 30 {
-        disable success cluster.local
-        disable denial cluster.local
-    }
-    loadbalance
-}
-`},
+		{name: "bare", bin: stock, anyReply: true, conf: corefile.Server{Whoami: true}},
+		{name: "ours-deployed", bin: ours, conf: deployed},
+		{name: "stock-deployed", bin: stock, conf: stockDeployed},
 	}
 	// Every server runs at once, on the same core, and the classes are measured on each in turn, reps times, so
 	// that a slow spell of this shared machine falls on all of them rather than on one; the median is reported.
@@ -309,7 +249,7 @@ func (d dataset) load(ctx context.Context, cl client.Client) (int, error) {
 					Labels: map[string]string{
 						mcsv1beta1.LabelServiceName:   name,
 						mcsv1beta1.LabelSourceCluster: clusterID(k),
-						discoveryv1.LabelManagedBy:    "mcs-controller.vksfleet.dev",
+						discoveryv1.LabelManagedBy:    names.ManagedBy,
 						discoveryv1.LabelServiceName:  name,
 					},
 				},
@@ -387,11 +327,12 @@ func writeQueries(path string, names []string) error {
 	return os.WriteFile(path, []byte(strings.Join(names, "\n")+"\n"), 0o644)
 }
 
-// server is one CoreDNS binary and its Corefile template: {port} is the DNS port, {pprof} the pprof line when
-// profiling, {kubeconfig} the kubeconfig line of the loaded cluster and each {free} another free port.
+// server is one CoreDNS binary and its server block, which start completes with the ports and the loaded
+// cluster's kubeconfig.
 type server struct {
-	name, bin, corefile string
-	anyReply            bool // the server answers every name alike (whoami): any reply means it is up
+	name, bin string
+	conf      corefile.Server
+	anyReply  bool // the server answers every name alike (whoami): any reply means it is up
 }
 
 // measurement is what dnsperf reported for one query class.
@@ -413,36 +354,27 @@ type running struct {
 // start starts the server pinned to core 0 with GOMAXPROCS=1 and waits until it answers every class correctly.
 func (s server) start(work string, c *clusterset.Cluster, classes []queryClass, profile string) (*running, error) {
 	r := &running{server: s}
-	var err error
-	if r.port, err = clusterset.FreePort(); err != nil {
+	ports, err := clusterset.FreePorts(5)
+	if err != nil {
 		return nil, err
 	}
-	pprofLine := ""
+	loopback := func(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
+	conf := s.conf
+	conf.Port, conf.Kubeconfig, conf.Context = ports[0], c.KubeconfigPath, c.Name
+	conf.HealthAddr, conf.ReadyAddr, conf.MetricsAddr = loopback(ports[1]), loopback(ports[2]), loopback(ports[3])
 	if profile != "" {
-		pp, err := clusterset.FreePort()
-		if err != nil {
-			return nil, err
-		}
-		r.pprofAddr = fmt.Sprintf("127.0.0.1:%d", pp)
-		pprofLine = "\n    pprof " + r.pprofAddr
+		r.pprofAddr = loopback(ports[4])
+		conf.Pprof = r.pprofAddr
 	}
-	body := strings.NewReplacer("{port}", strconv.Itoa(r.port), "{pprof}", pprofLine,
-		"{kubeconfig}", "kubeconfig "+c.KubeconfigPath+" "+c.Name).Replace(s.corefile)
-	for strings.Contains(body, "{free}") { // a port for each of health, ready and prometheus
-		p, err := clusterset.FreePort()
-		if err != nil {
-			return nil, err
-		}
-		body = strings.Replace(body, "{free}", strconv.Itoa(p), 1)
-	}
-	corefile := filepath.Join(work, "Corefile."+s.name)
-	if err := os.WriteFile(corefile, []byte(body), 0o644); err != nil {
+	r.port = conf.Port
+	path := filepath.Join(work, "Corefile."+s.name)
+	if err := os.WriteFile(path, []byte(conf.Render()), 0o644); err != nil {
 		return nil, err
 	}
 	if r.logf, err = os.Create(filepath.Join(work, s.name+".log")); err != nil {
 		return nil, err
 	}
-	r.cmd = exec.Command("taskset", "-c", "0", s.bin, "-conf", corefile)
+	r.cmd = exec.Command("taskset", "-c", "0", s.bin, "-conf", path)
 	r.cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
 	r.cmd.Stdout, r.cmd.Stderr = r.logf, r.logf
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
