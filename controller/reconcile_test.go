@@ -1,23 +1,88 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/controller/imports"
 	"vksfleet.dev/fleet/controller/merge"
+	"vksfleet.dev/fleet/mcs/mcsversion"
 	"vksfleet.dev/fleet/mcs/names"
 )
+
+// fakeCluster is a fake API server seen as the controller's caches see it: the scheme the controller builds for
+// v1beta1, the status subresources and the field indexes; writes counts the writes it receives.
+type fakeCluster struct {
+	client.Client
+	writes atomic.Int32
+}
+
+func newFakeCluster(t *testing.T, objs ...client.Object) *fakeCluster {
+	t.Helper()
+	scheme, err := mcsversion.NewScheme(mcsv1beta1.SchemeGroupVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeCluster{}
+	f.Client = fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
+		WithStatusSubresource(&mcsv1beta1.ServiceImport{}, &mcsv1beta1.ServiceExport{}).
+		WithIndex(&discoveryv1.EndpointSlice{}, localSliceIndex, indexLocalSlice).
+		WithIndex(&discoveryv1.EndpointSlice{}, serviceIndex, indexByService).
+		WithIndex(&mcsv1beta1.ServiceImport{}, serviceIndex, indexByService).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				f.writes.Add(1)
+				return c.Create(ctx, obj, opts...)
+			},
+			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+				f.writes.Add(1)
+				return c.Update(ctx, obj, opts...)
+			},
+			Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+				f.writes.Add(1)
+				return c.Delete(ctx, obj, opts...)
+			},
+			SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+				f.writes.Add(1)
+				return c.SubResource(sub).Update(ctx, obj, opts...)
+			},
+		}).Build()
+	return f
+}
+
+// testReconciler is a reconciler of cluster "a" over fake local and broker clusters, with the hold of a Pending
+// import status the controller runs with.
+func testReconciler(local, broker client.Client) *reconciler {
+	return &reconciler{id: "a", local: local, broker: broker, dnsWaits: newHold(dnsHold), log: logr.Discard()}
+}
+
+// objMeta is the metadata of a test object with labels given as key, value pairs.
+func objMeta(namespace, name string, labels ...string) metav1.ObjectMeta {
+	m := metav1.ObjectMeta{Namespace: namespace, Name: name}
+	for i := 0; i+1 < len(labels); i += 2 {
+		if m.Labels == nil {
+			m.Labels = map[string]string{}
+		}
+		m.Labels[labels[i]] = labels[i+1]
+	}
+	return m
+}
 
 func TestOnlyRaces(t *testing.T) {
 	gr := schema.GroupResource{Group: "discovery.k8s.io", Resource: "endpointslices"}

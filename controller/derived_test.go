@@ -1,0 +1,99 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"vksfleet.dev/fleet/controller/imports"
+	"vksfleet.dev/fleet/controller/merge"
+	"vksfleet.dev/fleet/mcs/names"
+)
+
+func TestApplyDerived(t *testing.T) {
+	key := types.NamespacedName{Namespace: "ns", Name: "web"}
+	name := types.NamespacedName{Namespace: "ns", Name: names.DerivedServiceName("ns", "web")}
+	v4, v6, dual := []corev1.IPFamily{corev1.IPv4Protocol}, []corev1.IPFamily{corev1.IPv6Protocol},
+		[]corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	owner := imports.Owner(&mcsv1beta1.ServiceImport{ObjectMeta: objMeta("ns", "web")}, mcsv1beta1.SchemeGroupVersion.String())
+	want := func(families []corev1.IPFamily, ports ...int32) *corev1.Service {
+		m := merge.Result{Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, IPFamilies: families}}
+		for _, p := range ports {
+			m.Spec.Ports = append(m.Spec.Ports, mcsv1beta1.ServicePort{Protocol: corev1.ProtocolTCP, Port: p})
+		}
+		return imports.DerivedService(key, m, owner)
+	}
+	// allocated is the Service as the API server stores it, with its cluster IPs.
+	allocated := func(s *corev1.Service, ips ...string) *corev1.Service {
+		s.Spec.ClusterIP, s.Spec.ClusterIPs = ips[0], ips
+		return s
+	}
+	foreign := &corev1.Service{ObjectMeta: objMeta(name.Namespace, name.Name)}
+	// shape is what the cases compare of a Service.
+	shape := func(s *corev1.Service) string {
+		if s == nil {
+			return "none"
+		}
+		var ports []int32
+		for _, p := range s.Spec.Ports {
+			ports = append(ports, p.Port)
+		}
+		return fmt.Sprintf("ours=%v ports=%v families=%v ips=%v", isOurs(s), ports, s.Spec.IPFamilies, s.Spec.ClusterIPs)
+	}
+	cases := []struct {
+		name   string
+		stored *corev1.Service
+		want   *corev1.Service
+		writes int32 // over two reconciles: the second must find nothing to do
+		final  string
+	}{
+		{"missing: created", nil, want(v4, 80), 1, "ours=true ports=[80] families=[IPv4] ips=[]"},
+		{"equal: no write", allocated(want(v4, 80), "10.96.0.1"), want(v4, 80), 0, "ours=true ports=[80] families=[IPv4] ips=[10.96.0.1]"},
+		{"ports changed", allocated(want(v4, 80), "10.96.0.1"), want(v4, 80, 443), 1, "ours=true ports=[80 443] families=[IPv4] ips=[10.96.0.1]"},
+		{"dual-stack to IPv4 only", allocated(want(dual, 80), "10.96.0.1", "fd00::1"), want(v4, 80), 1,
+			"ours=true ports=[80] families=[IPv4] ips=[10.96.0.1]"},
+		{"primary family changes: deleted, then created", allocated(want(v4, 80), "10.96.0.1"), want(v6, 80), 2,
+			"ours=true ports=[80] families=[IPv6] ips=[]"},
+		{"no longer wanted: deleted", allocated(want(v4, 80), "10.96.0.1"), nil, 1, "none"},
+		{"not ours and not wanted: left alone", foreign, nil, 0, "ours=false ports=[] families=[] ips=[]"},
+		{"neither stored nor wanted", nil, nil, 0, "none"},
+	}
+	for _, c := range cases {
+		ctx := context.Background()
+		local := newFakeCluster(t)
+		if c.stored != nil {
+			if err := local.Create(ctx, c.stored.DeepCopy()); err != nil {
+				t.Fatal(err)
+			}
+			local.writes.Store(0)
+		}
+		r := testReconciler(local, nil)
+		stored := func() *corev1.Service {
+			s, err := getOrNil(ctx, local, name, &corev1.Service{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+		for i := range 2 {
+			ret, err := r.applyDerived(ctx, stored(), c.want.DeepCopy())
+			if err != nil {
+				t.Fatalf("%s: applyDerived: %v", c.name, err)
+			}
+			// What is returned is what is stored: nil right after the delete of a family change.
+			if now := stored(); c.want != nil && shape(ret) != shape(now) {
+				t.Errorf("%s: call %d returned %s, stored %s", c.name, i+1, shape(ret), shape(now))
+			}
+		}
+		if got := shape(stored()); got != c.final {
+			t.Errorf("%s: stored %s, want %s", c.name, got, c.final)
+		}
+		if n := local.writes.Load(); n != c.writes {
+			t.Errorf("%s: %d writes, want %d", c.name, n, c.writes)
+		}
+	}
+}
