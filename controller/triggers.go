@@ -54,10 +54,12 @@ func (t *triggers) all(ctx context.Context) error {
 	if err := t.local.List(ctx, imported); err != nil {
 		return err
 	}
-	for _, si := range imported.Items {
-		if err := t.send(ctx, client.ObjectKeyFromObject(&si)); err != nil {
-			return err
-		}
+	keys := make([]types.NamespacedName, len(imported.Items))
+	for i := range imported.Items {
+		keys[i] = client.ObjectKeyFromObject(&imported.Items[i])
+	}
+	if err := t.send(ctx, keys...); err != nil {
+		return err
 	}
 	records := &mcsv1beta1.ServiceImportList{}
 	if err := t.broker.List(ctx, records); err != nil {
@@ -72,12 +74,11 @@ func (t *triggers) exports(ctx context.Context) error {
 	if err := t.local.List(ctx, exported); err != nil {
 		return err
 	}
-	for _, se := range exported.Items {
-		if err := t.send(ctx, client.ObjectKeyFromObject(&se)); err != nil {
-			return err
-		}
+	keys := make([]types.NamespacedName, len(exported.Items))
+	for i := range exported.Items {
+		keys[i] = client.ObjectKeyFromObject(&exported.Items[i])
 	}
-	return nil
+	return t.send(ctx, keys...)
 }
 
 // send enqueues the services, waiting while the buffer is full.

@@ -33,7 +33,6 @@ import (
 	"vksfleet.dev/fleet/test/dataplane"
 	"vksfleet.dev/fleet/test/fleet"
 	"vksfleet.dev/fleet/test/poll"
-	"vksfleet.dev/fleet/test/proc"
 	"vksfleet.dev/fleet/test/workload"
 )
 
@@ -50,23 +49,7 @@ func TestClusterLocalServices(t *testing.T) {
 		t.Logf("no data plane, so no request through kube-proxy: %v", err)
 		nodes = 0
 	}
-	bin := t.TempDir()
-	if err := fleet.Build(bin); err != nil {
-		t.Fatal(err)
-	}
-	logf := proc.TestLog(t)
-	f, err := fleet.Start(ctx, fleet.Options{
-		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(2), Nodes: nodes},
-		BinDir:     bin, LeaseGrace: 5 * time.Second, Log: logf,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := f.Stop(); err != nil {
-			t.Errorf("stopping the fleet: %v", err)
-		}
-	})
+	f, bin, logf := fleet.StartTest(t, 2, nodes)
 	a, b := f.Member("cluster-a"), f.Member("cluster-b")
 	for _, m := range f.Members {
 		if err := m.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {

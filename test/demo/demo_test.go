@@ -7,10 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/dataplane"
 	"vksfleet.dev/fleet/test/fleet"
-	"vksfleet.dev/fleet/test/proc"
 )
 
 // logWriter sends the narration to the test log.
@@ -27,19 +25,8 @@ func TestStories(t *testing.T) {
 	if err := dataplane.CheckHost(); err != nil {
 		t.Skip(err)
 	}
-	bin := t.TempDir()
-	if err := fleet.Build(bin); err != nil {
-		t.Fatal(err)
-	}
+	f, bin, _ := fleet.StartTest(t, 3, 2)
 	ctx := context.Background()
-	f, err := fleet.Start(ctx, fleet.Options{
-		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(3), Nodes: 2},
-		BinDir:     bin, LeaseGrace: 5 * time.Second, Log: proc.TestLog(t),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = f.Stop() })
 	d := &Demo{Fleet: f, Serve: filepath.Join(bin, "serve"), Out: logWriter{t}, Timeout: time.Minute}
 	if err := d.Run(ctx); err != nil {
 		t.Fatal(err)

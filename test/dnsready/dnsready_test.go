@@ -21,10 +21,8 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/controller/imports"
-	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/fleet"
 	"vksfleet.dev/fleet/test/poll"
-	"vksfleet.dev/fleet/test/proc"
 )
 
 const (
@@ -34,23 +32,7 @@ const (
 
 func TestReadyMeansResolves(t *testing.T) {
 	ctx := context.Background()
-	bin := t.TempDir()
-	if err := fleet.Build(bin); err != nil {
-		t.Fatal(err)
-	}
-	logf := proc.TestLog(t)
-	f, err := fleet.Start(ctx, fleet.Options{
-		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(2)},
-		BinDir:     bin, LeaseGrace: 5 * time.Second, Log: logf,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := f.Stop(); err != nil {
-			t.Errorf("stopping the fleet: %v", err)
-		}
-	})
+	f, _, _ := fleet.StartTest(t, 2, 0)
 	a, b := f.Member("cluster-a"), f.Member("cluster-b")
 	for _, m := range f.Members {
 		if err := m.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
@@ -67,7 +49,7 @@ func TestReadyMeansResolves(t *testing.T) {
 	}
 	answered := map[string]bool{}
 	var failures []string
-	err = poll.Until(ctx, 5*time.Millisecond, timeout, func() error {
+	err := poll.Until(ctx, 5*time.Millisecond, timeout, func() error {
 		list := &mcsv1beta1.ServiceImportList{}
 		if err := a.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
 			return err

@@ -1,8 +1,15 @@
 package fleet
 
 import (
+	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"testing"
+	"time"
+
+	"vksfleet.dev/fleet/test/clusterset"
+	"vksfleet.dev/fleet/test/proc"
 )
 
 // Binaries are the programs a fleet runs, as module packages: ours to ship, and the local clusterset's node agent
@@ -21,4 +28,29 @@ func Build(dir string) error {
 		return fmt.Errorf("building the fleet's binaries: %v\n%s", err, out)
 	}
 	return nil
+}
+
+// StartTest builds the fleet's binaries into a temporary directory and starts, for t, a fleet of the given number
+// of members with nodes nodes each and a 5 s lease grace; the processes' output is shown if t fails, and t's
+// cleanup stops the fleet. It returns the fleet, the binaries' directory and the file of the processes' output.
+func StartTest(t testing.TB, members, nodes int) (*Fleet, string, *os.File) {
+	t.Helper()
+	bin := t.TempDir()
+	if err := Build(bin); err != nil {
+		t.Fatal(err)
+	}
+	log := proc.TestLog(t)
+	f, err := Start(context.Background(), Options{
+		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(members), Nodes: nodes},
+		BinDir:     bin, LeaseGrace: 5 * time.Second, Log: log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.Stop(); err != nil {
+			t.Errorf("stopping the fleet: %v", err)
+		}
+	})
+	return f, bin, log
 }

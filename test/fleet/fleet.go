@@ -175,14 +175,7 @@ func (m *Member) SetControllerArgs(args ...string) {
 }
 
 // StopController stops the member's mcs-controller, if it runs, as a crash or an upgrade would.
-func (m *Member) StopController() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.controller != nil {
-		m.controller.Stop()
-		m.controller = nil
-	}
-}
+func (m *Member) StopController() { m.stop(&m.controller) }
 
 // StartCoreDNS starts the member's CoreDNS, unless it is running, on the member's DNS address, and returns once it
 // reports ready.
@@ -231,12 +224,15 @@ func (m *Member) StartCoreDNS(ctx context.Context) error {
 }
 
 // StopCoreDNS stops the member's CoreDNS, if it runs, as a crash would.
-func (m *Member) StopCoreDNS() {
+func (m *Member) StopCoreDNS() { m.stop(&m.coredns) }
+
+// stop stops the process *p, if it runs.
+func (m *Member) stop(p **proc.Process) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.coredns != nil {
-		m.coredns.Stop()
-		m.coredns = nil
+	if *p != nil {
+		(*p).Stop()
+		*p = nil
 	}
 }
 

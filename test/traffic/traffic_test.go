@@ -25,7 +25,6 @@ import (
 	"vksfleet.dev/fleet/test/dataplane"
 	"vksfleet.dev/fleet/test/fleet"
 	"vksfleet.dev/fleet/test/poll"
-	"vksfleet.dev/fleet/test/proc"
 	"vksfleet.dev/fleet/test/workload"
 )
 
@@ -46,30 +45,14 @@ func TestTraffic(t *testing.T) {
 	if err := dataplane.CheckHost(); err != nil {
 		t.Skip(err)
 	}
-	bin := t.TempDir()
-	if err := fleet.Build(bin); err != nil {
-		t.Fatal(err)
-	}
+	start := time.Now()
+	f, bin, _ := fleet.StartTest(t, 3, 2)
 	assets, err := clusterset.AssetsDir("")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	start := time.Now()
-	f, err := fleet.Start(ctx, fleet.Options{
-		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(3), Nodes: 2},
-		BinDir:     bin, LeaseGrace: 5 * time.Second, Log: proc.TestLog(t),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			_ = f.Stop()
-		}
-	})
-	t.Logf("fleet with 3 members x 2 nodes up in %s", time.Since(start).Round(100*time.Millisecond))
+	t.Logf("fleet with 3 members x 2 nodes built and up in %s", time.Since(start).Round(100*time.Millisecond))
 	e := &env{f: f, bin: bin, kubectl: filepath.Join(assets, "kubectl"),
 		a: f.Member("cluster-a"), b: f.Member("cluster-b"), c: f.Member("cluster-c")}
 	for _, m := range f.Members {
@@ -94,7 +77,6 @@ func TestTraffic(t *testing.T) {
 	for _, c := range f.ClusterSet.All() {
 		dirs = append(dirs, filepath.Dir(c.KubeconfigPath))
 	}
-	stopped = true
 	if err := f.Stop(); err != nil {
 		t.Errorf("stopping the fleet: %v", err)
 	}
