@@ -8,12 +8,6 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/controller/imports"
 )
@@ -21,17 +15,8 @@ import (
 // DNSZone is the zone whose answers an import's Ready condition waits for (Options.DNSAddress).
 const DNSZone = "clusterset.local"
 
-const (
-	// dnsTimeout bounds one question: a server on the cluster network answers in milliseconds.
-	dnsTimeout = time.Second
-	// dnsRetry is how soon an unanswered import is asked about again while its status is held back, and
-	// dnsRecheck how often once it has been written Pending.
-	dnsRetry   = 50 * time.Millisecond
-	dnsRecheck = time.Second
-	// dnsHold is how long an import may wait for the DNS server before its status says so: the server's
-	// informers see a new import within tens of milliseconds, so a status is written once, Ready, as a rule.
-	dnsHold = 2 * time.Second
-)
+// dnsTimeout bounds one question: a server on the cluster network answers in milliseconds.
+const dnsTimeout = time.Second
 
 // dnsProbe asks this member's DNS server the questions an import's Ready condition waits for, so that Ready
 // means the name resolves here and users need not poll DNS themselves.
@@ -84,35 +69,4 @@ func (p *dnsProbe) failed(ctx context.Context, checks []imports.DNSCheck) string
 		}
 	}
 	return ""
-}
-
-// ready returns the Ready condition to write on the stored import si, given the desired import want and its
-// slices, and when to look again. With a DNS server to ask, a condition that would turn Ready waits until the
-// server answers the import: no condition is returned (nothing to write) while the hold lasts, then Pending,
-// rechecked until the server answers. An import already Ready at its generation is not asked about again: later
-// endpoint changes do not make it unready, as they do not for the slices.
-func (r *reconciler) ready(ctx context.Context, si, want *mcsv1beta1.ServiceImport, exported []corev1.IPFamily,
-	slices []discoveryv1.EndpointSlice) (*metav1.Condition, time.Duration) {
-	key := types.NamespacedName{Namespace: si.Namespace, Name: si.Name}
-	c := imports.Ready(want, exported, si.Generation)
-	if r.dns == nil || c.Status != metav1.ConditionTrue {
-		r.dnsWaits.forget(key)
-		return &c, 0
-	}
-	if stored := meta.FindStatusCondition(si.Status.Conditions, c.Type); stored != nil &&
-		stored.Status == metav1.ConditionTrue && stored.ObservedGeneration == si.Generation {
-		return stored, 0
-	}
-	why := r.dns.failed(ctx, imports.DNSChecks(want, slices, DNSZone))
-	if why == "" {
-		r.dnsWaits.forget(key)
-		c.Message = imports.ReadyResolvesMessage
-		return &c, 0
-	}
-	if wait := r.dnsWaits.wait(key, time.Now()); wait > 0 {
-		return nil, min(wait, dnsRetry)
-	}
-	c.Status, c.Reason = metav1.ConditionFalse, string(mcsv1beta1.ServiceImportReasonPending)
-	c.Message = fmt.Sprintf("Waiting for this cluster's DNS server %s to answer the service: %s.", r.dns.addr, why)
-	return &c, dnsRecheck
 }

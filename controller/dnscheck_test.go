@@ -145,18 +145,22 @@ func TestReady(t *testing.T) {
 		status  metav1.ConditionStatus // "": no condition
 		msg     string                 // in the condition's message
 		requeue time.Duration
+		missing string // the exporters' slices not imported yet
 	}{
-		{"no DNS to ask", "", 0, wanted("10.0.0.9"), nil, metav1.ConditionTrue, imports.Ready(wanted("10.0.0.9"), v4, 3).Message, 0},
-		{"not ready anyway: DNS not asked", dead, 0, wanted(), nil, metav1.ConditionFalse, "Waiting for the cluster-set IPs", 0},
-		{"DNS answers", live, hour, wanted("10.0.0.1"), nil, metav1.ConditionTrue, imports.ReadyResolvesMessage, 0},
-		{"within the hold", live, hour, wanted("10.0.0.9"), nil, "", "", dnsRetry},
-		{"after the hold", live, 0, wanted("10.0.0.9"), nil, metav1.ConditionFalse, live + " to answer the service: web.ns.svc.clusterset.local. A: answered [10.0.0.1], want [10.0.0.9]", dnsRecheck},
-		{"stored Ready at this generation: DNS not asked", dead, 0, wanted("10.0.0.9"), readyAt(3), metav1.ConditionTrue, "checked before", 0},
-		{"stored Ready at an older generation", dead, 0, wanted("10.0.0.9"), readyAt(2), metav1.ConditionFalse, "DNS server " + dead, dnsRecheck},
+		{"no DNS to ask", "", 0, wanted("10.0.0.9"), nil, metav1.ConditionTrue, imports.Ready(wanted("10.0.0.9"), v4, 3).Message, 0, ""},
+		{"not ready anyway: DNS not asked", dead, 0, wanted(), nil, metav1.ConditionFalse, "Waiting for the cluster-set IPs", 0, ""},
+		{"DNS answers", live, hour, wanted("10.0.0.1"), nil, metav1.ConditionTrue, imports.ReadyResolvesMessage, 0, ""},
+		{"within the hold", live, hour, wanted("10.0.0.9"), nil, "", "", readyRetry, ""},
+		{"after the hold", live, 0, wanted("10.0.0.9"), nil, metav1.ConditionFalse, live + " to answer the service: web.ns.svc.clusterset.local. A: answered [10.0.0.1], want [10.0.0.9]", readyRecheck, ""},
+		{"stored Ready at this generation: DNS not asked", dead, 0, wanted("10.0.0.9"), readyAt(3), metav1.ConditionTrue, "checked before", 0, ""},
+		{"stored Ready at an older generation", dead, 0, wanted("10.0.0.9"), readyAt(2), metav1.ConditionFalse, "DNS server " + dead, readyRecheck, ""},
+		{"slices missing, within the hold", live, hour, wanted("10.0.0.1"), nil, "", "", readyRetry, "the endpoints of b (0 of 1 EndpointSlices)"},
+		{"slices missing after the hold, no DNS", "", 0, wanted("10.0.0.1"), nil, metav1.ConditionFalse, "Waiting for the endpoints of b (0 of 1 EndpointSlices).", readyRecheck, "the endpoints of b (0 of 1 EndpointSlices)"},
+		{"slices missing but Ready at this generation", "", 0, wanted("10.0.0.1"), readyAt(3), metav1.ConditionTrue, "checked before", 0, "the endpoints of b (0 of 1 EndpointSlices)"},
 	}
 	for _, c := range cases {
 		r := testReconciler(nil, nil)
-		r.dnsWaits = newHold(c.hold)
+		r.readyWaits = newHold(c.hold)
 		if c.addr != "" {
 			r.dns = newDNSProbe(c.addr)
 		}
@@ -165,7 +169,7 @@ func TestReady(t *testing.T) {
 		if c.stored != nil {
 			si.Status.Conditions = []metav1.Condition{*c.stored}
 		}
-		got, requeue := r.ready(context.Background(), si, c.want, v4, nil)
+		got, requeue := r.ready(context.Background(), si, c.want, v4, nil, c.missing)
 		switch {
 		case requeue != c.requeue:
 			t.Errorf("%s: requeue %v, want %v", c.name, requeue, c.requeue)

@@ -133,7 +133,8 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 		// is written then, once, instead of Pending now and Ready a moment later.
 		return 0, nil
 	}
-	ready, requeue := r.ready(ctx, si, want, exported, desiredSlices)
+	missing := imports.Missing(exports, sources, r.id, r.liveness.Alive)
+	ready, requeue := r.ready(ctx, si, want, exported, desiredSlices, missing)
 	if ready == nil {
 		return requeue, nil
 	}
@@ -185,7 +186,7 @@ func (r *reconciler) unimport(ctx context.Context, key types.NamespacedName, got
 	}
 	errs = append(errs, apply.Slices(ctx, r.local, got.slices, nil), apply.Slices(ctx, r.local, got.clusterLocalSlices, nil))
 	forgetLocality(r.id, key)
-	r.dnsWaits.forget(key)
+	r.readyWaits.forget(key)
 	return errors.Join(errs...)
 }
 

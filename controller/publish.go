@@ -41,7 +41,9 @@ func (r *reconciler) export(ctx context.Context, key types.NamespacedName, se *m
 		client.MatchingFields{localSliceIndex: sourceSlice + key.Name}); err != nil {
 		return nil, nil, valid, err
 	}
-	return &own, export.Slices(key.Namespace, key.Name, local.Items), valid, nil
+	slices := export.Slices(key.Namespace, key.Name, local.Items)
+	own.Slices = len(slices)
+	return &own, slices, valid, nil
 }
 
 // publish makes this cluster's broker record and slices for the service match its export (none when own is nil).

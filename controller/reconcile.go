@@ -41,10 +41,10 @@ type reconciler struct {
 	// view has shown them long enough.
 	trust       *broker.Trust
 	withdrawals *hold
-	// dns, when set, is this member's DNS server, which must answer an import before it is Ready; dnsWaits holds
-	// back a Pending status while the server catches up.
-	dns      *dnsProbe
-	dnsWaits *hold
+	// dns, when set, is this member's DNS server, which must answer an import before it is Ready; readyWaits holds
+	// back a Pending status while the slices and the server catch up.
+	dns        *dnsProbe
+	readyWaits *hold
 	// races backs off the retries of races with the caches, which bypass the controller's failure backoff.
 	races    workqueue.TypedRateLimiter[reconcile.Request]
 	liveness *broker.Liveness

@@ -159,7 +159,7 @@ func runManager(ctx context.Context, opts Options, id string, a apis, log logr.L
 		trust:        broker.NewTrust(opts.LeaseGrace),
 		// A renewal interval: the time in which a member notices that the broker lost its Lease.
 		withdrawals: newHold(opts.LeaseGrace / 3),
-		dnsWaits:    newHold(dnsHold),
+		readyWaits:  newHold(readyHold),
 		races:       workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay),
 		liveness:    broker.NewLiveness(id, opts.LeaseGrace),
 		events:      mgr.GetEventRecorder(names.ManagedBy),

@@ -3,11 +3,14 @@ package controller
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/controller/imports"
@@ -75,4 +78,54 @@ func (r *reconciler) importStatus(ctx context.Context, si, want *mcsv1beta1.Serv
 		r.events.Eventf(upd, nil, corev1.EventTypeWarning, c.Reason, "Reflect", "%s", c.Message)
 	}
 	return nil
+}
+
+const (
+	// readyHold is how long an import may wait for its exporters' slices and this cluster's DNS before its status
+	// says so: both come within tens of milliseconds as a rule, so a status is written once, Ready.
+	readyHold = 2 * time.Second
+	// readyRetry is how soon a waiting import is looked at again while its status is held back, and readyRecheck
+	// how often once it has been written Pending.
+	readyRetry   = 50 * time.Millisecond
+	readyRecheck = time.Second
+)
+
+// ready returns the Ready condition to write on the stored import si, given the desired import want and its
+// slices, and when to look again. A condition that would turn Ready waits for missing, the exporters' slices not
+// imported yet (see imports.Missing), and then, with a DNS server to ask, until the server answers the import:
+// no condition is returned (nothing to write) while the hold lasts, then Pending saying what is awaited,
+// rechecked until it comes. An import already Ready at its generation is not asked about again: later endpoint
+// changes do not make it unready, as they do not for the slices.
+func (r *reconciler) ready(ctx context.Context, si, want *mcsv1beta1.ServiceImport, exported []corev1.IPFamily,
+	slices []discoveryv1.EndpointSlice, missing string) (*metav1.Condition, time.Duration) {
+	key := types.NamespacedName{Namespace: si.Namespace, Name: si.Name}
+	c := imports.Ready(want, exported, si.Generation)
+	if c.Status != metav1.ConditionTrue {
+		r.readyWaits.forget(key)
+		return &c, 0
+	}
+	if stored := meta.FindStatusCondition(si.Status.Conditions, c.Type); stored != nil &&
+		stored.Status == metav1.ConditionTrue && stored.ObservedGeneration == si.Generation {
+		return stored, 0
+	}
+	waiting := missing
+	if waiting != "" {
+		waiting = "Waiting for " + missing + "."
+	} else if r.dns != nil {
+		if why := r.dns.failed(ctx, imports.DNSChecks(want, slices, DNSZone)); why != "" {
+			waiting = fmt.Sprintf("Waiting for this cluster's DNS server %s to answer the service: %s.", r.dns.addr, why)
+		}
+	}
+	if waiting == "" {
+		r.readyWaits.forget(key)
+		if r.dns != nil {
+			c.Message = imports.ReadyResolvesMessage
+		}
+		return &c, 0
+	}
+	if wait := r.readyWaits.wait(key, time.Now()); wait > 0 {
+		return nil, min(wait, readyRetry)
+	}
+	c.Status, c.Reason, c.Message = metav1.ConditionFalse, string(mcsv1beta1.ServiceImportReasonPending), waiting
+	return &c, readyRecheck
 }

@@ -15,6 +15,7 @@ package broker
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -62,6 +63,9 @@ func Record(svc types.NamespacedName, e merge.Export) (*mcsv1beta1.ServiceImport
 	if e.Draining {
 		ann[names.AnnotationDrain] = "true"
 	}
+	if e.Slices >= 0 {
+		ann[names.AnnotationSlices] = strconv.Itoa(e.Slices)
+	}
 	for key, m := range map[string]map[string]string{
 		names.AnnotationExportedLabels: e.Labels, names.AnnotationExportedAnnotations: e.Annotations,
 	} {
@@ -103,6 +107,12 @@ func ParseRecord(si *mcsv1beta1.ServiceImport) (merge.Export, error) {
 		return e, fmt.Errorf("broker record %s/%s: bad %s: %w", si.Namespace, si.Name, names.AnnotationExportCreated, err)
 	}
 	e.Created = created
+	e.Slices = -1
+	if v, ok := ann[names.AnnotationSlices]; ok {
+		if e.Slices, err = strconv.Atoi(v); err != nil || e.Slices < 0 {
+			return e, fmt.Errorf("broker record %s/%s: bad %s %q", si.Namespace, si.Name, names.AnnotationSlices, v)
+		}
+	}
 	for key, m := range map[string]*map[string]string{
 		names.AnnotationExportedLabels: &e.Labels, names.AnnotationExportedAnnotations: &e.Annotations,
 	} {

@@ -29,6 +29,7 @@ func TestRecordRoundTrip(t *testing.T) {
 		Annotations: map[string]string{"example.com/x": "y"},
 		Region:      "east",
 		Draining:    true,
+		Slices:      2,
 	}
 	rec, err := Record(svc, e)
 	if err != nil {
@@ -50,6 +51,11 @@ func TestRecordRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(back, e) {
 		t.Errorf("round trip:\n got %+v\nwant %+v", back, e)
 	}
+	// A record written before the slice count does not say it.
+	delete(rec.Annotations, names.AnnotationSlices)
+	if back, err := ParseRecord(rec); err != nil || back.Slices != -1 {
+		t.Errorf("a record without %s: Slices %d, %v", names.AnnotationSlices, back.Slices, err)
+	}
 }
 
 func TestParseRecordErrors(t *testing.T) {
@@ -61,6 +67,7 @@ func TestParseRecordErrors(t *testing.T) {
 		"no cluster id":   func(a map[string]string) { delete(a, names.AnnotationClusterID) },
 		"bad timestamp":   func(a map[string]string) { a[names.AnnotationExportCreated] = "yesterday" },
 		"bad labels JSON": func(a map[string]string) { a[names.AnnotationExportedLabels] = "{" },
+		"bad slice count": func(a map[string]string) { a[names.AnnotationSlices] = "-2" },
 	}
 	for name, breakIt := range cases {
 		rec := good.DeepCopy()

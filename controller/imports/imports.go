@@ -283,3 +283,26 @@ func Owner(si *mcsv1beta1.ServiceImport, apiVersion string) []metav1.OwnerRefere
 		Name: si.Name, UID: si.UID, Controller: ptr.To(true),
 	}}
 }
+
+// Missing says which live exporters' EndpointSlices are not all among sources yet, or returns "" when none is
+// missing: a record arrives on its own, its slices a moment later, and an import that is Ready in between would
+// answer without them (a headless name NXDOMAIN). self, this cluster, publishes from the local truth and is never
+// missing; an exporter whose record does not count its slices (Slices -1), or that is not alive, is not waited for.
+func Missing(exports []merge.Export, sources []Source, self string, alive func(cluster string) bool) string {
+	have := map[string]int{}
+	for _, s := range sources {
+		have[s.Cluster]++
+	}
+	var missing []string
+	for _, e := range exports {
+		if e.Cluster == self || e.Slices < 0 || !alive(e.Cluster) || have[e.Cluster] >= e.Slices {
+			continue
+		}
+		missing = append(missing, fmt.Sprintf("%s (%d of %d EndpointSlices)", e.Cluster, have[e.Cluster], e.Slices))
+	}
+	if len(missing) == 0 {
+		return ""
+	}
+	slices.Sort(missing)
+	return "the endpoints of " + strings.Join(missing, ", ")
+}

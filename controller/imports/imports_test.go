@@ -254,3 +254,29 @@ func TestClusterLocalCondition(t *testing.T) {
 		}
 	}
 }
+
+func TestMissing(t *testing.T) {
+	exp := func(cluster string, slices int) merge.Export { return merge.Export{Cluster: cluster, Slices: slices} }
+	src := func(cluster string) Source { return Source{Cluster: cluster} }
+	alive := func(c string) bool { return c != "dead" }
+	cases := []struct {
+		name    string
+		exports []merge.Export
+		sources []Source
+		want    string
+	}{
+		{"every slice here", []merge.Export{exp("b", 2), exp("c", 1)}, []Source{src("b"), src("c"), src("b")}, ""},
+		{"a record before its slice", []merge.Export{exp("b", 1)}, nil, "the endpoints of b (0 of 1 EndpointSlices)"},
+		{"one of two", []merge.Export{exp("c", 2), exp("b", 1)}, []Source{src("c")},
+			"the endpoints of b (0 of 1 EndpointSlices), c (1 of 2 EndpointSlices)"},
+		{"an exporter without endpoints publishes no slice", []merge.Export{exp("b", 0)}, nil, ""},
+		{"this cluster is never waited for", []merge.Export{exp("a", 3)}, nil, ""},
+		{"a record that does not count", []merge.Export{exp("b", -1)}, nil, ""},
+		{"a member whose lease expired", []merge.Export{exp("dead", 1)}, nil, ""},
+	}
+	for _, c := range cases {
+		if got := Missing(c.exports, c.sources, "a", alive); got != c.want {
+			t.Errorf("%s: Missing = %q, want %q", c.name, got, c.want)
+		}
+	}
+}

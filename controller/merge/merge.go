@@ -31,6 +31,9 @@ type Export struct {
 	// export. Neither takes part in the merge: importers use them to rank the cluster's endpoints.
 	Region   string
 	Draining bool
+	// Slices is how many EndpointSlices the exporter publishes, -1 when its record does not say (a controller
+	// from before the count). It takes no part in the merge either: an importer waits for them before Ready.
+	Slices int
 }
 
 // Conflict is one way in which the exports disagree.

@@ -29,6 +29,9 @@ const (
 	AnnotationExportedLabels = "mcs.vksfleet.dev/exported-labels"
 	// AnnotationExportedAnnotations is the JSON of spec.exportedAnnotations on a broker record.
 	AnnotationExportedAnnotations = "mcs.vksfleet.dev/exported-annotations"
+	// AnnotationSlices is the number of EndpointSlices the exporting cluster publishes with a broker export record,
+	// so that an importer knows when it has all of them.
+	AnnotationSlices = "mcs.vksfleet.dev/slices"
 	// AnnotationRegion is the exporting cluster's region on a broker export record.
 	AnnotationRegion = "mcs.vksfleet.dev/region"
 	// AnnotationDrain, set to "true" on a ServiceExport by an operator, drains that cluster's export: its
