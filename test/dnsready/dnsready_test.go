@@ -1,6 +1,6 @@
 // Package dnsready proves on a local fleet that a ServiceImport's Ready condition means its name resolves in the
-// member's DNS: the moment an import turns Ready, the member's CoreDNS answers it, and while the member's DNS is
-// down an import stays Pending, saying why, and turns Ready once the server answers.
+// member's DNS: the moment an import turns Ready, the member's CoreDNS answers it, and while the member's DNS
+// hangs an import stays Pending, saying why, and turns Ready once the server answers.
 package dnsready
 
 import (
@@ -80,8 +80,11 @@ func TestReadyMeansResolves(t *testing.T) {
 	}
 	t.Logf("%d imports (ClusterSetIP and headless) answered by DNS the moment they turned Ready", len(exported))
 
-	// With cluster-a's DNS down, a new import is Pending and says why; the imports already Ready stay Ready.
-	a.StopCoreDNS()
+	// With cluster-a's DNS hung, a new import is Pending and says why; the imports already Ready stay Ready.
+	if err := a.PauseCoreDNS(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.ResumeCoreDNS() })
 	exportFromB(t, b, "late", false, "10.200.1.10")
 	var pending *metav1.Condition
 	poll.T(t, timeout, "the late import Pending on cluster-a's DNS", func() error {
@@ -97,17 +100,17 @@ func TestReadyMeansResolves(t *testing.T) {
 	})
 	if pending.Status != metav1.ConditionFalse || pending.Reason != string(mcsv1beta1.ServiceImportReasonPending) ||
 		!strings.Contains(pending.Message, a.DNS) || !strings.Contains(pending.Message, "late."+ns+".svc.clusterset.local.") {
-		t.Fatalf("with cluster-a's DNS down, the late import's Ready condition is %+v; want False/Pending naming %s and the name", pending, a.DNS)
+		t.Fatalf("with cluster-a's DNS hung, the late import's Ready condition is %+v; want False/Pending naming %s and the name", pending, a.DNS)
 	}
-	t.Logf("with the DNS down: %s: %s", pending.Reason, pending.Message)
+	t.Logf("with the DNS hung: %s: %s", pending.Reason, pending.Message)
 	si := &mcsv1beta1.ServiceImport{}
 	if err := a.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: exported[0]}, si); err != nil ||
 		!meta.IsStatusConditionTrue(si.Status.Conditions, string(mcsv1beta1.ServiceImportConditionReady)) {
-		t.Fatalf("an import Ready before the DNS went down: %v, %+v", err, si.Status.Conditions)
+		t.Fatalf("an import Ready before the DNS hung: %v, %+v", err, si.Status.Conditions)
 	}
 
 	// Back up, the server answers and the import turns Ready, rechecked every second.
-	if err := a.StartCoreDNS(ctx); err != nil {
+	if err := a.ResumeCoreDNS(); err != nil {
 		t.Fatal(err)
 	}
 	up := time.Now()

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -107,7 +108,7 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 	for i, m := range f.Members {
 		wg.Go(func() {
 			if errs[i] = m.StartController(); errs[i] == nil {
-				errs[i] = m.StartCoreDNS(ctx)
+				errs[i] = m.startCoreDNS(ctx)
 			}
 		})
 	}
@@ -177,9 +178,9 @@ func (m *Member) SetControllerArgs(args ...string) {
 // StopController stops the member's mcs-controller, if it runs, as a crash or an upgrade would.
 func (m *Member) StopController() { m.stop(&m.controller) }
 
-// StartCoreDNS starts the member's CoreDNS, unless it is running, on the member's DNS address, and returns once it
+// startCoreDNS starts the member's CoreDNS, unless it is running, on the member's DNS address, and returns once it
 // reports ready.
-func (m *Member) StartCoreDNS(ctx context.Context) error {
+func (m *Member) startCoreDNS(ctx context.Context) error {
 	m.mu.Lock()
 	running := m.coredns != nil
 	m.mu.Unlock()
@@ -225,6 +226,23 @@ func (m *Member) StartCoreDNS(ctx context.Context) error {
 
 // StopCoreDNS stops the member's CoreDNS, if it runs, as a crash would.
 func (m *Member) StopCoreDNS() { m.stop(&m.coredns) }
+
+// PauseCoreDNS freezes the member's CoreDNS (SIGSTOP): queries go unanswered, as with a server that hangs, while
+// it keeps its port. A stopped server's port could be taken meanwhile by another test's server, and CoreDNS
+// binds with SO_REUSEPORT, so both would then share it.
+func (m *Member) PauseCoreDNS() error { return m.signalCoreDNS(syscall.SIGSTOP) }
+
+// ResumeCoreDNS thaws the member's CoreDNS after PauseCoreDNS.
+func (m *Member) ResumeCoreDNS() error { return m.signalCoreDNS(syscall.SIGCONT) }
+
+func (m *Member) signalCoreDNS(sig syscall.Signal) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.coredns == nil {
+		return fmt.Errorf("%s: CoreDNS is not running", m.Name)
+	}
+	return syscall.Kill(m.coredns.Pid(), sig)
+}
 
 // stop stops the process *p, if it runs.
 func (m *Member) stop(p **proc.Process) {
