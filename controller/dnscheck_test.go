@@ -135,6 +135,8 @@ func TestReady(t *testing.T) {
 		return &metav1.Condition{Type: string(mcsv1beta1.ServiceImportConditionReady), Status: metav1.ConditionTrue,
 			Reason: string(mcsv1beta1.ServiceImportReasonReady), Message: "checked before", ObservedGeneration: generation}
 	}
+	headless := &mcsv1beta1.ServiceImport{ObjectMeta: objMeta("ns", "web"),
+		Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.Headless, IPFamilies: v4}}
 	const hour = time.Hour
 	cases := []struct {
 		name    string
@@ -154,6 +156,8 @@ func TestReady(t *testing.T) {
 		{"after the hold", live, 0, wanted("10.0.0.9"), nil, metav1.ConditionFalse, live + " to answer the service: web.ns.svc.clusterset.local. A: answered [10.0.0.1], want [10.0.0.9]", readyRecheck, ""},
 		{"stored Ready at this generation: DNS not asked", dead, 0, wanted("10.0.0.9"), readyAt(3), metav1.ConditionTrue, "checked before", 0, ""},
 		{"stored Ready at an older generation", dead, 0, wanted("10.0.0.9"), readyAt(2), metav1.ConditionFalse, "DNS server " + dead, readyRecheck, ""},
+		{"headless without a ready endpoint: nothing resolves yet", live, 0, headless, nil, metav1.ConditionFalse, "Waiting for a ready endpoint", readyRecheck, ""},
+		{"headless without a ready endpoint, no DNS to ask", "", 0, headless, nil, metav1.ConditionTrue, "programmed", 0, ""},
 		{"slices missing, within the hold", live, hour, wanted("10.0.0.1"), nil, "", "", readyRetry, "the endpoints of b (0 of 1 EndpointSlices)"},
 		{"slices missing after the hold, no DNS", "", 0, wanted("10.0.0.1"), nil, metav1.ConditionFalse, "Waiting for the endpoints of b (0 of 1 EndpointSlices).", readyRecheck, "the endpoints of b (0 of 1 EndpointSlices)"},
 		{"slices missing but Ready at this generation", "", 0, wanted("10.0.0.1"), readyAt(3), metav1.ConditionTrue, "checked before", 0, "the endpoints of b (0 of 1 EndpointSlices)"},

@@ -92,7 +92,8 @@ const (
 
 // ready returns the Ready condition to write on the stored import si, given the desired import want and its
 // slices, and when to look again. A condition that would turn Ready waits for missing, the exporters' slices not
-// imported yet (see imports.Missing), and then, with a DNS server to ask, until the server answers the import:
+// imported yet (see imports.Missing), and then, with a DNS server to ask, until the server answers the import (a
+// headless import, until it has a ready endpoint to answer):
 // no condition is returned (nothing to write) while the hold lasts, then Pending saying what is awaited,
 // rechecked until it comes. An import already Ready at its generation is not asked about again: later endpoint
 // changes do not make it unready, as they do not for the slices.
@@ -112,7 +113,11 @@ func (r *reconciler) ready(ctx context.Context, si, want *mcsv1beta1.ServiceImpo
 	if waiting != "" {
 		waiting = "Waiting for " + missing + "."
 	} else if r.dns != nil {
-		if why := r.dns.failed(ctx, imports.DNSChecks(want, slices, DNSZone)); why != "" {
+		checks := imports.DNSChecks(want, slices, DNSZone)
+		if len(checks) == 0 {
+			// Only a headless import with no ready endpoint asks nothing: its name is NXDOMAIN until one is ready.
+			waiting = "Waiting for a ready endpoint: a headless service's name resolves to its ready endpoints only."
+		} else if why := r.dns.failed(ctx, checks); why != "" {
 			waiting = fmt.Sprintf("Waiting for this cluster's DNS server %s to answer the service: %s.", r.dns.addr, why)
 		}
 	}

@@ -25,7 +25,7 @@ type DNSCheck struct {
 // DNSChecks are the questions that show si resolves in this member's DNS for zone (such as clusterset.local),
 // given its imported slices: each ClusterSetIP family answers exactly the import's IPs of that family; a
 // headless import answers some address in each family that has a ready endpoint. A headless import with no ready
-// endpoint has nothing to resolve (its name is NXDOMAIN by the DNS specification), so it needs no check.
+// endpoint has no question: its name is NXDOMAIN by the DNS specification until an endpoint is ready.
 func DNSChecks(si *mcsv1beta1.ServiceImport, imported []discoveryv1.EndpointSlice, zone string) []DNSCheck {
 	name := fmt.Sprintf("%s.%s.svc.%s.", si.Name, si.Namespace, strings.TrimSuffix(zone, "."))
 	var checks []DNSCheck
