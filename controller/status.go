@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -46,7 +47,8 @@ func (r *reconciler) exportStatus(ctx context.Context, se *mcsv1beta1.ServiceExp
 	}
 	upd := se.DeepCopy()
 	upd.Status.Conditions = conds
-	if err := r.local.Status().Update(ctx, upd); err != nil {
+	// A ServiceExport deleted since the cache showed it has no status to write: its deletion reconciles again.
+	if err := r.local.Status().Update(ctx, upd); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("updating the status of ServiceExport %s/%s: %w", se.Namespace, se.Name, err)
 	}
 	return nil
@@ -71,7 +73,9 @@ func (r *reconciler) importStatus(ctx context.Context, si, want *mcsv1beta1.Serv
 	}
 	upd := si.DeepCopy()
 	upd.Status = *status
-	if err := r.local.Status().Update(ctx, upd); err != nil {
+	if err := r.local.Status().Update(ctx, upd); apierrors.IsNotFound(err) {
+		return nil // withdrawn meanwhile: its deletion reconciles again
+	} else if err != nil {
 		return fmt.Errorf("updating the status of ServiceImport %s/%s: %w", si.Namespace, si.Name, err)
 	}
 	if c := clusterLocal; c != nil && c.Status == metav1.ConditionFalse && (before == nil || before.Reason != c.Reason) {
