@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/fleet"
 	"vksfleet.dev/fleet/test/poll"
 	"vksfleet.dev/fleet/test/workload"
@@ -295,24 +297,63 @@ func (d *Demo) summary() {
 // a service port in its service-ips map only once the port has ready endpoints.
 func (d *Demo) proxied(ctx context.Context, m *fleet.Member, svc string) error {
 	return d.eventually(ctx, fmt.Sprintf("kube-proxy on every node of %s routes %s's ClusterSetIP", m.Name, svc), func(ctx context.Context) error {
-		si := &mcsv1beta1.ServiceImport{}
-		if err := m.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: svc}, si); err != nil {
-			return err
-		}
-		i := slices.IndexFunc(si.Spec.IPs, isIPv4)
-		if i < 0 {
-			return fmt.Errorf("ServiceImport %s has no IPv4 address: %v", svc, si.Spec.IPs)
-		}
-		element := fmt.Sprintf("%s . tcp . %d : goto ", si.Spec.IPs[i], workload.EchoPort)
 		for _, n := range m.Nodes {
-			out, err := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+n.NS, "nft", "list", "map", "ip", "kube-proxy", "service-ips").CombinedOutput()
-			if err != nil {
-				return fmt.Errorf("listing kube-proxy's service-ips on %s: %v: %s", n.Name, err, out)
-			}
-			if !strings.Contains(string(out), element) {
-				return fmt.Errorf("kube-proxy on %s does not route %s:%d yet", n.Name, si.Spec.IPs[i], workload.EchoPort)
+			if _, err := routedTo(ctx, m, n, svc); err != nil {
+				return err
 			}
 		}
 		return nil
 	})
+}
+
+// endpointInChain matches an endpoint in a service chain of kube-proxy's nftables proxier, which picks one at
+// random: either in a map of DNAT targets ("0 : 10.2.0.2 . 7000") or, where it needs per-endpoint rules, in a
+// verdict map of endpoint chains ("0 : goto endpoint-<hash>-<namespace>/<service>/<protocol>/<port>__<address>/<port>").
+var endpointInChain = regexp.MustCompile(`\d+ : (?:goto endpoint-\S*__([0-9.]+)/|([0-9.]+) \. \d+)`)
+
+// routedTo returns the IPv4 endpoint addresses among which kube-proxy on node n of m picks for TCP to svc's
+// ClusterSetIP on the echo port: after topology hints, only those of n's zone. The nftables proxier maps the
+// address and port to the service's chain in its service-ips map.
+func routedTo(ctx context.Context, m *fleet.Member, n *clusterset.Node, svc string) ([]string, error) {
+	si := &mcsv1beta1.ServiceImport{}
+	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: svc}, si); err != nil {
+		return nil, err
+	}
+	i := slices.IndexFunc(si.Spec.IPs, isIPv4)
+	if i < 0 {
+		return nil, fmt.Errorf("ServiceImport %s has no IPv4 address: %v", svc, si.Spec.IPs)
+	}
+	nft := func(args ...string) (string, error) {
+		out, err := exec.CommandContext(ctx, "nsenter", append([]string{"--net=/run/netns/" + n.NS, "nft"}, args...)...).CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("nft %s on %s: %v: %s", strings.Join(args, " "), n.Name, err, out)
+		}
+		return string(out), nil
+	}
+	ips, err := nft("list", "map", "ip", "kube-proxy", "service-ips")
+	if err != nil {
+		return nil, err
+	}
+	element := fmt.Sprintf("%s . tcp . %d : goto ", si.Spec.IPs[i], workload.EchoPort)
+	at := strings.Index(ips, element)
+	if at < 0 {
+		return nil, fmt.Errorf("kube-proxy on %s does not route %s:%d yet", n.Name, si.Spec.IPs[i], workload.EchoPort)
+	}
+	chain, _, _ := strings.Cut(ips[at+len(element):], ",")
+	chain = strings.Fields(chain)[0]
+	rules, err := nft("list", "chain", "ip", "kube-proxy", chain)
+	if err != nil {
+		return nil, err
+	}
+	var endpoints []string
+	for _, m := range endpointInChain.FindAllStringSubmatch(rules, -1) {
+		if addr := m[1] + m[2]; !slices.Contains(endpoints, addr) {
+			endpoints = append(endpoints, addr)
+		}
+	}
+	if len(endpoints) == 0 {
+		return nil, fmt.Errorf("kube-proxy on %s routes %s:%d to no endpoint: %s", n.Name, si.Spec.IPs[i], workload.EchoPort, rules)
+	}
+	slices.Sort(endpoints)
+	return endpoints, nil
 }
