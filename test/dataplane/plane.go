@@ -228,8 +228,14 @@ func Sweep() error {
 			errs = append(errs, err)
 		}
 	}
+	// Deleting the fabric's namespace deletes its end of the host link, and the kernel removes the host's end
+	// soon after, not at once: the link may go between the look and the delete.
 	if _, err := net.InterfaceByName(HostLink); err == nil {
-		errs = append(errs, Run("ip", "link", "del", HostLink))
+		if err := Run("ip", "link", "del", HostLink); err != nil {
+			if _, still := net.InterfaceByName(HostLink); still == nil {
+				errs = append(errs, err)
+			}
+		}
 	}
 	for _, family := range []string{"-4", "-6"} {
 		errs = append(errs, Run("ip", family, "route", "flush", "proto", routeProto))
