@@ -25,6 +25,10 @@ func (r *reconciler) applyDerived(ctx context.Context, got, want *corev1.Service
 			return nil, fmt.Errorf("creating derived Service %s/%s: %w", want.Namespace, want.Name, err)
 		}
 		return want, nil
+	case !isOurs(got):
+		// A Service of the user's has the derived name: taking it over would change what its own clients reach.
+		return nil, fmt.Errorf("derived Service %s/%s: a Service of that name exists without the label %s=%s, and is left alone; rename or delete it",
+			got.Namespace, got.Name, names.LabelManagedBy, names.ManagedBy)
 	}
 	if len(got.Spec.IPFamilies) == 0 || got.Spec.IPFamilies[0] != want.Spec.IPFamilies[0] {
 		// The primary family of a Service is immutable: the VIP changes, which only a change of the exports' common

@@ -50,17 +50,19 @@ func TestApplyDerived(t *testing.T) {
 		want   *corev1.Service
 		writes int32 // over two reconciles: the second must find nothing to do
 		final  string
+		fails  bool // both calls fail and change nothing
 	}{
-		{"missing: created", nil, want(v4, 80), 1, "ours=true ports=[80] families=[IPv4] ips=[]"},
-		{"equal: no write", allocated(want(v4, 80), "10.96.0.1"), want(v4, 80), 0, "ours=true ports=[80] families=[IPv4] ips=[10.96.0.1]"},
-		{"ports changed", allocated(want(v4, 80), "10.96.0.1"), want(v4, 80, 443), 1, "ours=true ports=[80 443] families=[IPv4] ips=[10.96.0.1]"},
+		{"missing: created", nil, want(v4, 80), 1, "ours=true ports=[80] families=[IPv4] ips=[]", false},
+		{"equal: no write", allocated(want(v4, 80), "10.96.0.1"), want(v4, 80), 0, "ours=true ports=[80] families=[IPv4] ips=[10.96.0.1]", false},
+		{"ports changed", allocated(want(v4, 80), "10.96.0.1"), want(v4, 80, 443), 1, "ours=true ports=[80 443] families=[IPv4] ips=[10.96.0.1]", false},
 		{"dual-stack to IPv4 only", allocated(want(dual, 80), "10.96.0.1", "fd00::1"), want(v4, 80), 1,
-			"ours=true ports=[80] families=[IPv4] ips=[10.96.0.1]"},
+			"ours=true ports=[80] families=[IPv4] ips=[10.96.0.1]", false},
 		{"primary family changes: deleted, then created", allocated(want(v4, 80), "10.96.0.1"), want(v6, 80), 2,
-			"ours=true ports=[80] families=[IPv6] ips=[]"},
-		{"no longer wanted: deleted", allocated(want(v4, 80), "10.96.0.1"), nil, 1, "none"},
-		{"not ours and not wanted: left alone", foreign, nil, 0, "ours=false ports=[] families=[] ips=[]"},
-		{"neither stored nor wanted", nil, nil, 0, "none"},
+			"ours=true ports=[80] families=[IPv6] ips=[]", false},
+		{"no longer wanted: deleted", allocated(want(v4, 80), "10.96.0.1"), nil, 1, "none", false},
+		{"not ours and not wanted: left alone", foreign, nil, 0, "ours=false ports=[] families=[] ips=[]", false},
+		{"neither stored nor wanted", nil, nil, 0, "none", false},
+		{"not ours but wanted: left alone, an error", foreign, want(v4, 80), 0, "ours=false ports=[] families=[] ips=[]", true},
 	}
 	for _, c := range cases {
 		ctx := context.Background()
@@ -81,6 +83,12 @@ func TestApplyDerived(t *testing.T) {
 		}
 		for i := range 2 {
 			ret, err := r.applyDerived(ctx, stored(), c.want.DeepCopy())
+			if c.fails {
+				if err == nil {
+					t.Fatalf("%s: call %d: no error", c.name, i+1)
+				}
+				continue
+			}
 			if err != nil {
 				t.Fatalf("%s: applyDerived: %v", c.name, err)
 			}
