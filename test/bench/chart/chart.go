@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -46,6 +47,9 @@ type Series struct {
 type Lines struct {
 	Title, X, Y string
 	Series      []Series
+	// LogY draws Y on a logarithmic scale, from a decade below the smallest value: for values that span decades,
+	// such as latencies with and without a backlog. Every Y value must then be positive.
+	LogY bool
 }
 
 // WriteSVG draws the chart.
@@ -81,6 +85,21 @@ func (l Lines) WriteSVG(w io.Writer) error {
 	slices.SortFunc(ticks, func(a, b plot.Tick) int { return cmp.Compare(a.Value, b.Value) })
 	p.X.Tick.Marker = plot.ConstantTicks(slices.CompactFunc(ticks, func(a, b plot.Tick) bool { return a.Value == b.Value }))
 	p.X.Max *= 1.05
+	if l.LogY {
+		p.Y.Min = math.Inf(1)
+		for _, s := range l.Series {
+			for _, y := range s.Y {
+				if y <= 0 {
+					return fmt.Errorf("chart: series %q has %g on a logarithmic axis", s.Name, y)
+				}
+				p.Y.Min = min(p.Y.Min, y)
+			}
+		}
+		p.Y.Min = math.Pow(10, math.Floor(math.Log10(p.Y.Min)))
+		p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+		// The legend's room above the highest value, as a share of the axis's decades.
+		p.Y.Max *= math.Pow(p.Y.Max/p.Y.Min, 0.08*float64(len(l.Series)))
+	}
 	return write(p, len(l.Series), 16*vg.Centimeter, 10*vg.Centimeter, w)
 }
 

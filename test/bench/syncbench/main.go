@@ -49,16 +49,20 @@ type config struct {
 	controller                             string // the mcs-controller binary
 }
 
+// defaultRate is -rate's default, ServiceExports created per second. A scale point run at another rate is kept
+// beside the default's, with the rate in its name.
+const defaultRate = 8
+
 func main() {
 	out := flag.String("out", "", "where to write the results table; default test/bench/results/sync.md, with -sweep scale.md")
 	members := flag.String("members", "3", "member clusters; with -sweep a comma-separated list")
 	services := flag.String("services", "1000", "exported services in cluster-a; with -sweep a comma-separated list")
 	sweep := flag.Bool("sweep", false, "run every -members × -services point in a process of its own, keep each point's figures "+
-		"beside -out (scale/<members>x<services>.json and .md) and write the scale table of every point kept there, with its charts")
+		"beside -out (scale/<members>x<services>.json and .md, -at-<rate> added unless -rate is the default) and write the scale table of every point kept there, with its charts")
 	render := flag.Bool("render", false, "with -sweep: run nothing, only write the scale table and charts of the points kept")
 	pointJSON := flag.String("point-json", "", "also write the run's figures as JSON here, for -sweep")
 	endpoints := flag.Int("endpoints", 4, "ready endpoints per exported service")
-	rate := flag.Float64("rate", 8, "ServiceExports created per second; the default stays below what 4 API servers on 2 cores absorb, so latency is not queueing")
+	rate := flag.Float64("rate", defaultRate, "ServiceExports created per second; the default stays below what 4 API servers on 2 cores absorb, so latency is not queueing")
 	replicas := flag.Int("replicas", 50, "pods of the readiness Deployment, made ready one at a time")
 	// 200/400 are cmd/controller's --qps/--burst defaults: the benchmark measures the controller as deployed, not
 	// with the clusterset's unthrottled test clients.
@@ -73,7 +77,7 @@ func main() {
 		if *out == "" {
 			*out = "test/bench/results/scale.md"
 		}
-		err = runSweep(*out, *members, *services, *render, *controllerBin)
+		err = runSweep(*out, *members, *services, *rate, *render, *controllerBin)
 	} else {
 		if *out == "" {
 			*out = "test/bench/results/sync.md"

@@ -23,6 +23,7 @@ import (
 type point struct {
 	Members, Services, Endpoints int
 	Date                         string
+	Offered                      float64 // ServiceExports created per second, asked (-rate)
 	Rate                         float64 // ServiceExports created per second, achieved
 	MachineBusyBefore            float64 // cores busy with other work just before the run
 	MachineBusyExport            float64 // cores busy during the export phase
@@ -62,7 +63,7 @@ func (r results) point() point {
 	c := r.cfg
 	p := point{
 		Members: c.members, Services: c.services, Endpoints: c.endpoints, Date: time.Now().UTC().Format("2006-01-02"),
-		Rate: r.exportRate, MachineBusyBefore: r.before.machineBusy, MachineBusyExport: r.exportCPU.machineBusy,
+		Offered: c.rate, Rate: r.exportRate, MachineBusyBefore: r.before.machineBusy, MachineBusyExport: r.exportCPU.machineBusy,
 		Export: map[string]latency{}, ExportLast: summarize(r.exportLast),
 		Ready: map[string]latency{}, ReadyLast: summarize(r.readyLast),
 		WritesPerServiceMember: map[string]float64{}, Controllers: map[string]controllerUse{}, Broker: r.broker,
@@ -87,7 +88,26 @@ func (r results) point() point {
 	return p
 }
 
-func (p point) name() string { return fmt.Sprintf("%dx%d", p.Members, p.Services) }
+// name names the point's files: "<members>x<services>", and "-at-<rate>" when it ran at another rate than the
+// default (points kept before the rate was recorded ran at the default).
+func (p point) name() string {
+	name := fmt.Sprintf("%dx%d", p.Members, p.Services)
+	if p.Offered != 0 && p.Offered != defaultRate {
+		name += fmt.Sprintf("-at-%g", p.Offered)
+	}
+	return name
+}
+
+// offered is the rate the point was asked to run at.
+func (p point) offered() float64 { return cmp.Or(p.Offered, defaultRate) }
+
+// at is how the point's table column and chart line say the rate it was asked to run at: nothing for the default.
+func (p point) at() string {
+	if p.offered() == defaultRate {
+		return ""
+	}
+	return fmt.Sprintf(" at %g/s", p.offered())
+}
 
 func (p point) save(path string) error {
 	b, err := json.MarshalIndent(p, "", "  ")
@@ -116,7 +136,7 @@ func loadPoints(dir string) ([]point, error) {
 		points = append(points, p)
 	}
 	slices.SortFunc(points, func(a, b point) int {
-		return cmp.Or(cmp.Compare(a.Members, b.Members), cmp.Compare(a.Services, b.Services))
+		return cmp.Or(cmp.Compare(a.Members, b.Members), cmp.Compare(a.Services, b.Services), cmp.Compare(b.offered(), a.offered()))
 	})
 	return points, nil
 }
@@ -128,7 +148,7 @@ var sweepFlags = map[string]bool{"sweep": true, "render": true, "members": true,
 // runSweep runs every members × services point in a process of its own (this program again), each keeping its
 // figures in the scale folder beside out, then writes the scale table of every point kept there to out, and the
 // charts beside it. A point that fails stops the sweep; those done are kept.
-func runSweep(out, members, services string, render bool, controller string) error {
+func runSweep(out, members, services string, rate float64, render bool, controller string) error {
 	dir := filepath.Join(filepath.Dir(out), "scale")
 	if !render {
 		ms, err := ints(members)
@@ -168,7 +188,7 @@ func runSweep(out, members, services string, render bool, controller string) err
 		}
 		slices.SortStableFunc(grid, func(a, b size) int { return cmp.Compare(a.members*a.services, b.members*b.services) })
 		for _, g := range grid {
-			name := fmt.Sprintf("%dx%d", g.members, g.services)
+			name := point{Members: g.members, Services: g.services, Offered: rate}.name()
 			args := append(slices.Clone(pass), "-members="+strconv.Itoa(g.members), "-services="+strconv.Itoa(g.services),
 				"-controller="+controller, "-out="+filepath.Join(dir, name+".md"), "-point-json="+filepath.Join(dir, name+".json"))
 			log.Printf("point %s: %s %s", name, self, strings.Join(args, " "))
@@ -256,8 +276,8 @@ func scaleReport(points []point) string {
 			objs.Count += o.Count
 			objs.Bytes += o.Bytes
 		}
-		fmt.Fprintf(&b, "| [%d × %d](scale/%s.md) | %s | %s | **%.0f** | %.0f | **%.2f** | %.1f; %.1f | %.0f; %.0f | %d; %.1f | %.2f; %.0f | %.1f; %.2f, %.2f | %s |\n",
-			p.Members, p.Services, p.name(), spread(p50), spread(p99), p.ExportLast.P99, p.ReadyLast.P99,
+		fmt.Fprintf(&b, "| [%d × %d%s](scale/%s.md) | %s | %s | **%.0f** | %.0f | **%.2f** | %.1f; %.1f | %.0f; %.0f | %d; %.1f | %.2f; %.0f | %.1f; %.2f, %.2f | %s |\n",
+			p.Members, p.Services, p.at(), p.name(), spread(p50), spread(p99), p.ExportLast.P99, p.ReadyLast.P99,
 			sum(p.WritesPerServiceMember), a.ExportCPUSeconds, cpu, a.PeakMiB, peak, objs.Count, float64(objs.Bytes)/(1<<20),
 			p.RestartSeconds, p.RestartWrites, p.Rate, p.MachineBusyBefore, p.MachineBusyExport, p.Date)
 	}
@@ -278,7 +298,7 @@ func byPoint(b *strings.Builder, first string, points []point, keys func(point) 
 	all := map[string]bool{}
 	fmt.Fprintf(b, "| %s |", first)
 	for _, p := range points {
-		fmt.Fprintf(b, " %d × %d |", p.Members, p.Services)
+		fmt.Fprintf(b, " %d × %d%s |", p.Members, p.Services, p.at())
 		for _, k := range keys(p) {
 			all[k] = true
 		}
@@ -305,28 +325,34 @@ func spread(vs []float64) string {
 	return fmt.Sprintf("%.0f–%.0f", lo, hi)
 }
 
-// scaleCharts draws the points: export latency against services, a line per member count, and writes per
-// service per member against members, a line per service count.
+// scaleCharts draws the points: export latency against services, a line per member count (and rate, when not the
+// default), and writes per service per member against members, a line per service count (and rate).
 func scaleCharts(points []point) map[string]chart.Chart {
-	lat := chart.Lines{Title: "Export → import in every other member", X: "exported services", Y: "milliseconds"}
+	lat := chart.Lines{Title: "Export → import in every other member", X: "exported services", Y: "milliseconds", LogY: true}
 	writes := chart.Lines{Title: "Controller writes per service per member", X: "members", Y: "writes"}
-	byMembers, byServices := map[int][]point{}, map[int][]point{}
-	for _, p := range points {
-		byMembers[p.Members] = append(byMembers[p.Members], p)
-		byServices[p.Services] = append(byServices[p.Services], p)
+	type line struct {
+		size    int // members or services
+		offered float64
 	}
-	for i, m := range slices.Sorted(maps.Keys(byMembers)) {
-		p99 := chart.Series{Name: fmt.Sprintf("%d members, p99", m), Color: i}
-		p50 := chart.Series{Name: fmt.Sprintf("%d members, p50", m), Color: i, Dashed: true}
-		for _, p := range byMembers[m] { // sorted by services
+	byMembers, byServices := map[line][]point{}, map[line][]point{}
+	for _, p := range points {
+		byMembers[line{p.Members, p.offered()}] = append(byMembers[line{p.Members, p.offered()}], p)
+		byServices[line{p.Services, p.offered()}] = append(byServices[line{p.Services, p.offered()}], p)
+	}
+	order := func(a, b line) int { return cmp.Or(cmp.Compare(a.size, b.size), cmp.Compare(b.offered, a.offered)) }
+	for i, l := range slices.SortedFunc(maps.Keys(byMembers), order) {
+		at := byMembers[l][0].at()
+		p99 := chart.Series{Name: fmt.Sprintf("%d members%s, p99", l.size, at), Color: i}
+		p50 := chart.Series{Name: fmt.Sprintf("%d members%s, p50", l.size, at), Color: i, Dashed: true}
+		for _, p := range byMembers[l] { // sorted by services
 			p99.X, p99.Y = append(p99.X, float64(p.Services)), append(p99.Y, p.ExportPooled.P99)
 			p50.X, p50.Y = append(p50.X, float64(p.Services)), append(p50.Y, p.ExportPooled.P50)
 		}
 		lat.Series = append(lat.Series, p99, p50)
 	}
-	for i, s := range slices.Sorted(maps.Keys(byServices)) {
-		line := chart.Series{Name: fmt.Sprintf("%d services", s), Color: i}
-		for _, p := range byServices[s] { // sorted by members
+	for i, l := range slices.SortedFunc(maps.Keys(byServices), order) {
+		line := chart.Series{Name: fmt.Sprintf("%d services%s", l.size, byServices[l][0].at()), Color: i}
+		for _, p := range byServices[l] { // sorted by members
 			line.X, line.Y = append(line.X, float64(p.Members)), append(line.Y, sum(p.WritesPerServiceMember))
 		}
 		writes.Series = append(writes.Series, line)

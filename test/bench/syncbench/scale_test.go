@@ -60,10 +60,13 @@ func TestScaleReport(t *testing.T) {
 		}
 		return p
 	}
-	points := []point{mk(3, 1000, 147), mk(3, 5000, 300), mk(6, 1000, 250)}
+	slower := mk(6, 1000, 90)
+	slower.Offered = 4
+	points := []point{mk(3, 1000, 147), mk(3, 5000, 300), mk(6, 1000, 250), slower}
 	table := scaleReport(points)
 	for _, want := range []string{"[3 × 1000](scale/3x1000.md)", "[6 × 1000](scale/6x1000.md)", "| **147** |",
-		"| PUT serviceimports | 2.00 | 2.00 | 2.00 |", "| serviceimports | 1000; 1367 | 5000; 6836 | 1000; 1367 |",
+		"[6 × 1000 at 4/s](scale/6x1000-at-4.md)", "| write | 3 × 1000 | 3 × 5000 | 6 × 1000 | 6 × 1000 at 4/s |",
+		"| PUT serviceimports | 2.00 | 2.00 | 2.00 | 2.00 |", "| serviceimports | 1000; 1367 | 5000; 6836 | 1000; 1367 | 1000; 1367 |",
 		"(" + latencyChart + ")", "(" + writesChart + ")"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table has no %q:\n%s", want, table)
@@ -71,8 +74,8 @@ func TestScaleReport(t *testing.T) {
 	}
 	charts := scaleCharts(points)
 	for file, names := range map[string][]string{
-		latencyChart: {"3 members, p99", "3 members, p50", "6 members, p99", "6 members, p50"},
-		writesChart:  {"1000 services", "5000 services"},
+		latencyChart: {"3 members, p99", "3 members, p50", "6 members, p99", "6 members, p50", "6 members at 4/s, p99"},
+		writesChart:  {"1000 services", "5000 services", "1000 services at 4/s"},
 	} {
 		var b bytes.Buffer
 		if err := charts[file].WriteSVG(&b); err != nil {
