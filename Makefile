@@ -50,7 +50,8 @@ bench-dns: tools ## DNS benchmark: our CoreDNS vs stock CoreDNS 1.15.0 on the sa
 
 # The scale curve's grid: `make bench-sync SCALE=1` runs every SCALE_MEMBERS × SCALE_SERVICES point, each in a
 # process of its own, and keeps its figures in test/bench/results/scale/; SCALE_MEMBERS=10 SCALE_SERVICES=5000
-# runs that one point and redraws the table with the points kept. SCALE_FLAGS go to every point (-rate=4).
+# runs that one point and redraws the table with the points kept. SCALE_FLAGS go to every point: with -rate=4, the
+# points are kept beside those at the default rate (10x5000-at-4).
 SCALE_MEMBERS ?= 3,6,10
 SCALE_SERVICES ?= 1000,5000
 SCALE_FLAGS ?=

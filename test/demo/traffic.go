@@ -339,15 +339,18 @@ func routedTo(ctx context.Context, m *fleet.Member, n *clusterset.Node, svc stri
 	if at < 0 {
 		return nil, fmt.Errorf("kube-proxy on %s does not route %s:%d yet", n.Name, si.Spec.IPs[i], workload.EchoPort)
 	}
-	chain, _, _ := strings.Cut(ips[at+len(element):], ",")
-	chain = strings.Fields(chain)[0]
-	rules, err := nft("list", "chain", "ip", "kube-proxy", chain)
+	rest, _, _ := strings.Cut(ips[at+len(element):], ",")
+	chain := strings.Fields(rest)
+	if len(chain) == 0 {
+		return nil, fmt.Errorf("kube-proxy on %s: no chain after %q in its service-ips map: %s", n.Name, element, ips)
+	}
+	rules, err := nft("list", "chain", "ip", "kube-proxy", chain[0])
 	if err != nil {
 		return nil, err
 	}
 	var endpoints []string
-	for _, m := range endpointInChain.FindAllStringSubmatch(rules, -1) {
-		if addr := m[1] + m[2]; !slices.Contains(endpoints, addr) {
+	for _, match := range endpointInChain.FindAllStringSubmatch(rules, -1) {
+		if addr := match[1] + match[2]; !slices.Contains(endpoints, addr) {
 			endpoints = append(endpoints, addr)
 		}
 	}
