@@ -108,12 +108,12 @@ func run(m *testing.M) int {
 
 // startCoreDNS runs coredns with both plugins for the member until it is ready, and sets env.port to its port.
 //
-// The kubernetes plugin runs first and indexes every EndpointSlice by address, imported ones included: for an
-// imported address it answers the PTR itself, and for a slice without kubernetes.io/service-name (as the
-// fixture's) it builds an invalid name and no reply goes out at all. It is limited to namespace default here so
-// that the PTRs of both plugins can be checked.
+// The kubernetes stanza is the shipped one's: it serves every namespace and leaves the imported EndpointSlices to
+// multicluster, so the PTRs of their addresses (conformance rows "PTR of a headless endpoint") are multicluster's.
+// Without the selector, kubernetes would index them by address and answer those PTRs itself, and for a slice
+// without kubernetes.io/service-name (as the fixture's) it builds an invalid name and no reply goes out at all.
 func startCoreDNS(ctx context.Context, log io.Writer) (*proc.Process, error) {
-	p, port, err := runCoreDNS(ctx, "coredns", memberServer(&corefile.Kubernetes{Reverse: true, Namespaces: []string{metav1.NamespaceDefault}}), log)
+	p, port, err := runCoreDNS(ctx, "coredns", memberServer(&corefile.Kubernetes{Reverse: true, LeaveImported: true}), log)
 	env.port = port
 	return p, err
 }

@@ -198,7 +198,7 @@ func (m *Member) startCoreDNS(ctx context.Context) error {
 	s := corefile.Server{
 		Port: dnsPort, Bind: []string{"127.0.0.1"}, Stock: corefile.Stock{Ready: true}, ReadyAddr: fmt.Sprintf("127.0.0.1:%d", readyPort),
 		Kubeconfig: m.KubeconfigPath, Context: m.Name,
-		Kubernetes: &corefile.Kubernetes{Reverse: true, Pods: true}, Multicluster: &corefile.Multicluster{Reverse: true},
+		Kubernetes: &corefile.Kubernetes{Reverse: true, Pods: true, LeaveImported: true}, Multicluster: &corefile.Multicluster{Reverse: true},
 	}
 	if len(m.Nodes) > 0 {
 		s.Bind = append(s.Bind, dataplane.HostV4.String())

@@ -72,6 +72,11 @@ type Kubernetes struct {
 	Namespaces []string
 	// Pods answers pod names (pods insecure), as kubeadm's Corefile does.
 	Pods bool
+	// LeaveImported leaves the imported EndpointSlices (labelled multicluster.kubernetes.io/source-cluster) to
+	// multicluster: kubernetes neither lists, caches nor indexes them, which saves their memory twice over, and
+	// their addresses' PTRs are multicluster's. kubernetes never needs them: the derived Services they belong to
+	// are ClusterIP Services, whose records come from the Service alone.
+	LeaveImported bool
 	// Multicluster serves clusterset.local with the kubernetes plugin of stock CoreDNS 1.15 (its multicluster
 	// option) instead of ours: what our benchmark compares with.
 	Multicluster bool
@@ -91,7 +96,7 @@ func Deployed() Server {
 	return Server{
 		Comments:     true,
 		Stock:        Kubeadm,
-		Kubernetes:   &Kubernetes{Reverse: true, Pods: true, TTL: 30},
+		Kubernetes:   &Kubernetes{Reverse: true, Pods: true, LeaveImported: true, TTL: 30},
 		Multicluster: &Multicluster{Reverse: true},
 	}
 }
