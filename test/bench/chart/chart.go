@@ -47,8 +47,8 @@ type Series struct {
 type Lines struct {
 	Title, X, Y string
 	Series      []Series
-	// LogY draws Y on a logarithmic scale, from a decade below the smallest value: for values that span decades,
-	// such as latencies with and without a backlog. Every Y value must then be positive.
+	// LogY draws Y on a logarithmic scale, from the power of ten at or below the smallest value: for values that
+	// span decades, such as latencies with and without a backlog. Every Y value must then be positive.
 	LogY bool
 }
 
