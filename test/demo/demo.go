@@ -192,10 +192,10 @@ func importedEndpoints(ctx context.Context, m *fleet.Member, svc string) (map[st
 	return got, nil
 }
 
-// localPodIPs returns the IPv4 addresses of the ready pods with the label app=name in a member.
-func localPodIPs(ctx context.Context, m *fleet.Member, app string) ([]string, error) {
+// localPodIPs returns the IPv4 addresses of the ready pods with the given labels in a member, sorted.
+func localPodIPs(ctx context.Context, m *fleet.Member, labels client.MatchingLabels) ([]string, error) {
 	pods := &corev1.PodList{}
-	if err := m.Client.List(ctx, pods, client.InNamespace(Namespace), client.MatchingLabels{"app": app}); err != nil {
+	if err := m.Client.List(ctx, pods, client.InNamespace(Namespace), labels); err != nil {
 		return nil, err
 	}
 	var ips []string

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -77,15 +76,9 @@ func (d *Demo) storyLocality(ctx context.Context) error {
 	}
 	// The slices are imported before their zone hints are settled, and kube-proxy may be a sync behind those.
 	if err := d.eventually(ctx, fmt.Sprintf("kube-proxy on cluster-a's nodes of zone %s routes near's ClusterSetIP to near-z0's pod alone", zones[0]), func(ctx context.Context) error {
-		pods := &corev1.PodList{}
-		if err := a.Client.List(ctx, pods, client.InNamespace(Namespace), client.MatchingLabels{"app": "near"}); err != nil {
+		want, err := localPodIPs(ctx, a, client.MatchingLabels{"app": "near", "part": "near-z0"})
+		if err != nil {
 			return err
-		}
-		var want []string
-		for _, p := range pods.Items {
-			if strings.HasPrefix(p.Name, "near-z0-") && p.Status.PodIP != "" {
-				want = append(want, p.Status.PodIP)
-			}
 		}
 		for _, n := range a.Nodes {
 			if n.Zone != zones[0] {

@@ -401,7 +401,7 @@ func (d *Demo) storyFailover(ctx context.Context) error {
 func (d *Demo) expectEndpoints(ctx context.Context, m *fleet.Member, svc string, from ...*fleet.Member) error {
 	want := map[string][]string{}
 	for _, src := range from {
-		ips, err := localPodIPs(ctx, src, svc)
+		ips, err := localPodIPs(ctx, src, client.MatchingLabels{"app": svc})
 		if err != nil {
 			return err
 		}

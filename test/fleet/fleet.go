@@ -64,7 +64,6 @@ type Member struct {
 	controllerArgs []string
 	coredns        *proc.Process
 	dnsPort        int
-	dnsService     bool // the kube-dns Service for the pods exists
 }
 
 // Start starts the clusterset, then every member's controller and CoreDNS, and returns once each CoreDNS reports
@@ -178,15 +177,8 @@ func (m *Member) SetControllerArgs(args ...string) {
 // StopController stops the member's mcs-controller, if it runs, as a crash or an upgrade would.
 func (m *Member) StopController() { m.stop(&m.controller) }
 
-// startCoreDNS starts the member's CoreDNS, unless it is running, on the member's DNS address, and returns once it
-// reports ready.
+// startCoreDNS starts the member's CoreDNS on the member's DNS address, and returns once it reports ready.
 func (m *Member) startCoreDNS(ctx context.Context) error {
-	m.mu.Lock()
-	running := m.coredns != nil
-	m.mu.Unlock()
-	if running {
-		return nil
-	}
 	dnsPort := m.dnsPort
 	readyPort, err := clusterset.FreePort()
 	if err != nil {
@@ -217,10 +209,9 @@ func (m *Member) startCoreDNS(ctx context.Context) error {
 	if err := p.WaitHTTP(ctx, hc, "http://"+s.ReadyAddr+"/ready", 2*time.Minute); err != nil {
 		return err
 	}
-	if len(m.Nodes) == 0 || m.dnsService {
+	if len(m.Nodes) == 0 {
 		return nil
 	}
-	m.dnsService = true
 	return m.createDNSService(ctx, dnsPort)
 }
 
