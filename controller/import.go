@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/controller/admit"
 	"vksfleet.dev/fleet/controller/apply"
 	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/controller/imports"
@@ -24,7 +25,8 @@ import (
 	"vksfleet.dev/fleet/mcs/names"
 )
 
-// gather collects every cluster's export of the service and the endpoint slices of the live ones.
+// gather collects every cluster's export of the service and the endpoint slices of the live ones. What other
+// clusters wrote on the broker enters here: it passes package admit's checks, or is left out and counted.
 func (r *reconciler) gather(ctx context.Context, key types.NamespacedName, own *merge.Export,
 	ownSlices []discoveryv1.EndpointSlice) ([]merge.Export, []imports.Source, error) {
 	var exports []merge.Export
@@ -32,7 +34,9 @@ func (r *reconciler) gather(ctx context.Context, key types.NamespacedName, own *
 	if own != nil {
 		exports = append(exports, *own)
 		for _, s := range ownSlices {
-			sources = append(sources, imports.Source{Cluster: r.id, Slice: s})
+			if s, ok := r.admitSlice(key, r.id, &s); ok {
+				sources = append(sources, imports.Source{Cluster: r.id, Slice: s})
+			}
 		}
 	}
 	sel := client.MatchingFields{serviceIndex: key.String()}
@@ -42,13 +46,8 @@ func (r *reconciler) gather(ctx context.Context, key types.NamespacedName, own *
 	}
 	exporting := map[string]bool{}
 	for i := range records.Items {
-		e, err := broker.ParseRecord(&records.Items[i])
-		if err != nil {
-			r.log.Error(err, "ignoring a broken broker record")
-			continue
-		}
-		// A cluster only writes in its own namespace; a record elsewhere claiming its id is ignored.
-		if e.Cluster == r.id || records.Items[i].Namespace != names.BrokerNamespace(e.Cluster) {
+		e, ok := r.admitRecord(key, &records.Items[i])
+		if !ok || e.Cluster == r.id {
 			continue
 		}
 		exports = append(exports, e)
@@ -58,13 +57,66 @@ func (r *reconciler) gather(ctx context.Context, key types.NamespacedName, own *
 	if err := r.broker.List(ctx, slices, sel); err != nil {
 		return nil, nil, err
 	}
+	perCluster := map[string]int{}
 	for _, s := range slices.Items {
 		c := broker.ClusterOf(&s)
-		if exporting[c] && s.Namespace == names.BrokerNamespace(c) && r.liveness.Alive(c) {
+		if !exporting[c] || s.Namespace != names.BrokerNamespace(c) || !r.liveness.Alive(c) {
+			continue
+		}
+		if perCluster[c]++; perCluster[c] > admit.MaxSlicesPerExport {
+			r.refuse(key, c, admit.Problem{Reason: admit.ReasonTooManySlices, Message: fmt.Sprintf(
+				"more than %d EndpointSlices for one service; slice %s is left out", admit.MaxSlicesPerExport, s.Name)})
+			continue
+		}
+		if s, ok := r.admitSlice(key, c, &s); ok {
 			sources = append(sources, imports.Source{Cluster: c, Slice: s})
 		}
 	}
 	return exports, sources, nil
+}
+
+// admitRecord reads a broker export record, or refuses it: a broken record, an invalid cluster id, a record outside
+// the namespace of the id it claims (a cluster only writes in its own), or ports no Service could have. Exported
+// labels and annotations that could not travel are left out.
+func (r *reconciler) admitRecord(key types.NamespacedName, rec *mcsv1beta1.ServiceImport) (merge.Export, bool) {
+	e, err := broker.ParseRecord(rec)
+	if err != nil {
+		r.refuse(key, rec.Namespace, admit.Problem{Reason: admit.ReasonRecord, Message: err.Error()})
+		return e, false
+	}
+	if p := admit.ClusterID(e.Cluster); p != nil {
+		r.refuse(key, rec.Namespace, *p)
+		return e, false
+	}
+	if rec.Namespace != names.BrokerNamespace(e.Cluster) {
+		return e, false
+	}
+	if p := admit.Ports(e.Spec.Ports); p != nil {
+		r.refuse(key, e.Cluster, *p)
+		return e, false
+	}
+	var problems []admit.Problem
+	e.Labels, e.Annotations, problems = admit.Metadata(e.Labels, e.Annotations)
+	for _, p := range problems {
+		r.refuse(key, e.Cluster, p)
+	}
+	return e, true
+}
+
+// admitSlice returns what this member takes of a cluster's exported slice (admit.Slice), counting what it drops.
+func (r *reconciler) admitSlice(key types.NamespacedName, cluster string, s *discoveryv1.EndpointSlice) (discoveryv1.EndpointSlice, bool) {
+	out, problems, ok := admit.Slice(s)
+	for _, p := range problems {
+		r.refuse(key, cluster, p)
+	}
+	return out, ok
+}
+
+// refuse reports a value left out of the service's import: in the refusal metric, by reason, and in the log with
+// the cluster that wrote it (its broker namespace when its id cannot be trusted).
+func (r *reconciler) refuse(key types.NamespacedName, from string, p admit.Problem) {
+	refusedTotal.WithLabelValues(r.id, p.Reason).Inc()
+	r.log.Info("refusing what another cluster published", "service", key, "from", from, "reason", p.Reason, "problem", p.Message)
 }
 
 // importService writes the local import of the service: nothing when no cluster exports it or its namespace does
@@ -108,11 +160,13 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 			return 0, fmt.Errorf("creating ServiceImport %s: %w", key, err)
 		}
 	}
-	derived, err := r.applyDerived(ctx, got.derived, imports.DerivedService(key, merged, imports.Owner(si, r.siAPI)))
-	if err != nil {
-		return 0, err
+	// A derived Service the API server refuses must not freeze the rest of the import: the slices keep following
+	// the exporters' endpoints, and the error comes back once they are written.
+	derived, derivedErr := r.applyDerived(ctx, got.derived, imports.DerivedService(key, merged, imports.Owner(si, r.siAPI)))
+	if derivedErr != nil {
+		derived = got.derived
 	}
-	desiredSlices := imports.Slices(key, sources, imports.Owner(si, r.siAPI))
+	desiredSlices := imports.Slices(key, sources, merged.PortNames, imports.Owner(si, r.siAPI))
 	want := imports.ServiceImport(key, merged, derived)
 	r.locate(si, want, top, exports, desiredSlices)
 	if si, err = apply.ServiceImport(ctx, r.local, si, want); err != nil {
@@ -126,7 +180,10 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 	}
 	clusterLocalCond, err := r.reflect(ctx, si, want, desiredSlices, got.clusterLocal, got.clusterLocalSlices)
 	if err != nil {
-		return 0, fmt.Errorf("reflecting %s into cluster.local: %w", key, err)
+		return 0, errors.Join(derivedErr, fmt.Errorf("reflecting %s into cluster.local: %w", key, err))
+	}
+	if derivedErr != nil {
+		return 0, derivedErr
 	}
 	if !programmed {
 		// The slices were just created: their events bring the service back once the cache has them, and the status

@@ -37,6 +37,11 @@ var (
 		Name: "mcs_controller_locality_ready_endpoints",
 		Help: "Ready endpoints of an import by tier, seen from this member: same-cluster, same-region, anywhere, draining.",
 	}, []string{"cluster", "namespace", "service", "tier"})
+	refusedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mcs_controller_refused_total",
+		Help: "Values another cluster or a namespace user wrote that the controller left out of an import, by reason " +
+			"(package admit): broker records, cluster ids, ports, exported labels and annotations, endpoints, slices.",
+	}, []string{"cluster", "reason"})
 	failoversTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "mcs_controller_locality_failovers_total",
 		Help: "Times a node zone or the headless DNS of an import moved to a farther tier.",
@@ -44,7 +49,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(writesTotal, memberAlive, brokerReachable, localityTier, localityEndpoints, failoversTotal)
+	metrics.Registry.MustRegister(writesTotal, memberAlive, brokerReachable, localityTier, localityEndpoints, refusedTotal, failoversTotal)
 }
 
 // recordLocality publishes an import's plan in the locality gauges.

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"vksfleet.dev/fleet/mcs/clusterid"
 	"vksfleet.dev/fleet/mcs/names"
 )
 
@@ -64,23 +65,35 @@ func Renew(ctx context.Context, c client.Client, clusterID string, grace time.Du
 	return false, c.Update(ctx, lease)
 }
 
-// Liveness decides which members are alive: those whose Lease was renewed within the grace. While this member
-// cannot renew its own Lease the broker is unreachable and what it shows is stale, so decisions are frozen
-// rather than withdrawing everyone's endpoints.
+// Liveness decides which members are alive: those whose Lease this observer saw renewed within the grace, on
+// its own clock, as the node lifecycle controller judges kubelets. The renewer's clock is read once, at the first
+// look at a Lease (clamped to the observer's now); after that only a change of the renew time counts, and when it
+// was seen, so that no clock skew withdraws a live member or keeps a dead one. While this member cannot renew its
+// own Lease the broker is unreachable and what it shows is stale, so decisions are frozen rather than withdrawing
+// everyone's endpoints, and every member gets a fresh grace when the broker is back.
 type Liveness struct {
 	self  string
 	grace time.Duration
 
 	mu       sync.Mutex
+	seen     map[string]renewal
 	alive    map[string]bool
 	healthy  bool
+	regained bool
 	observed chan struct{}
 	once     sync.Once
 }
 
+// renewal is a member's last renew time as written and when this observer saw it change.
+type renewal struct {
+	renewTime time.Time
+	seenAt    time.Time
+}
+
 // NewLiveness tracks liveness as seen by member self, which is always alive to itself.
 func NewLiveness(self string, grace time.Duration) *Liveness {
-	return &Liveness{self: self, grace: grace, alive: map[string]bool{}, healthy: true, observed: make(chan struct{})}
+	return &Liveness{self: self, grace: grace, seen: map[string]renewal{}, alive: map[string]bool{}, healthy: true,
+		observed: make(chan struct{})}
 }
 
 // Observed is closed once Observe has run: liveness is unknown before.
@@ -100,6 +113,7 @@ func (l *Liveness) Alive(clusterID string) bool {
 func (l *Liveness) SetHealthy(ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.regained = l.regained || (ok && !l.healthy)
 	l.healthy = ok
 }
 
@@ -110,8 +124,18 @@ func (l *Liveness) Healthy() bool {
 	return l.healthy
 }
 
-// Observe recomputes liveness from the members' Leases at time now and returns the members whose liveness
-// changed. While unhealthy it changes nothing.
+// LeaseOf returns the cluster id a broker Lease speaks for, or "" when it speaks for none: only the Lease of the
+// fixed name in the namespace of a valid id counts, since any member could write an annotation naming another.
+func LeaseOf(lease *coordinationv1.Lease) string {
+	id := ClusterOf(lease)
+	if lease.Name != names.LeaseName || clusterid.Validate(id) != nil || lease.Namespace != names.BrokerNamespace(id) {
+		return ""
+	}
+	return id
+}
+
+// Observe recomputes liveness from the members' Leases at time now, on this observer's clock, and returns the
+// members whose liveness changed. While unhealthy it changes nothing.
 func (l *Liveness) Observe(leases []coordinationv1.Lease, now time.Time) []string {
 	defer l.once.Do(func() { close(l.observed) })
 	l.mu.Lock()
@@ -119,13 +143,34 @@ func (l *Liveness) Observe(leases []coordinationv1.Lease, now time.Time) []strin
 	if !l.healthy {
 		return nil
 	}
-	next := map[string]bool{}
-	for _, lease := range leases {
-		id := ClusterOf(&lease)
+	if l.regained {
+		// Renewals made while the broker was out of reach may not be in the cache yet.
+		for id, r := range l.seen {
+			r.seenAt = now
+			l.seen[id] = r
+		}
+		l.regained = false
+	}
+	seen := map[string]renewal{}
+	for i := range leases {
+		lease := &leases[i]
+		id := LeaseOf(lease)
 		if id == "" || id == l.self || lease.Spec.RenewTime == nil {
 			continue
 		}
-		next[id] = next[id] || now.Sub(lease.Spec.RenewTime.Time) <= l.grace
+		renewed := lease.Spec.RenewTime.Time
+		r, known := l.seen[id]
+		switch {
+		case !known:
+			r = renewal{renewTime: renewed, seenAt: minTime(renewed, now)}
+		case !r.renewTime.Equal(renewed):
+			r = renewal{renewTime: renewed, seenAt: now}
+		}
+		seen[id] = r
+	}
+	next := map[string]bool{}
+	for id, r := range seen {
+		next[id] = now.Sub(r.seenAt) <= l.grace
 	}
 	var changed []string
 	for id, alive := range next {
@@ -138,6 +183,13 @@ func (l *Liveness) Observe(leases []coordinationv1.Lease, now time.Time) []strin
 			changed = append(changed, id)
 		}
 	}
-	l.alive = next
+	l.seen, l.alive = seen, next
 	return changed
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }

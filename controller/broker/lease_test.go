@@ -2,6 +2,7 @@ package broker
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,10 +12,12 @@ import (
 	"vksfleet.dev/fleet/mcs/names"
 )
 
+// lease is member id's Lease in its broker namespace, last renewed at renewed by the member's clock.
 func lease(id string, renewed time.Time) coordinationv1.Lease {
 	return coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{names.AnnotationClusterID: id}},
-		Spec:       coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: renewed}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: names.BrokerNamespace(id), Name: names.LeaseName,
+			Annotations: map[string]string{names.AnnotationClusterID: id}},
+		Spec: coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: renewed}},
 	}
 }
 
@@ -58,5 +61,44 @@ func TestLiveness(t *testing.T) {
 	case <-l.Observed():
 	default:
 		t.Fatal("not observed after Observe")
+	}
+}
+
+func TestLivenessCountsOnlyAMembersOwnLease(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	forged := lease("dead", t0) // written by member b in its own namespace, naming member dead
+	forged.Namespace = names.BrokerNamespace("b")
+	otherName := lease("dead", t0)
+	otherName.Name = "extra"
+	crafted := strings.Repeat("a", 52) + "." + strings.Repeat("b", 60) + `\`
+	invalid := lease(crafted, t0)
+	l := NewLiveness("a", 10*time.Second)
+	l.Observe([]coordinationv1.Lease{forged, otherName, invalid, lease("b", t0)}, t0)
+	if l.Alive("dead") || l.Alive(crafted) || !l.Alive("b") {
+		t.Errorf("alive: dead %v, crafted %v, b %v", l.Alive("dead"), l.Alive(crafted), l.Alive("b"))
+	}
+}
+
+func TestLivenessIgnoresClockSkew(t *testing.T) {
+	const grace = 10 * time.Second
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, skew := range []time.Duration{-time.Hour, -11 * time.Second, 0, 11 * time.Second, time.Hour} {
+		l := NewLiveness("a", grace)
+		// Member b renews every 3 s by a clock skew away from the observer's, then dies at 30 s.
+		for at := time.Duration(0); at <= 30*time.Second; at += time.Second {
+			renewed := t0.Add(at/(3*time.Second)*(3*time.Second) + skew)
+			l.Observe([]coordinationv1.Lease{lease("b", renewed)}, t0.Add(at))
+			// A renewer behind by more than the grace counts from its first renewal this observer sees.
+			if settled := skew > -grace || at >= 3*time.Second; settled && !l.Alive("b") {
+				t.Errorf("skew %v: a live member is dead at %v", skew, at)
+			}
+		}
+		last := t0.Add(30*time.Second + skew)
+		for at := 31 * time.Second; at <= 60*time.Second; at += time.Second {
+			l.Observe([]coordinationv1.Lease{lease("b", last)}, t0.Add(at))
+			if dead := at > 30*time.Second+grace; dead == l.Alive("b") {
+				t.Errorf("skew %v: at %v alive = %v", skew, at, l.Alive("b"))
+			}
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/controller/admit"
 	"vksfleet.dev/fleet/controller/merge"
 	"vksfleet.dev/fleet/mcs/names"
 )
@@ -29,8 +30,17 @@ const ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
 // cluster has them, with unrelated Services of the same names, and kube-system's would expose the control plane.
 var DefaultDeniedNamespaces = []string{"kube-system", "kube-public", "kube-node-lease", "default"}
 
+// ReasonInvalidExportedMetadata is the Valid=False reason of a ServiceExport whose exportedLabels or
+// exportedAnnotations Kubernetes would refuse on the ServiceImport, or that are too large.
+const ReasonInvalidExportedMetadata = admit.ReasonMetadata
+
+// maxListedProblems bounds the problems a Valid message names.
+const maxListedProblems = 5
+
 // Valid is the ServiceExport Valid condition for the Service it names (nil when there is none), with denied the
-// namespaces not exported from. Only a valid export is published.
+// namespaces not exported from. Only a valid export is published. Exported labels and annotations with reserved
+// keys are not exported (see Record) and the message says so; any other that Kubernetes would refuse on the
+// ServiceImport makes the export invalid, rather than its import fail in every member.
 func Valid(se *mcsv1beta1.ServiceExport, svc *corev1.Service, denied []string) (metav1.Condition, bool) {
 	c := metav1.Condition{
 		Type: string(mcsv1beta1.ServiceExportConditionValid), Status: metav1.ConditionTrue,
@@ -49,13 +59,31 @@ func Valid(se *mcsv1beta1.ServiceExport, svc *corev1.Service, denied []string) (
 	case svc.Spec.Type == corev1.ServiceTypeExternalName:
 		c.Status, c.Reason = metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonInvalidServiceType)
 		c.Message = fmt.Sprintf("Service %s/%s is of type ExternalName, which cannot be exported.", se.Namespace, se.Name)
+	default:
+		_, _, problems := admit.Metadata(se.Spec.ExportedLabels, se.Spec.ExportedAnnotations)
+		var invalid, reserved []string
+		for _, p := range problems {
+			if p.Reason == admit.ReasonReservedKey {
+				reserved = append(reserved, p.Message)
+			} else {
+				invalid = append(invalid, p.Message)
+			}
+		}
+		if len(invalid) > 0 {
+			c.Status, c.Reason = metav1.ConditionFalse, ReasonInvalidExportedMetadata
+			c.Message = "Not exported: " + list(invalid) + "."
+		} else if len(reserved) > 0 {
+			c.Message += " Not exported: " + list(reserved) + "."
+		}
 	}
 	return c, c.Status == metav1.ConditionTrue
 }
 
 // Record is the export of a valid Service: ClusterIP, NodePort and LoadBalancer Services export as
-// ClusterSetIP, those with clusterIP None as Headless.
+// ClusterSetIP, those with clusterIP None as Headless. Exported labels and annotations with reserved keys are
+// left out.
 func Record(clusterID string, se *mcsv1beta1.ServiceExport, svc *corev1.Service) merge.Export {
+	labels, annotations, _ := admit.Metadata(se.Spec.ExportedLabels, se.Spec.ExportedAnnotations)
 	typ := mcsv1beta1.ClusterSetIP
 	if svc.Spec.ClusterIP == corev1.ClusterIPNone {
 		typ = mcsv1beta1.Headless
@@ -78,9 +106,17 @@ func Record(clusterID string, se *mcsv1beta1.ServiceExport, svc *corev1.Service)
 			InternalTrafficPolicy: spec.InternalTrafficPolicy,
 			TrafficDistribution:   spec.TrafficDistribution,
 		},
-		Labels:      se.DeepCopy().Spec.ExportedLabels,
-		Annotations: se.DeepCopy().Spec.ExportedAnnotations,
+		Labels:      labels,
+		Annotations: annotations,
 	}
+}
+
+// list joins problems for a condition message, naming at most maxListedProblems.
+func list(problems []string) string {
+	if extra := len(problems) - maxListedProblems; extra > 0 {
+		problems = append(problems[:maxListedProblems:maxListedProblems], fmt.Sprintf("and %d more", extra))
+	}
+	return strings.Join(problems, "; ")
 }
 
 // Slices are the endpoints of a Service's local EndpointSlices as this cluster publishes them: one slice per

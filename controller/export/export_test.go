@@ -3,6 +3,7 @@ package export
 import (
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -144,5 +145,42 @@ func TestSlices(t *testing.T) {
 	// The input stays untouched and the output is stable.
 	if local[0].Endpoints[0].NodeName == nil || !reflect.DeepEqual(got, Slices("ns", "web", local)) {
 		t.Error("Slices changed its input or is not deterministic")
+	}
+}
+
+func TestValidExportedMetadata(t *testing.T) {
+	svc := &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP}}
+	cases := []struct {
+		name        string
+		labels      map[string]string
+		annotations map[string]string
+		wantOK      bool
+		wantReason  string
+		wantMessage string
+		wantLabels  map[string]string
+	}{
+		{"valid", map[string]string{"team": "a"}, map[string]string{"example.com/note": "any value"}, true, "Valid",
+			"Service is valid for export.", map[string]string{"team": "a"}},
+		{"a label value with a space", map[string]string{"team": "payments team"}, nil, false, ReasonInvalidExportedMetadata,
+			`Not exported: exported label "team": `, nil},
+		{"an invalid annotation key", nil, map[string]string{"bad key": "x"}, false, ReasonInvalidExportedMetadata,
+			`Not exported: exported annotation "bad key": `, nil},
+		{"a reserved key is left out", map[string]string{"team": "a"}, map[string]string{names.AnnotationLocality: `{"dnsClusters":["evil"]}`}, true, "Valid",
+			`Service is valid for export. Not exported: exported annotation key "mcs.vksfleet.dev/locality" is reserved.`, map[string]string{"team": "a"}},
+	}
+	for _, c := range cases {
+		se := serviceExport()
+		se.Spec.ExportedLabels, se.Spec.ExportedAnnotations = c.labels, c.annotations
+		cond, ok := Valid(se, svc, nil)
+		if ok != c.wantOK || cond.Reason != c.wantReason || !strings.HasPrefix(cond.Message, c.wantMessage) {
+			t.Errorf("%s: Valid() = %+v, %v", c.name, cond, ok)
+		}
+		if !ok {
+			continue
+		}
+		rec := Record("a", se, svc)
+		if !reflect.DeepEqual(rec.Labels, c.wantLabels) || rec.Annotations[names.AnnotationLocality] != "" {
+			t.Errorf("%s: Record() labels %v, annotations %v", c.name, rec.Labels, rec.Annotations)
+		}
 	}
 }

@@ -130,10 +130,13 @@ func TestSlices(t *testing.T) {
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}}},
 		Ports:       []discoveryv1.EndpointPort{{Port: ptr.To[int32](8080)}},
 	}
-	got := Slices(key, []Source{{Cluster: "b.east", Slice: src}, {Cluster: "a", Slice: src}}, owner)
+	renames := map[string]map[string]string{"a": {"": "tcp-8080"}}
+	got := Slices(key, []Source{{Cluster: "b.east", Slice: src}, {Cluster: "a", Slice: src}}, renames, owner)
 	if len(got) != 2 || got[0].Name == got[1].Name {
 		t.Fatalf("Slices() = %+v", got)
 	}
+	// The union names a's unnamed port; b.east's keeps its name.
+	portName := map[string]string{"a": "tcp-8080", "b.east": ""}
 	for _, s := range got {
 		want := map[string]string{
 			"multicluster.kubernetes.io/service-name":   "web",
@@ -144,11 +147,11 @@ func TestSlices(t *testing.T) {
 		if !reflect.DeepEqual(s.Labels, want) || s.Namespace != "ns" || s.OwnerReferences[0].UID != "uid-1" {
 			t.Errorf("slice %s: labels %v, owner %v", s.Name, s.Labels, s.OwnerReferences)
 		}
-		if *s.Ports[0].Protocol != corev1.ProtocolTCP || *s.Ports[0].Name != "" {
+		if *s.Ports[0].Protocol != corev1.ProtocolTCP || *s.Ports[0].Name != portName[s.Annotations[names.AnnotationClusterID]] {
 			t.Errorf("slice %s: ports not defaulted: %+v", s.Name, s.Ports[0])
 		}
 	}
-	if src.Ports[0].Protocol != nil {
+	if src.Ports[0].Protocol != nil || src.Ports[0].Name != nil {
 		t.Error("Slices changed its input")
 	}
 }
@@ -167,7 +170,7 @@ func TestClusterLocal(t *testing.T) {
 		},
 		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
 	}
-	imported := Slices(key, []Source{{Cluster: "a", Slice: src}, {Cluster: "b.east", Slice: src}}, owner)
+	imported := Slices(key, []Source{{Cluster: "a", Slice: src}, {Cluster: "b.east", Slice: src}}, nil, owner)
 	type slice struct {
 		name      string
 		family    discoveryv1.AddressType

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -52,6 +53,10 @@ type Result struct {
 	Labels, Annotations map[string]string
 	// Clusters are the exporting cluster ids, sorted.
 	Clusters []string
+	// PortNames maps an exporting cluster id to the names of its ports that the union calls otherwise: an unnamed
+	// port that the union names (see namePorts), or a port that merged into one of another name. That cluster's
+	// EndpointSlices must carry the union's names, which are the Service's, for kube-proxy to route to them.
+	PortNames map[string]map[string]string
 	// Conflicts are the disagreements, in the order of the SPEC's reason list; empty when all agree.
 	Conflicts []Conflict
 }
@@ -91,9 +96,11 @@ func Merge(exports []Export) Result {
 	for _, e := range sorted {
 		merged = mergePorts(merged, e)
 	}
-	for _, m := range merged {
+	named := namePorts(merged)
+	for _, m := range named {
 		res.Spec.Ports = append(res.Spec.Ports, m.port)
 	}
+	res.PortNames = renames(sorted, merged, named)
 	families, famDisagree := intersectFamilies(sorted)
 	res.Spec.IPFamilies = families
 
@@ -118,9 +125,9 @@ func Merge(exports []Export) Result {
 		count(sorted, func(e Export) bool {
 			return !equality.Semantic.DeepEqual(e.Spec.SessionAffinityConfig, w.Spec.SessionAffinityConfig)
 		}))
-	add(mcsv1beta1.ServiceExportReasonLabelsConflict, "exported labels", jsonOf(w.Labels),
+	add(mcsv1beta1.ServiceExportReasonLabelsConflict, "exported labels", brief(w.Labels),
 		count(sorted, func(e Export) bool { return !maps.Equal(e.Labels, w.Labels) }))
-	add(mcsv1beta1.ServiceExportReasonAnnotationsConflict, "exported annotations", jsonOf(w.Annotations),
+	add(mcsv1beta1.ServiceExportReasonAnnotationsConflict, "exported annotations", brief(w.Annotations),
 		count(sorted, func(e Export) bool { return !maps.Equal(e.Annotations, w.Annotations) }))
 	add(mcsv1beta1.ServiceExportReasonInternalTrafficPolicyConflict, "internal traffic policy", quotePtr(w.Spec.InternalTrafficPolicy),
 		count(sorted, func(e Export) bool { return deref(e.Spec.InternalTrafficPolicy) != deref(w.Spec.InternalTrafficPolicy) }))
@@ -151,8 +158,43 @@ func Condition(conflicts []Conflict, generation int64) metav1.Condition {
 	}
 	return metav1.Condition{
 		Type: string(mcsv1beta1.ServiceExportConditionConflict), Status: metav1.ConditionTrue,
-		Reason: strings.Join(reasons, ","), Message: strings.Join(messages, " "), ObservedGeneration: generation,
+		Reason: strings.Join(reasons, ","), Message: truncate(strings.Join(messages, " "), MaxMessage), ObservedGeneration: generation,
 	}
+}
+
+// MaxMessage is the longest condition message the API server stores (metav1.Condition's maxLength); a status
+// update with a longer one would be refused on every exporter, again and again.
+const MaxMessage = 32768
+
+// truncate cuts s to at most n bytes, on a rune boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = " [truncated]"
+	cut := n - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
+}
+
+// maxBriefJSON is the longest JSON of exported labels or annotations a Conflict message quotes; past it, the
+// message names keys only.
+const maxBriefJSON = 256
+
+// brief renders exported labels or annotations for a message: their JSON when short, else their first keys.
+func brief(m map[string]string) string {
+	if s := jsonOf(m); len(s) <= maxBriefJSON {
+		return s
+	}
+	keys := slices.Sorted(maps.Keys(m))
+	const listed = 5
+	s := "the keys " + jsonOf(keys[:min(listed, len(keys))])
+	if len(keys) > listed {
+		s += fmt.Sprintf(" and %d more", len(keys)-listed)
+	}
+	return s
 }
 
 // mergedPort is a port of the union and the cluster whose export brought it in.
@@ -166,15 +208,68 @@ type mergedPort struct {
 func mergePorts(merged []mergedPort, e Export) []mergedPort {
 	for _, p := range e.Spec.Ports {
 		p = normalise(p)
-		i := slices.IndexFunc(merged, func(m mergedPort) bool { return p.Name != "" && m.port.Name == p.Name })
-		if i < 0 {
-			i = slices.IndexFunc(merged, func(m mergedPort) bool { return m.port.Protocol == p.Protocol && m.port.Port == p.Port })
-		}
-		if i < 0 {
+		if match(merged, p) < 0 {
 			merged = append(merged, mergedPort{port: p, from: e.Cluster})
 		}
 	}
 	return merged
+}
+
+// match returns the index of the merged port that p is: the one of its name, else the one of its protocol and
+// port; -1 for none.
+func match(merged []mergedPort, p mcsv1beta1.ServicePort) int {
+	i := slices.IndexFunc(merged, func(m mergedPort) bool { return p.Name != "" && m.port.Name == p.Name })
+	if i < 0 {
+		i = slices.IndexFunc(merged, func(m mergedPort) bool { return m.port.Protocol == p.Protocol && m.port.Port == p.Port })
+	}
+	return i
+}
+
+// namePorts returns the union with a name on every port when it has several, as a Service requires: an unnamed
+// port is named for its protocol and number ("tcp-8080"), with "-2", "-3"... appended should a named port have
+// that name already. Two Services made with `kubectl expose` on different ports thus merge into a valid one.
+func namePorts(merged []mergedPort) []mergedPort {
+	named := slices.Clone(merged)
+	if len(named) < 2 {
+		return named
+	}
+	taken := func(name string) bool {
+		return slices.ContainsFunc(named, func(m mergedPort) bool { return m.port.Name == name })
+	}
+	for i := range named {
+		if named[i].port.Name != "" {
+			continue
+		}
+		base := fmt.Sprintf("%s-%d", strings.ToLower(string(named[i].port.Protocol)), named[i].port.Port)
+		name := base
+		for n := 2; taken(name); n++ {
+			name = fmt.Sprintf("%s-%d", base, n)
+		}
+		named[i].port.Name = name
+	}
+	return named
+}
+
+// renames lists, per export, its port names that the named union calls otherwise (Result.PortNames); nil when
+// there are none.
+func renames(sorted []Export, merged, named []mergedPort) map[string]map[string]string {
+	var out map[string]map[string]string
+	for _, e := range sorted {
+		for _, p := range e.Spec.Ports {
+			i := match(merged, normalise(p))
+			if i < 0 || named[i].port.Name == p.Name {
+				continue
+			}
+			if out == nil {
+				out = map[string]map[string]string{}
+			}
+			if out[e.Cluster] == nil {
+				out[e.Cluster] = map[string]string{}
+			}
+			out[e.Cluster][p.Name] = named[i].port.Name
+		}
+	}
+	return out
 }
 
 // maxListedPorts bounds the ports a PortConflict message names, so that a service with many ports keeps a

@@ -1,9 +1,12 @@
 package merge
 
 import (
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -363,5 +366,78 @@ func TestCondition(t *testing.T) {
 	if two.Status != metav1.ConditionTrue || two.Reason != "PortConflict,TypeConflict" || two.Message != "a. b." ||
 		two.Type != "Conflict" {
 		t.Errorf("two conflicts: %+v", two)
+	}
+}
+
+func TestMergePortNames(t *testing.T) {
+	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
+	cases := []struct {
+		name      string
+		exports   []Export
+		wantPorts []mcsv1beta1.ServicePort
+		wantNames map[string]map[string]string
+	}{{
+		name:      "one unnamed port stays unnamed",
+		exports:   []Export{exp("a", 0, ports(port("", tcp, 80))), exp("b", 1, ports(port("", tcp, 80)))},
+		wantPorts: []mcsv1beta1.ServicePort{port("", tcp, 80)},
+	}, {
+		name:      "two kubectl expose Services on 80 and 8080",
+		exports:   []Export{exp("a", 0, ports(port("", tcp, 80))), exp("b", 1, ports(port("", "", 8080)))},
+		wantPorts: []mcsv1beta1.ServicePort{port("tcp-80", tcp, 80), port("tcp-8080", tcp, 8080)},
+		wantNames: map[string]map[string]string{"a": {"": "tcp-80"}, "b": {"": "tcp-8080"}},
+	}, {
+		name:      "an unnamed port takes the name of the port it merges into",
+		exports:   []Export{exp("a", 0, ports(port("http", tcp, 80), port("metrics", tcp, 9090))), exp("b", 1, ports(port("", tcp, 80)))},
+		wantPorts: []mcsv1beta1.ServicePort{port("http", tcp, 80), port("metrics", tcp, 9090)},
+		wantNames: map[string]map[string]string{"b": {"": "http"}},
+	}, {
+		name:      "a named port of another name takes the union's",
+		exports:   []Export{exp("a", 0), exp("b", 1, ports(port("web", tcp, 80)))},
+		wantPorts: []mcsv1beta1.ServicePort{port("http", tcp, 80)},
+		wantNames: map[string]map[string]string{"b": {"web": "http"}},
+	}, {
+		name: "a generated name never takes a named port's",
+		exports: []Export{
+			exp("a", 0, ports(port("tcp-53", tcp, 5353), port("dns", udp, 53))),
+			exp("b", 1, ports(port("", tcp, 53))),
+		},
+		wantPorts: []mcsv1beta1.ServicePort{port("tcp-53", tcp, 5353), port("dns", udp, 53), port("tcp-53-2", tcp, 53)},
+		wantNames: map[string]map[string]string{"b": {"": "tcp-53-2"}},
+	}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := Merge(c.exports)
+			if !reflect.DeepEqual(got.Spec.Ports, c.wantPorts) {
+				t.Errorf("ports = %+v, want %+v", got.Spec.Ports, c.wantPorts)
+			}
+			if !reflect.DeepEqual(got.PortNames, c.wantNames) {
+				t.Errorf("port names = %v, want %v", got.PortNames, c.wantNames)
+			}
+			if len(got.Spec.Ports) > 1 {
+				seen := map[string]bool{}
+				for _, p := range got.Spec.Ports {
+					if p.Name == "" || seen[p.Name] {
+						t.Errorf("port %+v: a Service with several ports needs distinct names", p)
+					}
+					seen[p.Name] = true
+				}
+			}
+		})
+	}
+}
+
+func TestConflictMessageFitsTheCondition(t *testing.T) {
+	big := map[string]string{}
+	for i := range 2000 {
+		big[fmt.Sprintf("key-%04d", i)] = strings.Repeat("v", 60)
+	}
+	got := Merge([]Export{exp("a", 0, func(e *Export) { e.Annotations = big; e.Labels = big }), exp("b", 1)})
+	c := Condition(got.Conflicts, 1)
+	if len(c.Message) > MaxMessage || !strings.Contains(c.Message, `the keys ["key-0000",`) || !strings.Contains(c.Message, "and 1995 more") {
+		t.Errorf("message of %d bytes: %.300s", len(c.Message), c.Message)
+	}
+	long := []Conflict{{Reason: "PortConflict", Message: strings.Repeat("é", MaxMessage)}}
+	if m := Condition(long, 1).Message; len(m) > MaxMessage || !utf8.ValidString(m) || !strings.HasSuffix(m, "[truncated]") {
+		t.Errorf("a long message is not cut to the limit: %d bytes", len(m))
 	}
 }
