@@ -69,6 +69,7 @@ func TestTraffic(t *testing.T) {
 	t.Run("exported from B and C, both answer A", e.testSpread)
 	t.Run("not exported: NXDOMAIN and no route", e.testNotExported)
 	t.Run("headless StatefulSet across B and C", e.testHeadless)
+	t.Run("kubectl expose on 80 in B and 8080 in C: both ports answer", e.testExposedPorts)
 	t.Run("locality: PreferSameZone tiers, drain and member loss", e.testLocality)
 	t.Run("locality: headless answers the closest cluster tier", e.testHeadlessLocality)
 
@@ -229,6 +230,83 @@ func (e *env) testHeadless(t *testing.T) {
 			if want := fmt.Sprintf("cluster=%s pod=%s echo=ping", m.Name, host); strings.TrimSpace(out) != want {
 				t.Errorf("nc %s from a pod of A answered %q, want %q", fqdn, out, want)
 			}
+		}
+	}
+}
+
+// testExposedPorts: B and C expose the same pods with plain `kubectl expose`, B on port 80 and C on 8080, so each
+// Service has one unnamed port. The union names them (tcp-80, tcp-8080) into a valid derived Service, and from A
+// the ClusterSetIP answers on both ports: 80 from B's pods, 8080 from C's, every request of a bounded loop.
+func (e *env) testExposedPorts(t *testing.T) {
+	ctx := context.Background()
+	const app = "exposed"
+	for _, m := range []*fleet.Member{e.b, e.c} {
+		if err := workload.Deploy(ctx, m.Client, ns, app, m.Name, filepath.Join(e.bin, "serve"), 2, false); err != nil {
+			t.Fatal(err)
+		}
+		// The user's own Service: `kubectl expose`, one unnamed port.
+		if err := m.Client.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app}}); err != nil {
+			t.Fatal(err)
+		}
+		port := map[string]string{e.b.Name: "80", e.c.Name: "8080"}[m.Name]
+		poll.T(t, timeout, "kubectl expose in "+m.Name, func() error {
+			out, stderr, code, err := workload.Kubectl(ctx, e.kubectl, m.KubeconfigPath, m.Name, "expose", "-n", ns, "deployment", app,
+				"--port="+port, fmt.Sprintf("--target-port=%d", workload.HTTPPort))
+			if err != nil || code != 0 {
+				return fmt.Errorf("exit %d %v: %s %s", code, err, out, stderr)
+			}
+			return nil
+		})
+		if err := m.Client.Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: ns}}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitReady(t, m, "app="+app, 2)
+	}
+	e.waitImportIP(t, e.a, app)
+	poll.T(t, timeout, "the import's ports", func() error {
+		si := &mcsv1beta1.ServiceImport{}
+		if err := e.a.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: app}, si); err != nil {
+			return err
+		}
+		var got []string
+		for _, p := range si.Spec.Ports {
+			got = append(got, fmt.Sprintf("%s/%d", p.Name, p.Port))
+		}
+		if want := []string{"tcp-80/80", "tcp-8080/8080"}; !slices.Equal(got, want) {
+			return fmt.Errorf("ports %v, want %v", got, want)
+		}
+		return nil
+	})
+	e.waitImportedEndpoints(t, e.a, app, map[string]int{"cluster-b": 2, "cluster-c": 2})
+	name := app + "." + ns + ".svc.clusterset.local"
+	for port, from := range map[int]string{80: "cluster-b", 8080: "cluster-c"} {
+		url := fmt.Sprintf("http://%s:%d/", name, port)
+		// The first request may race kube-proxy's sync of the port; then every request of the loop must answer.
+		poll.T(t, timeout, url+" answers", func() error {
+			out, stderr, code, err := workload.Kubectl(ctx, e.kubectl, e.a.KubeconfigPath, e.a.Name, "exec", "-n", ns, "client", "--",
+				"curl", "-sS", "-m", "2", url)
+			if err != nil || code != 0 || !strings.HasPrefix(out, "cluster=") {
+				return fmt.Errorf("curl: exit %d %v: %q %q", code, err, out, stderr)
+			}
+			return nil
+		})
+		const n = 20
+		out := e.execOK(t, e.a, "client", "sh", "-c", fmt.Sprintf(
+			`i=0; while [ $i -lt %d ]; do curl -sS -m 2 %s || echo FAILED; echo; i=$((i+1)); done`, n, url))
+		ok, failed, wrong := 0, 0, 0
+		for line := range strings.SplitSeq(out, "\n") {
+			switch {
+			case strings.HasPrefix(line, "cluster="+from+" "):
+				ok++
+			case strings.Contains(line, "FAILED"):
+				failed++
+			case strings.HasPrefix(line, "cluster="):
+				wrong++
+			}
+		}
+		t.Logf("port %d: %d of %d requests answered by %s, %d failed, %d answered by another cluster", port, ok, n, from, failed, wrong)
+		if ok != n {
+			t.Errorf("port %d: %d of %d requests answered by %s (%d failed, %d elsewhere):\n%s", port, ok, n, from, failed, wrong, out)
 		}
 	}
 }

@@ -1,0 +1,98 @@
+package controller
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"vksfleet.dev/fleet/controller/broker"
+	"vksfleet.dev/fleet/controller/merge"
+	"vksfleet.dev/fleet/mcs/names"
+)
+
+// TestGatherRefusesHostileBrokerData: what members publish on the broker enters through gather, which keeps the
+// honest exports and endpoints and leaves out, one by one, what no member should have written.
+func TestGatherRefusesHostileBrokerData(t *testing.T) {
+	key := types.NamespacedName{Namespace: "ns", Name: "web"}
+	now := time.Now()
+	port := []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}
+	rec := func(cluster string, edit func(*merge.Export)) client.Object {
+		e := merge.Export{Cluster: cluster, Created: now, Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, Ports: port}, Slices: -1}
+		if edit != nil {
+			edit(&e)
+		}
+		r, err := broker.Record(key, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	slice := func(cluster, name string, eps ...discoveryv1.Endpoint) client.Object {
+		return broker.Slice(cluster, key, &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: name}, AddressType: discoveryv1.AddressTypeIPv4, Endpoints: eps,
+			Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
+		})
+	}
+	ep := func(addr string) discoveryv1.Endpoint {
+		return discoveryv1.Endpoint{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
+			NodeName: ptr.To("node-of-a"), TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "victim"}}
+	}
+	crafted := strings.Repeat("a", 52) + "." + strings.Repeat("b", 60) + `\`
+	forgedRecord := rec("b", nil) // written by d in its own namespace, claiming to be b
+	forgedRecord.SetNamespace(names.BrokerNamespace("d"))
+	forgedRecord.SetName(names.RecordName("ns", "web") + "-forged")
+	objs := []client.Object{
+		rec("b", func(e *merge.Export) {
+			e.Annotations = map[string]string{names.AnnotationLocality: `{"dnsClusters":["b"]}`, "example.com/ok": "1"}
+			e.Labels = map[string]string{"team": "payments team", "tier": "gold"}
+		}),
+		slice("b", "b-1", ep("10.1.0.1"), ep("127.0.0.1")),
+		rec(crafted, nil), slice(crafted, "x-1", ep("10.9.0.1")),
+		rec("c", func(e *merge.Export) { e.Spec.Ports = []mcsv1beta1.ServicePort{{Port: 80}, {Port: 81}} }),
+		slice("c", "c-1", ep("10.3.0.1")),
+		forgedRecord,
+	}
+	local, brokerCluster := newFakeCluster(t), newFakeCluster(t, objs...)
+	r := testReconciler(local, brokerCluster)
+	r.liveness = broker.NewLiveness("a", time.Minute)
+	var leases []coordinationv1.Lease
+	for _, id := range []string{"b", "c", crafted} {
+		leases = append(leases, coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: names.BrokerNamespace(id), Name: names.LeaseName,
+				Annotations: map[string]string{names.AnnotationClusterID: id}},
+			Spec: coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: now}},
+		})
+	}
+	r.liveness.Observe(leases, now)
+
+	exports, sources, err := r.gather(context.Background(), key, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(exports) != 1 || exports[0].Cluster != "b" {
+		t.Fatalf("exports %+v, want b's alone (the crafted id, c's unnamed ports and d's forgery refused)", exports)
+	}
+	if a := exports[0].Annotations; len(a) != 1 || a["example.com/ok"] != "1" {
+		t.Errorf("annotations %v: the reserved key must be dropped", a)
+	}
+	if l := exports[0].Labels; len(l) != 1 || l["tier"] != "gold" {
+		t.Errorf("labels %v: the invalid value must be dropped", l)
+	}
+	if len(sources) != 1 || sources[0].Cluster != "b" {
+		t.Fatalf("sources %+v, want b's slice alone", sources)
+	}
+	want := []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}}
+	if got := sources[0].Slice.Endpoints; len(got) != 1 || got[0].Addresses[0] != want[0].Addresses[0] || got[0].NodeName != nil || got[0].TargetRef != nil {
+		t.Errorf("endpoints %+v, want %+v: no loopback address, node name or target reference", got, want)
+	}
+}
