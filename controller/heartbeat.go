@@ -11,6 +11,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/controller/broker"
 )
@@ -25,6 +26,7 @@ type heartbeat struct {
 	// liveness and trust are what the heartbeat decides for the reconciler; enqueue tells it what to look at again.
 	liveness *broker.Liveness
 	trust    *broker.Trust
+	local    client.Reader // the member's cache: whether it holds any import
 	enqueue  *triggers
 	log      logr.Logger
 
@@ -45,7 +47,7 @@ func (h *heartbeat) run(ctx context.Context) error {
 	defer ticker.Stop()
 	var nextRenew time.Time
 	// renewed: this run has held the Lease, so the Lease missing means the broker lost it.
-	renewed, leaseStood := false, false
+	renewed, leaseStood, first := false, false, true
 	for {
 		now := time.Now()
 		if !now.Before(nextRenew) {
@@ -82,7 +84,24 @@ func (h *heartbeat) run(ctx context.Context) error {
 		if err != nil {
 			h.log.V(1).Info("the broker's sentinel record cannot be created", "error", err.Error())
 		}
-		if h.trust.Observe(leaseStood && sentinel, now) {
+		if first {
+			first = false
+			held, err := h.holdsImports(ctx)
+			if err != nil {
+				return err
+			}
+			if (leaseStood && sentinel) || !held {
+				h.trust.Vouch()
+			}
+		}
+		wasTrusted := h.trust.Trusted()
+		regained := h.trust.Observe(leaseStood && sentinel, now)
+		brokerViewTrusted.WithLabelValues(h.id).Set(gauge(h.trust.Trusted()))
+		if wasTrusted && !h.trust.Trusted() {
+			h.log.Info("broker view untrusted: withdrawals are held back until this member's Lease and sentinel record "+
+				"have stood again for the settle time", "leaseStood", leaseStood, "sentinel", sentinel)
+		}
+		if regained {
 			// Whatever the untrusted view would have deleted was held back: look at everything again.
 			h.log.Info("broker view trusted")
 			if err := h.enqueue.all(ctx); err != nil {
@@ -111,6 +130,15 @@ func (h *heartbeat) run(ctx context.Context) error {
 
 // renew renews this member's Lease, and says whether it had to create it: at a first start, or because the
 // broker lost it.
+// holdsImports says whether this member holds any ServiceImport, which a view missing data could withdraw.
+func (h *heartbeat) holdsImports(ctx context.Context) (bool, error) {
+	list := &mcsv1beta1.ServiceImportList{}
+	if err := h.local.List(ctx, list, client.Limit(1)); err != nil {
+		return false, err
+	}
+	return len(list.Items) > 0, nil
+}
+
 func (h *heartbeat) renew(ctx context.Context, now time.Time) (created bool, err error) {
 	h.mu.Lock()
 	ok := h.namespace

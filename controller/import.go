@@ -133,16 +133,23 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 		return 0, err
 	}
 	nsGone := ns == nil || !ns.DeletionTimestamp.IsZero()
+	// The broker may be losing its data, or have lost it and not have it back yet: what a withdrawal would delete
+	// is kept while the view is untrusted (regaining trust reconciles every service again), and until the view has
+	// shown the withdrawal for the hold, long enough for a lost broker to be noticed. Only the withdrawal waits:
+	// every other change to the import goes on.
+	holding, holdWait := false, time.Duration(0)
 	if !nsGone && withdraws(got.si, got.derived, got.slices, key, exports, sources) {
-		if wait := r.withdrawals.wait(key, time.Now()); wait > 0 || !r.trusted(ctx) {
-			// The broker may be losing its data, or have lost it and not have it back yet: what this would
-			// delete is kept while the view is untrusted (regaining trust reconciles every service again), and
-			// until the view has shown the withdrawal for the hold, long enough for a lost broker to be noticed.
-			r.log.V(1).Info("holding back a withdrawal", "service", key, "wait", wait)
-			return wait, nil
+		if holdWait = r.withdrawals.wait(key, time.Now()); holdWait > 0 || !r.trusted(ctx) {
+			r.log.V(1).Info("holding back a withdrawal", "service", key, "wait", holdWait)
+			if len(exports) == 0 {
+				return holdWait, nil
+			}
+			holding = true
 		}
 	}
-	r.withdrawals.forget(key)
+	if !holding {
+		r.withdrawals.forget(key)
+	}
 	if len(exports) == 0 || nsGone {
 		return 0, r.unimport(ctx, key, got)
 	}
@@ -167,6 +174,9 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 		derived = got.derived
 	}
 	desiredSlices := imports.Slices(key, sources, merged.PortNames, imports.Owner(si, r.siAPI))
+	if holding {
+		desiredSlices = keepWithdrawn(desiredSlices, got.slices)
+	}
 	want := imports.ServiceImport(key, merged, derived)
 	r.locate(si, want, top, exports, desiredSlices)
 	if si, err = apply.ServiceImport(ctx, r.local, si, want); err != nil {
@@ -184,6 +194,10 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 	}
 	if derivedErr != nil {
 		return 0, derivedErr
+	}
+	if holding {
+		// The status waits with the withdrawal: the import is not what the view shows yet.
+		return holdWait, derivedErr
 	}
 	if !programmed {
 		// The slices were just created: their events bring the service back once the cache has them, and the status
@@ -247,14 +261,26 @@ func (r *reconciler) unimport(ctx context.Context, key types.NamespacedName, got
 	return errors.Join(errs...)
 }
 
+// withdrawalHold is how long a withdrawal must show in the broker view before it is applied: a broker losing its
+// data (a wiped etcd, a deleted CRD) loses this member's sentinel record with the others' records, and within
+// this time its cache shows that too. The server is then asked directly (trusted).
+const withdrawalHold = time.Second
+
 // trusted says whether the broker's view may be acted on with deletions: trusted by the heartbeat, and still
-// holding this member's sentinel record, which a broker losing its records loses too.
+// holding this member's sentinel record, which a broker losing its records loses too: in the cache and, read
+// directly, on the server.
 func (r *reconciler) trusted(ctx context.Context) bool {
 	if !r.trust.Trusted() {
 		return false
 	}
-	err := r.broker.Get(ctx, client.ObjectKeyFromObject(broker.Sentinel(r.id)), &mcsv1beta1.ServiceImport{})
-	return err == nil
+	key := client.ObjectKeyFromObject(broker.Sentinel(r.id))
+	if err := r.broker.Get(ctx, key, &mcsv1beta1.ServiceImport{}); err != nil {
+		return false
+	}
+	if r.brokerDirect == nil {
+		return true
+	}
+	return r.brokerDirect.Get(ctx, key, &mcsv1beta1.ServiceImport{}) == nil
 }
 
 // withdraws says whether importing the exports would delete any of the import: all of it, or a slice.
@@ -271,6 +297,16 @@ func withdraws(si *mcsv1beta1.ServiceImport, derived *corev1.Service, stored []d
 		}
 	}
 	return false
+}
+
+// keepWithdrawn adds to the desired slices the stored ones they leave out, as stored: a withdrawal held back.
+func keepWithdrawn(desired, stored []discoveryv1.EndpointSlice) []discoveryv1.EndpointSlice {
+	for _, s := range stored {
+		if !slices.ContainsFunc(desired, func(d discoveryv1.EndpointSlice) bool { return d.Name == s.Name }) {
+			desired = append(desired, *s.DeepCopy())
+		}
+	}
+	return desired
 }
 
 // allStored says whether every desired slice is among the stored ones, whatever their content: an import is

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -11,12 +12,15 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/controller/broker"
+	"vksfleet.dev/fleet/controller/imports"
 	"vksfleet.dev/fleet/controller/merge"
+	"vksfleet.dev/fleet/mcs/locality"
 	"vksfleet.dev/fleet/mcs/names"
 )
 
@@ -94,5 +98,49 @@ func TestGatherRefusesHostileBrokerData(t *testing.T) {
 	want := []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}}
 	if got := sources[0].Slice.Endpoints; len(got) != 1 || got[0].Addresses[0] != want[0].Addresses[0] || got[0].NodeName != nil || got[0].TargetRef != nil {
 		t.Errorf("endpoints %+v, want %+v: no loopback address, node name or target reference", got, want)
+	}
+}
+
+// TestHeldWithdrawalLetsOtherChangesThrough: while the broker view is untrusted, a cluster's slice that left the
+// view is kept, and every other change to the import, here new endpoints of another cluster, is applied.
+func TestHeldWithdrawalLetsOtherChangesThrough(t *testing.T) {
+	ctx := context.Background()
+	key := types.NamespacedName{Namespace: "ns", Name: "web"}
+	local := newFakeCluster(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}})
+	r := testReconciler(local, newFakeCluster(t))
+	r.trust, r.withdrawals = broker.NewTrust(time.Minute), newHold(time.Minute)
+	r.liveness = broker.NewLiveness("a", time.Minute)
+	r.events = events.NewFakeRecorder(100)
+	export := func(cluster string) merge.Export {
+		return merge.Export{Cluster: cluster, Created: time.Unix(0, 0), Slices: 1, Spec: mcsv1beta1.ServiceImportSpec{
+			Type: mcsv1beta1.ClusterSetIP, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+			Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}}
+	}
+	source := func(cluster, addr string) imports.Source {
+		return imports.Source{Cluster: cluster, Slice: discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: cluster + "-1"}, AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{addr}}},
+		}}
+	}
+	run := func(exports []merge.Export, sources []imports.Source) {
+		t.Helper()
+		if _, err := r.importService(ctx, key, exports, merge.Merge(exports), sources, locality.Topology{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run([]merge.Export{export("b"), export("c")}, []imports.Source{source("b", "10.1.0.1"), source("c", "10.2.0.1")})
+	// c's export leaves the view while it is untrusted, and b's endpoint moves.
+	run([]merge.Export{export("b")}, []imports.Source{source("b", "10.1.0.9")})
+
+	stored := &discoveryv1.EndpointSliceList{}
+	if err := local.List(ctx, stored, client.InNamespace("ns")); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, s := range stored.Items {
+		got[s.Annotations[names.AnnotationClusterID]] = s.Endpoints[0].Addresses[0]
+	}
+	if want := map[string]string{"b": "10.1.0.9", "c": "10.2.0.1"}; !maps.Equal(got, want) {
+		t.Errorf("imported endpoints by cluster %v, want %v: c's withdrawal held, b's change applied", got, want)
 	}
 }

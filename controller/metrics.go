@@ -28,6 +28,11 @@ var (
 		Name: "mcs_controller_broker_reachable",
 		Help: "1 while this member's last broker Lease renewal succeeded.",
 	}, []string{"cluster"})
+	brokerViewTrusted = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "mcs_controller_broker_view_trusted",
+		Help: "1 while the broker's view may be acted on with withdrawals; 0 while they are held back (after a start, " +
+			"or while this member's Lease or sentinel record is missing or cannot be renewed).",
+	}, []string{"cluster"})
 	localityTier = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "mcs_controller_locality_tier",
 		Help: "The tier an import's traffic uses, per node zone (scope=zone/<zone>) and for headless DNS " +
@@ -49,7 +54,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(writesTotal, memberAlive, brokerReachable, localityTier, localityEndpoints, refusedTotal, failoversTotal)
+	metrics.Registry.MustRegister(writesTotal, memberAlive, brokerReachable, brokerViewTrusted, localityTier, localityEndpoints, refusedTotal, failoversTotal)
 }
 
 // recordLocality publishes an import's plan in the locality gauges.

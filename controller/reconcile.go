@@ -41,6 +41,9 @@ type reconciler struct {
 	// view has shown them long enough.
 	trust       *broker.Trust
 	withdrawals *hold
+	// brokerDirect reads the broker uncached: a withdrawal is applied only once the server itself still holds this
+	// member's sentinel record.
+	brokerDirect client.Reader
 	// dns, when set, is this member's DNS server, which must answer an import before it is Ready; readyWaits holds
 	// back a Pending status while the slices and the server catch up.
 	dns        *dnsProbe

@@ -157,13 +157,13 @@ func runManager(ctx context.Context, opts Options, id string, a apis, log logr.L
 		localHost:    opts.Local.Host,
 		brokerHost:   opts.Broker.Host,
 		trust:        broker.NewTrust(opts.LeaseGrace),
-		// A renewal interval: the time in which a member notices that the broker lost its Lease.
-		withdrawals: newHold(opts.LeaseGrace / 3),
-		readyWaits:  newHold(readyHold),
-		races:       workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay),
-		liveness:    broker.NewLiveness(id, opts.LeaseGrace),
-		events:      mgr.GetEventRecorder(names.ManagedBy),
-		log:         log,
+		brokerDirect: brokerDirect,
+		withdrawals:  newHold(withdrawalHold),
+		readyWaits:   newHold(readyHold),
+		races:        workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay),
+		liveness:     broker.NewLiveness(id, opts.LeaseGrace),
+		events:       mgr.GetEventRecorder(names.ManagedBy),
+		log:          log,
 	}
 	if opts.DNSAddress != "" {
 		r.dns = newDNSProbe(opts.DNSAddress)
@@ -173,7 +173,7 @@ func runManager(ctx context.Context, opts Options, id string, a apis, log logr.L
 		return err
 	}
 	hb := &heartbeat{id: id, grace: opts.LeaseGrace, client: brokerDirect, cache: brokerCluster.GetCache(),
-		liveness: r.liveness, trust: r.trust, enqueue: enqueue, log: log}
+		liveness: r.liveness, trust: r.trust, local: r.local, enqueue: enqueue, log: log}
 	if err := mgr.Add(manager.RunnableFunc(hb.run)); err != nil {
 		return err
 	}

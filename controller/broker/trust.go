@@ -18,13 +18,15 @@ import (
 // as each notices: until every live member has had the time to, an export missing from the view is no evidence
 // that it went. So the view is trusted only once this member's own marks there, its Lease and its sentinel
 // record, have stood uninterrupted for the settle time (a Lease grace: every live member renews within it); a
-// start, a failed renewal, or a mark found missing interrupts.
+// start, a failed renewal, or a mark found missing interrupts. The settle is waived (Vouch) where a start finds
+// positive evidence that nothing was lost: its marks already standing, or no import of its own to lose.
 type Trust struct {
 	settle time.Duration
 
 	mu      sync.Mutex
 	since   time.Time // start of the current uninterrupted run; zero while interrupted
 	trusted bool
+	vouched bool
 }
 
 // NewTrust returns a Trust, not trusted, that needs the marks to stand for settle.
@@ -36,17 +38,26 @@ func (t *Trust) Observe(intact bool, now time.Time) (regained bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !intact {
-		t.since, t.trusted = time.Time{}, false
+		t.since, t.trusted, t.vouched = time.Time{}, false, false
 		return false
 	}
 	if t.since.IsZero() {
 		t.since = now
 	}
-	if !t.trusted && now.Sub(t.since) >= t.settle {
+	if !t.trusted && (t.vouched || now.Sub(t.since) >= t.settle) {
 		t.trusted = true
 		return true
 	}
 	return false
+}
+
+// Vouch waives the settle time until the next interruption: this run found its marks already on the broker
+// when it started (the broker kept its data since this member last wrote), or it holds no import that an
+// incomplete view could withdraw.
+func (t *Trust) Vouch() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.vouched = true
 }
 
 // Trusted says whether deletions may follow from the broker's view.

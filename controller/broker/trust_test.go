@@ -29,6 +29,15 @@ func TestTrust(t *testing.T) {
 			t.Errorf("%s: Observe = %v, Trusted = %v; want %v, %v", s.name, got, tr.Trusted(), s.wantRegained, s.wantTrusted)
 		}
 	}
+	vouched := NewTrust(time.Minute)
+	vouched.Vouch()
+	if !vouched.Observe(true, t0) || !vouched.Trusted() {
+		t.Error("a vouched start is not trusted at once")
+	}
+	vouched.Observe(false, t0.Add(time.Second))
+	if vouched.Observe(true, t0.Add(2*time.Second)) || vouched.Trusted() {
+		t.Error("after an interruption, a vouched start waits for the settle time")
+	}
 	if s := Sentinel("b.east"); s.Name != SentinelName || s.Labels["app.kubernetes.io/managed-by"] == "" {
 		t.Errorf("sentinel %+v", s.ObjectMeta)
 	} else if _, ok := ServiceOf(s); ok {
