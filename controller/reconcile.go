@@ -110,9 +110,9 @@ func (r *reconciler) reconcile(ctx context.Context, key types.NamespacedName) (t
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
-	if names.IsBrokerNamespace(key.Namespace) {
+	if brokerNS, err := r.isBrokerNamespace(ctx, key.Namespace); err != nil || brokerNS {
 		// This member is also the broker: what lies here are broker objects, not exports or imports.
-		return 0, nil
+		return 0, at(r.localHost, err)
 	}
 	top, err := r.topology(ctx)
 	if err != nil {
@@ -142,6 +142,20 @@ func (r *reconciler) reconcile(ctx context.Context, key types.NamespacedName) (t
 		statusErr = at(r.localHost, r.exportStatus(ctx, se, valid, own != nil, publishErr, merged))
 	}
 	return requeue, errors.Join(publishErr, at(r.localHost, importErr), statusErr)
+}
+
+// isBrokerNamespace says whether a namespace of this member holds broker objects: one with a broker namespace's
+// name that a controller created as such (its managed-by label), so that a user's namespace that merely starts
+// the same way exports and imports as any other.
+func (r *reconciler) isBrokerNamespace(ctx context.Context, namespace string) (bool, error) {
+	if !names.IsBrokerNamespace(namespace) {
+		return false, nil
+	}
+	ns, err := getOrNil(ctx, r.local, types.NamespacedName{Name: namespace}, &corev1.Namespace{})
+	if err != nil || ns == nil {
+		return false, err
+	}
+	return ns.Labels[names.LabelManagedBy] == names.ManagedBy, nil
 }
 
 // getOrNil reads an object, returning nil when it does not exist.

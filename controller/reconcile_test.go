@@ -159,3 +159,14 @@ func TestWithdrawsAndHold(t *testing.T) {
 		t.Errorf("hold after forget = %v, want the whole hold", got)
 	}
 }
+
+func TestIsBrokerNamespace(t *testing.T) {
+	brokerNS := &corev1.Namespace{ObjectMeta: objMeta("", names.BrokerNamespace("b"), names.LabelManagedBy, names.ManagedBy)}
+	userNS := &corev1.Namespace{ObjectMeta: objMeta("", "mcs-member-portal")}
+	r := testReconciler(newFakeCluster(t, brokerNS, userNS), nil)
+	for ns, want := range map[string]bool{brokerNS.Name: true, "mcs-member-portal": false, "mcs-member-gone": false, "default": false} {
+		if got, err := r.isBrokerNamespace(context.Background(), ns); err != nil || got != want {
+			t.Errorf("isBrokerNamespace(%q) = %v, %v; want %v", ns, got, err, want)
+		}
+	}
+}
