@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -33,8 +34,10 @@ func (r *reconciler) topology(ctx context.Context) (locality.Topology, error) {
 	case !apierrors.IsNotFound(err):
 		return top, fmt.Errorf("reading ClusterProperty %s: %w", aboutv1alpha1.RegionName, err)
 	}
-	nodes := &corev1.NodeList{}
-	if err := r.local.List(ctx, nodes); err != nil {
+	// Nodes are watched as metadata only, and listed without a copy: a reconcile needs one label of each.
+	nodes := &metav1.PartialObjectMetadataList{}
+	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	if err := r.local.List(ctx, nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return top, fmt.Errorf("listing nodes for their zones: %w", err)
 	}
 	for _, n := range nodes.Items {
@@ -46,26 +49,19 @@ func (r *reconciler) topology(ctx context.Context) (locality.Topology, error) {
 	return top, nil
 }
 
-// topologyChanged passes the events that can move this member's topology: nodes coming and going or changing
-// zone, and the region ClusterProperty. Node status updates, which are most events, pass none.
-var topologyChanged = predicate.Funcs{
-	CreateFunc: func(e event.CreateEvent) bool { return relevant(e.Object) },
-	DeleteFunc: func(e event.DeleteEvent) bool { return relevant(e.Object) },
+// zoneChanged passes the node events that can move this member's zones: nodes coming and going or changing
+// zone. Node status updates, which are most events, pass none.
+var zoneChanged = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return true },
+	DeleteFunc: func(event.DeleteEvent) bool { return true },
 	UpdateFunc: func(e event.UpdateEvent) bool {
-		if _, node := e.ObjectNew.(*corev1.Node); node {
-			return e.ObjectOld.GetLabels()[corev1.LabelTopologyZone] != e.ObjectNew.GetLabels()[corev1.LabelTopologyZone]
-		}
-		return relevant(e.ObjectNew)
+		return e.ObjectOld.GetLabels()[corev1.LabelTopologyZone] != e.ObjectNew.GetLabels()[corev1.LabelTopologyZone]
 	},
 	GenericFunc: func(event.GenericEvent) bool { return false },
 }
 
-func relevant(obj client.Object) bool {
-	if _, node := obj.(*corev1.Node); node {
-		return true
-	}
-	return obj.GetName() == aboutv1alpha1.RegionName
-}
+// regionChanged passes the events of the region ClusterProperty.
+var regionChanged = predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == aboutv1alpha1.RegionName })
 
 // mapTopology maps a topology change to every service this member imports or exports: imports are re-hinted,
 // and exports republish the region.

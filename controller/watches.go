@@ -47,8 +47,8 @@ func (r *reconciler) setup(mgr ctrl.Manager, brokerCluster cluster.Cluster, trig
 		Watches(&corev1.Service{}, byService).
 		Watches(&discoveryv1.EndpointSlice{}, byService).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.mapNamespace)).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.mapTopology), builder.WithPredicates(topologyChanged)).
-		Watches(&aboutv1alpha1.ClusterProperty{}, handler.EnqueueRequestsFromMapFunc(r.mapTopology), builder.WithPredicates(topologyChanged)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.mapTopology), builder.WithPredicates(zoneChanged), builder.OnlyMetadata).
+		Watches(&aboutv1alpha1.ClusterProperty{}, handler.EnqueueRequestsFromMapFunc(r.mapTopology), builder.WithPredicates(regionChanged)).
 		WatchesRawSource(source.Kind(brokerCluster.GetCache(), client.Object(&mcsv1beta1.ServiceImport{}), byBroker)).
 		WatchesRawSource(source.Kind(brokerCluster.GetCache(), client.Object(&discoveryv1.EndpointSlice{}), byBroker)).
 		WatchesRawSource(triggers.source()).
