@@ -46,7 +46,7 @@ func TestLongClusterID(t *testing.T) {
 			mcstest.Endpoint("10.4.0.3", "", true)},
 	}
 	si := mcstest.Import(ns, svc, mcsv1beta1.Headless, nil, mcstest.Port("http", corev1.ProtocolTCP, 8080))
-	imported := imports.Slices(types.NamespacedName{Namespace: ns, Name: svc}, []imports.Source{{Cluster: id, Slice: exported}}, nil)
+	imported := imports.Slices(types.NamespacedName{Namespace: ns, Name: svc}, []imports.Source{{Cluster: id, Slice: exported}}, nil, nil)
 	if len(imported) != 1 || imported[0].Labels[mcsv1beta1.LabelSourceCluster] != names.LabelValue(id) || names.LabelValue(id) == id {
 		t.Fatalf("the controller's slice for a 100-character id is not labelled with a shortened value: %v", imported)
 	}
