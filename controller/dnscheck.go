@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/miekg/dns"
@@ -18,11 +19,19 @@ const DNSZone = "clusterset.local"
 // dnsTimeout bounds one question: a server on the cluster network answers in milliseconds.
 const dnsTimeout = time.Second
 
+// silentPause is how long the probe asks nothing after the server failed to answer: a silent server costs the
+// reconcile workers one timeout per pause, not one per waiting import.
+const silentPause = 5 * time.Second
+
 // dnsProbe asks this member's DNS server the questions an import's Ready condition waits for, so that Ready
 // means the name resolves here and users need not poll DNS themselves.
 type dnsProbe struct {
 	addr     string // host:port
 	udp, tcp *dns.Client
+
+	mu     sync.Mutex
+	silent time.Time // until then, the server is taken as silent without asking
+	why    string    // what the last unanswered question got
 }
 
 func newDNSProbe(addr string) *dnsProbe {
@@ -30,7 +39,14 @@ func newDNSProbe(addr string) *dnsProbe {
 }
 
 // failed says why the server does not answer the first check as expected, or returns "" when it answers all.
+// After a question goes unanswered, every call answers that at once for silentPause.
 func (p *dnsProbe) failed(ctx context.Context, checks []imports.DNSCheck) string {
+	p.mu.Lock()
+	silent, why := time.Now().Before(p.silent), p.why
+	p.mu.Unlock()
+	if silent {
+		return why
+	}
 	for _, c := range checks {
 		qtype := dns.TypeA
 		if c.IPv6 {
@@ -44,7 +60,11 @@ func (p *dnsProbe) failed(ctx context.Context, checks []imports.DNSCheck) string
 			in, _, err = p.tcp.ExchangeContext(ctx, m, p.addr)
 		}
 		if err != nil {
-			return fmt.Sprintf("%s: no answer from %s: %v", q, p.addr, err)
+			why := fmt.Sprintf("%s: no answer from %s: %v", q, p.addr, err)
+			p.mu.Lock()
+			p.silent, p.why = time.Now().Add(silentPause), why
+			p.mu.Unlock()
+			return why
 		}
 		if in.Rcode != dns.RcodeSuccess {
 			return fmt.Sprintf("%s: %s", q, dns.RcodeToString[in.Rcode])

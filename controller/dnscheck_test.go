@@ -124,6 +124,26 @@ func TestDNSProbeFailed(t *testing.T) {
 	}
 }
 
+// A server that did not answer is not asked again for silentPause: a silent server costs one timeout per pause.
+func TestDNSProbeSilentServer(t *testing.T) {
+	silent, err := net.ListenPacket("udp", "127.0.0.1:0") // reads nothing: every question times out
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	p := newDNSProbe(silent.LocalAddr().String())
+	checks := []imports.DNSCheck{{Name: "web.ns.svc.clusterset.local."}}
+	start := time.Now()
+	first := p.failed(context.Background(), checks)
+	asked := time.Since(start)
+	start = time.Now()
+	second := p.failed(context.Background(), checks)
+	if !strings.Contains(first, "no answer") || second != first || asked < dnsTimeout || time.Since(start) > dnsTimeout/10 {
+		t.Errorf("first %q after %v, second %q after %v: want the second at once, with the first's reason",
+			first, asked, second, time.Since(start))
+	}
+}
+
 func TestReady(t *testing.T) {
 	live, dead := startDNS(t), deadAddress(t)
 	v4 := []corev1.IPFamily{corev1.IPv4Protocol}

@@ -37,3 +37,14 @@ func (h *hold) forget(key types.NamespacedName) {
 	defer h.mu.Unlock()
 	delete(h.since, key)
 }
+
+// elapsed returns how long key has waited since it was first asked; 0 when it is not waiting.
+func (h *hold) elapsed(key types.NamespacedName, now time.Time) time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	first, ok := h.since[key]
+	if !ok {
+		return 0
+	}
+	return now.Sub(first)
+}

@@ -56,7 +56,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"zero workers", func(o *Options) { o.Workers = 0 }, []string{"--workers (Options.Workers): 0 must be positive"}},
 		{"negative workers", func(o *Options) { o.Workers = -1 }, []string{"--workers (Options.Workers): -1 must be positive"}},
 		{"no denied namespaces", func(o *Options) { o.DeniedExportNamespaces = nil }, nil},
-		{"DNS address", func(o *Options) { o.DNSAddress = "kube-dns.kube-system.svc.cluster.local:53" }, nil},
+		{"DNS address", func(o *Options) { o.DNSAddress = "kube-dns.kube-system.svc.cluster.local.:53" }, nil},
 		{"DNS address without a port", func(o *Options) { o.DNSAddress = "10.96.0.10" }, []string{"--dns-address (Options.DNSAddress): \"10.96.0.10\" is not host:port"}},
 		{"bad denied namespace", func(o *Options) { o.DeniedExportNamespaces = []string{"default", "Not_A_Namespace"} },
 			[]string{`--denied-export-namespaces (Options.DeniedExportNamespaces): "Not_A_Namespace": `}},

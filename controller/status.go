@@ -88,10 +88,12 @@ const (
 	// readyHold is how long an import may wait for its exporters' slices and this cluster's DNS before its status
 	// says so: both come within tens of milliseconds as a rule, so a status is written once, Ready.
 	readyHold = 2 * time.Second
-	// readyRetry is how soon a waiting import is looked at again while its status is held back, and readyRecheck
-	// how often once it has been written Pending.
-	readyRetry   = 50 * time.Millisecond
-	readyRecheck = time.Second
+	// readyRetry is how soon a waiting import is looked at again while its status is held back; once it has been
+	// written Pending, it is rechecked after half the time it has waited, at least readyRecheck and at most
+	// maxReadyRecheck, so that imports waiting for long leave the workers to the others.
+	readyRetry      = 50 * time.Millisecond
+	readyRecheck    = time.Second
+	maxReadyRecheck = 30 * time.Second
 )
 
 // ready returns the Ready condition to write on the stored import si, given the desired import want and its
@@ -136,5 +138,6 @@ func (r *reconciler) ready(ctx context.Context, si, want *mcsv1beta1.ServiceImpo
 		return nil, min(wait, readyRetry)
 	}
 	c.Status, c.Reason, c.Message = metav1.ConditionFalse, string(mcsv1beta1.ServiceImportReasonPending), waiting
-	return &c, readyRecheck
+	// Rechecks grow with the wait, half of it each time: a few seconds at first, then every 30 s at most.
+	return &c, min(max(readyRecheck, r.readyWaits.elapsed(key, time.Now())/2), maxReadyRecheck)
 }

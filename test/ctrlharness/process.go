@@ -2,7 +2,6 @@ package ctrlharness
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"vksfleet.dev/fleet/test/clusterset"
@@ -71,7 +69,7 @@ func (c *Controller) stopProcess() error {
 		c.startErr = nil
 		return err
 	}
-	last, err := scrape(c.metricsURL)
+	last, err := proc.Scrape(c.metricsURL)
 	if err == nil {
 		c.carried = append(c.carried, last)
 	}
@@ -100,39 +98,8 @@ func (c *Controller) families() ([]*dto.MetricFamily, error) {
 	if !running {
 		return all, nil
 	}
-	live, err := scrape(url)
+	live, err := proc.Scrape(url)
 	return append(all, live...), err
-}
-
-// scrape reads every metric family a process serves at url, in the protobuf exposition format, which carries
-// histograms whole and costs less to decode than text.
-func scrape(url string) ([]*dto.MetricFamily, error) {
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Accept", string(expfmt.NewFormat(expfmt.TypeProtoDelim)))
-	resp, err := metricsClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	dec := expfmt.NewDecoder(resp.Body, expfmt.ResponseFormat(resp.Header))
-	var families []*dto.MetricFamily
-	for {
-		f := &dto.MetricFamily{}
-		err := dec.Decode(f)
-		if errors.Is(err, io.EOF) {
-			return families, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("GET %s: %w", url, err)
-		}
-		families = append(families, f)
-	}
 }
 
 // Usage is what the controller's process has used since it started; it fails without Binary or while the

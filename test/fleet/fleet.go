@@ -64,6 +64,7 @@ type Member struct {
 	controllerArgs []string
 	coredns        *proc.Process
 	dnsPort        int
+	metricsAddr    string // where the controller serves its metrics
 }
 
 // Start starts the clusterset, then every member's controller and CoreDNS, and returns once each CoreDNS reports
@@ -100,7 +101,12 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		if err != nil {
 			return nil, errors.Join(err, f.Stop())
 		}
-		f.Members = append(f.Members, &Member{Cluster: c, fleet: f, DNS: fmt.Sprintf("127.0.0.1:%d", port), dnsPort: port})
+		metricsPort, err := clusterset.FreePort()
+		if err != nil {
+			return nil, errors.Join(err, f.Stop())
+		}
+		f.Members = append(f.Members, &Member{Cluster: c, fleet: f, DNS: fmt.Sprintf("127.0.0.1:%d", port), dnsPort: port,
+			metricsAddr: fmt.Sprintf("127.0.0.1:%d", metricsPort)})
 	}
 	errs := make([]error, len(f.Members))
 	var wg sync.WaitGroup
@@ -155,7 +161,7 @@ func (m *Member) StartController() error {
 		"--broker-kubeconfig=" + f.Broker.KubeconfigPath,
 		"--lease-grace=" + f.opts.LeaseGrace.String(),
 		"--health-probe-bind-address=0",
-		"--metrics-bind-address=0",
+		"--metrics-bind-address=" + m.metricsAddr,
 		"--dns-address=" + m.DNS,
 	}, m.controllerArgs...)
 	p, err := proc.Start(f.opts.Log, m.Name+"/controller", filepath.Join(f.opts.BinDir, "controller"), args...)
@@ -164,6 +170,15 @@ func (m *Member) StartController() error {
 	}
 	m.controller = p
 	return nil
+}
+
+// ControllerMetric adds up the member's controller metric name over the series whose labels include want.
+func (m *Member) ControllerMetric(name string, want map[string]string) (float64, error) {
+	families, err := proc.Scrape("http://" + m.metricsAddr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	return proc.Sum(families, name, want), nil
 }
 
 // SetControllerArgs sets flags the member's mcs-controller gets from its next start on, beside those the fleet
