@@ -27,8 +27,11 @@ type heartbeat struct {
 	liveness *broker.Liveness
 	trust    *broker.Trust
 	local    client.Reader // the member's cache: whether it holds any import
-	enqueue  *triggers
-	log      logr.Logger
+	// renewer renews the Lease as this process; duplicate learns from it whether another cluster claims the id.
+	renewer   *broker.Renewer
+	duplicate *duplicateID
+	enqueue   *triggers
+	log       logr.Logger
 
 	mu        sync.Mutex
 	namespace bool  // the broker namespace is known to exist
@@ -128,8 +131,6 @@ func (h *heartbeat) run(ctx context.Context) error {
 	}
 }
 
-// renew renews this member's Lease, and says whether it had to create it: at a first start, or because the
-// broker lost it.
 // holdsImports says whether this member holds any ServiceImport, which a view missing data could withdraw.
 func (h *heartbeat) holdsImports(ctx context.Context) (bool, error) {
 	list := &mcsv1beta1.ServiceImportList{}
@@ -139,6 +140,8 @@ func (h *heartbeat) holdsImports(ctx context.Context) (bool, error) {
 	return len(list.Items) > 0, nil
 }
 
+// renew renews this member's Lease, and says whether it had to create it: at a first start, or because the
+// broker lost it. It records in h.duplicate whether another process had renewed it since.
 func (h *heartbeat) renew(ctx context.Context, now time.Time) (created bool, err error) {
 	h.mu.Lock()
 	ok := h.namespace
@@ -147,7 +150,20 @@ func (h *heartbeat) renew(ctx context.Context, now time.Time) (created bool, err
 		err = broker.EnsureNamespace(ctx, h.client, h.id)
 	}
 	if err == nil {
-		created, err = broker.Renew(ctx, h.client, h.id, h.grace, now)
+		var foreign bool
+		created, foreign, err = h.renewer.Renew(ctx, h.client, h.grace, now)
+		if err == nil && h.duplicate.observe(foreign, now) {
+			active := h.duplicate.Active()
+			clusterIDConflict.WithLabelValues(h.id).Set(gauge(active))
+			if active {
+				h.log.Error(errors.New(h.duplicate.message()), "cluster id conflict")
+			} else {
+				h.log.Info("cluster id conflict over: no other controller renewed this member's Lease for a grace")
+			}
+			if err := h.enqueue.exports(ctx); err != nil {
+				return created, err
+			}
+		}
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()

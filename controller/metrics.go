@@ -33,6 +33,10 @@ var (
 		Help: "1 while the broker's view may be acted on with withdrawals; 0 while they are held back (after a start, " +
 			"or while this member's Lease or sentinel record is missing or cannot be renewed).",
 	}, []string{"cluster"})
+	clusterIDConflict = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "mcs_controller_cluster_id_conflict",
+		Help: "1 while another controller renews this member's broker Lease: two clusters claim the cluster id.",
+	}, []string{"cluster"})
 	localityTier = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "mcs_controller_locality_tier",
 		Help: "The tier an import's traffic uses, per node zone (scope=zone/<zone>) and for headless DNS " +
@@ -54,7 +58,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(writesTotal, memberAlive, brokerReachable, brokerViewTrusted, localityTier, localityEndpoints, refusedTotal, failoversTotal)
+	metrics.Registry.MustRegister(writesTotal, memberAlive, brokerReachable, brokerViewTrusted, clusterIDConflict, localityTier, localityEndpoints, refusedTotal, failoversTotal)
 }
 
 // recordLocality publishes an import's plan in the locality gauges.

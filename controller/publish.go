@@ -59,8 +59,9 @@ func (r *reconciler) publish(ctx context.Context, key types.NamespacedName, own 
 		return err
 	}
 	var desired []discoveryv1.EndpointSlice
+	mayDelete := r.duplicate.mayDelete()
 	if own == nil {
-		if existing != nil {
+		if existing != nil && mayDelete {
 			if err := apply.Delete(ctx, r.broker, existing); err != nil {
 				return fmt.Errorf("withdrawing %s from the broker: %w", key, err)
 			}
@@ -76,6 +77,10 @@ func (r *reconciler) publish(ctx context.Context, key types.NamespacedName, own 
 		for i := range ownSlices {
 			desired = append(desired, *broker.Slice(r.id, key, &ownSlices[i]))
 		}
+	}
+	if !mayDelete {
+		// What looks stale here may be another cluster's that claims this id: keep it.
+		desired = keepWithdrawn(desired, sliceList.Items)
 	}
 	if err := apply.Slices(ctx, r.broker, sliceList.Items, desired); err != nil {
 		return fmt.Errorf("publishing the endpoints of %s to the broker: %w", key, err)

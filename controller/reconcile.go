@@ -44,6 +44,8 @@ type reconciler struct {
 	// brokerDirect reads the broker uncached: a withdrawal is applied only once the server itself still holds this
 	// member's sentinel record.
 	brokerDirect client.Reader
+	// duplicate says whether another cluster claims this member's id: nothing is deleted from the broker then.
+	duplicate *duplicateID
 	// dns, when set, is this member's DNS server, which must answer an import before it is Ready; readyWaits holds
 	// back a Pending status while the slices and the server catch up.
 	dns        *dnsProbe

@@ -5,8 +5,10 @@ package controller
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -158,6 +160,7 @@ func runManager(ctx context.Context, opts Options, id string, a apis, log logr.L
 		brokerHost:   opts.Broker.Host,
 		trust:        broker.NewTrust(opts.LeaseGrace),
 		brokerDirect: brokerDirect,
+		duplicate:    &duplicateID{id: id, grace: opts.LeaseGrace},
 		withdrawals:  newHold(withdrawalHold),
 		readyWaits:   newHold(readyHold),
 		races:        workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay),
@@ -173,7 +176,8 @@ func runManager(ctx context.Context, opts Options, id string, a apis, log logr.L
 		return err
 	}
 	hb := &heartbeat{id: id, grace: opts.LeaseGrace, client: brokerDirect, cache: brokerCluster.GetCache(),
-		liveness: r.liveness, trust: r.trust, local: r.local, enqueue: enqueue, log: log}
+		liveness: r.liveness, trust: r.trust, local: r.local, enqueue: enqueue, log: log,
+		renewer: &broker.Renewer{ClusterID: id, Holder: holderIdentity(id)}, duplicate: r.duplicate}
 	if err := mgr.Add(manager.RunnableFunc(hb.run)); err != nil {
 		return err
 	}
@@ -242,3 +246,10 @@ func orZero(addr string) string {
 
 // ControllerName is the name of a member's controller, which labels its controller-runtime and workqueue metrics.
 func ControllerName(clusterID string) string { return "mcs-" + clusterID }
+
+// holderIdentity names this process among every process that renews a Lease of the cluster id: the id, the host
+// (the pod's name in a Deployment) and a random part, since a restarted process is another holder.
+func holderIdentity(id string) string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s/%s/%s", id, host, rand.Text()[:8])
+}

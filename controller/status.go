@@ -35,6 +35,8 @@ func (r *reconciler) exportStatus(ctx context.Context, se *mcsv1beta1.ServiceExp
 	case publishErr != nil:
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonFailed),
 			"Publishing to the broker failed: "+publishErr.Error()
+	case r.duplicate.Active():
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonClusterIDConflict, r.duplicate.message()
 	}
 	meta.SetStatusCondition(&conds, ready)
 	if exported {

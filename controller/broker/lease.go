@@ -35,34 +35,57 @@ func EnsureNamespace(ctx context.Context, c client.Client, clusterID string) err
 	return nil
 }
 
-// Renew creates or renews the member's Lease on the broker, holding its cluster id, and says whether it had to
-// create it: at a first start, or because the broker lost it.
-func Renew(ctx context.Context, c client.Client, clusterID string, grace time.Duration, now time.Time) (created bool, err error) {
+// Renewer renews a member's Lease as one process. Its holder identity, unique to the process, tells this
+// process's renewals from any other's: a second cluster that claims the same cluster id (one restored from
+// another's etcd snapshot keeps its kube-system UID, and so the default id) renews the same Lease, and shows as
+// changes this process did not make.
+type Renewer struct {
+	ClusterID string
+	// Holder is this process's identity, written as the Lease's holderIdentity.
+	Holder string
+
+	written string // the resourceVersion of this process's last write; "" before its first
+}
+
+// Renew creates or renews the Lease at now, and says whether it had to create it (at a first start, or because
+// the broker lost it) and whether another holder changed it since this process last wrote it (foreign). It reads
+// before it writes, so that a renewal never undoes a change it did not see.
+func (r *Renewer) Renew(ctx context.Context, c client.Client, grace time.Duration, now time.Time) (created, foreign bool, err error) {
 	lease := &coordinationv1.Lease{}
-	key := client.ObjectKey{Namespace: names.BrokerNamespace(clusterID), Name: names.LeaseName}
+	key := client.ObjectKey{Namespace: names.BrokerNamespace(r.ClusterID), Name: names.LeaseName}
 	err = c.Get(ctx, key, lease)
 	if apierrors.IsNotFound(err) {
 		lease = &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{
 				Namespace: key.Namespace, Name: key.Name,
 				Labels:      map[string]string{names.LabelManagedBy: names.ManagedBy},
-				Annotations: map[string]string{names.AnnotationClusterID: clusterID},
+				Annotations: map[string]string{names.AnnotationClusterID: r.ClusterID},
 			},
 			Spec: coordinationv1.LeaseSpec{
-				HolderIdentity:       ptr.To(clusterID),
+				HolderIdentity:       ptr.To(r.Holder),
 				LeaseDurationSeconds: ptr.To(int32(max(1, grace/time.Second))),
 				AcquireTime:          &metav1.MicroTime{Time: now},
 				RenewTime:            &metav1.MicroTime{Time: now},
 			},
 		}
-		return true, c.Create(ctx, lease)
+		if err := c.Create(ctx, lease); err != nil {
+			return true, false, err
+		}
+		r.written = lease.ResourceVersion
+		return true, false, nil
 	}
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
+	foreign = r.written != "" && lease.ResourceVersion != r.written && ptr.Deref(lease.Spec.HolderIdentity, "") != r.Holder
+	lease.Spec.HolderIdentity = ptr.To(r.Holder)
 	lease.Spec.RenewTime = &metav1.MicroTime{Time: now}
 	lease.Spec.LeaseDurationSeconds = ptr.To(int32(max(1, grace/time.Second)))
-	return false, c.Update(ctx, lease)
+	if err := c.Update(ctx, lease); err != nil {
+		return false, foreign, err
+	}
+	r.written = lease.ResourceVersion
+	return false, foreign, nil
 }
 
 // Liveness decides which members are alive: those whose Lease this observer saw renewed within the grace, on

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -8,6 +9,8 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"vksfleet.dev/fleet/mcs/names"
 )
@@ -100,5 +103,33 @@ func TestLivenessIgnoresClockSkew(t *testing.T) {
 				t.Errorf("skew %v: at %v alive = %v", skew, at, l.Alive("b"))
 			}
 		}
+	}
+}
+
+// Two processes renewing one member's Lease: each finds the other's changes, while a process alone finds none.
+func TestRenewerFindsAnotherHolder(t *testing.T) {
+	ctx := context.Background()
+	c := fake.NewClientBuilder().Build()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	mine, theirs := &Renewer{ClusterID: "a", Holder: "a/pod-1/x"}, &Renewer{ClusterID: "a", Holder: "a/pod-9/y"}
+	steps := []struct {
+		r           *Renewer
+		wantCreated bool
+		wantForeign bool
+	}{
+		{mine, true, false}, {mine, false, false}, {mine, false, false},
+		{theirs, false, false}, // its first renewal: a handover looks the same
+		{mine, false, true}, {theirs, false, true}, {mine, false, true},
+	}
+	for i, s := range steps {
+		created, foreign, err := s.r.Renew(ctx, c, 10*time.Second, t0.Add(time.Duration(i)*time.Second))
+		if err != nil || created != s.wantCreated || foreign != s.wantForeign {
+			t.Errorf("step %d (%s): created %v, foreign %v, %v", i, s.r.Holder, created, foreign, err)
+		}
+	}
+	lease := &coordinationv1.Lease{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: names.BrokerNamespace("a"), Name: names.LeaseName}, lease); err != nil ||
+		*lease.Spec.HolderIdentity != mine.Holder {
+		t.Errorf("lease %+v, %v", lease.Spec, err)
 	}
 }

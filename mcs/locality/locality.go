@@ -127,20 +127,15 @@ func Apply(top Topology, origins map[string]Origin, mode Mode, sources []Source)
 	slices.Sort(zones)
 	zones = slices.Compact(zones)
 	plan.Zones = map[string]Tier{}
-	hints := make([][]string, len(eps))
-	for _, z := range zones {
+	chosen := make([][]int, len(zones))
+	for zi, z := range zones {
 		zoneTiers := []Tier{SameZone, SameCluster, SameRegion, Anywhere, Draining}
 		if mode == Even {
 			zoneTiers = []Tier{Anywhere, Draining}
 		}
-		t, chosen := pick(eps, zoneTiers, func(e candidate, t Tier) bool { return e.within(top, z, t) })
-		plan.Zones[z] = t
-		for _, i := range chosen {
-			if len(hints[i]) < maxZoneHints {
-				hints[i] = append(hints[i], z)
-			}
-		}
+		plan.Zones[z], chosen[zi] = pick(eps, zoneTiers, func(e candidate, t Tier) bool { return e.within(top, z, t) })
 	}
+	hints := assignHints(zones, chosen, len(eps))
 	for i, e := range eps {
 		forZones := hints[i]
 		if len(forZones) == 0 {
@@ -153,6 +148,38 @@ func Apply(top Topology, origins map[string]Origin, mode Mode, sources []Source)
 		}
 	}
 	return plan
+}
+
+// assignHints gives each endpoint the zones that chose it (chosen[z] holds the endpoints zone z chose), within the
+// API's maxZoneHints per endpoint. kube-proxy sends a zone that no endpoint is hinted for to every endpoint,
+// draining ones included, so first every zone gets one endpoint of its choice, the one with the fewest zones so
+// far; only then do the zones take the rest of their choice while there is room. With more than eight zones
+// sharing one choice, each zone keeps its tier on fewer endpoints rather than some zones losing it.
+func assignHints(zones []string, chosen [][]int, n int) [][]string {
+	hints := make([][]string, n)
+	has := func(i int, z string) bool { return slices.Contains(hints[i], z) }
+	for zi, z := range zones {
+		best := -1
+		for _, i := range chosen[zi] {
+			if len(hints[i]) < maxZoneHints && (best < 0 || len(hints[i]) < len(hints[best])) {
+				best = i
+			}
+		}
+		if best >= 0 {
+			hints[best] = append(hints[best], z)
+		}
+	}
+	for zi, z := range zones {
+		for _, i := range chosen[zi] {
+			if len(hints[i]) < maxZoneHints && !has(i, z) {
+				hints[i] = append(hints[i], z)
+			}
+		}
+	}
+	for i := range hints {
+		slices.Sort(hints[i])
+	}
+	return hints
 }
 
 // candidate is a ready endpoint with its origin.

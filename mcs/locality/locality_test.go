@@ -143,6 +143,36 @@ func TestZoneHintLimit(t *testing.T) {
 	}
 }
 
+// TestMoreZonesThanHints: ten zones share one choice, two endpoints, while a draining export has a ready one.
+// Every zone is hinted on an endpoint it chose, so kube-proxy never falls back to all endpoints, the draining
+// one included, for any zone.
+func TestMoreZonesThanHints(t *testing.T) {
+	many := Topology{Cluster: "a", Region: "r1"}
+	for i := range 10 {
+		many.Zones = append(many.Zones, fmt.Sprintf("z%d", i))
+	}
+	draining := map[string]Origin{"b": {Region: "r1"}, "c": {Region: "r2", Draining: true}}
+	srcs := sources("b: 1@b1 2@b2", "c: 3@c1")
+	plan := Apply(many, draining, Even, srcs)
+	hinted := map[string]bool{}
+	for _, e := range srcs[0].Slice.Endpoints {
+		if n := len(e.Hints.ForZones); n > maxZoneHints {
+			t.Errorf("%s has %d zone hints", e.Addresses[0], n)
+		}
+		for _, z := range e.Hints.ForZones {
+			hinted[z.Name] = true
+		}
+	}
+	for _, z := range many.Zones {
+		if !hinted[z] || plan.Zones[z] != Anywhere {
+			t.Errorf("zone %s: hinted %v, tier %v", z, hinted[z], plan.Zones[z])
+		}
+	}
+	if got := hints(srcs[1:]); got != "3=x" {
+		t.Errorf("the draining endpoint: %s, want no zone", got)
+	}
+}
+
 func TestModeOf(t *testing.T) {
 	for in, want := range map[string]Mode{"PreferClose": Prefer, "PreferSameZone": Prefer, "PreferSameNode": Even, "": Even} {
 		v := &in

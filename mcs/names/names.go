@@ -88,10 +88,19 @@ func LabelValue(clusterID string) string {
 // names are DNS labels, so joining them with a dot is unique and a valid object name.
 func RecordName(namespace, service string) string { return namespace + "." + service }
 
+// maxObjectName is the longest name of an object (an RFC 1123 subdomain).
+const maxObjectName = 253
+
 // BrokerSliceName is the name of an exported EndpointSlice on the broker: the record name, the source slice's
-// name and, for the parts of a source slice split at 100 endpoints, the part's index.
+// name and, for the parts of a source slice split at 100 endpoints, the part's index. A source name with a dot
+// would make the parts ambiguous ("x.1" is also part 1 of "x"), and a long one would not fit: such a name is
+// replaced by a hash of it.
 func BrokerSliceName(namespace, service, sourceSlice string, part int) string {
-	name := RecordName(namespace, service) + "." + sourceSlice
+	src := sourceSlice
+	if strings.Contains(src, ".") || len(RecordName(namespace, service))+len(src)+len(".")+len(".1000") > maxObjectName {
+		src = "h-" + hash(20, sourceSlice)
+	}
+	name := RecordName(namespace, service) + "." + src
 	if part > 0 {
 		name += "." + strconv.Itoa(part)
 	}

@@ -87,6 +87,14 @@ func TestObjectNames(t *testing.T) {
 	if got := BrokerSliceName("ns", "web", "web-abcde", 2); got != "ns.web.web-abcde.2" {
 		t.Errorf("BrokerSliceName part 2 = %q", got)
 	}
+	// User-made source slices: dots and long names never collide and always fit.
+	if a, b := BrokerSliceName("ns", "web", "x.1", 0), BrokerSliceName("ns", "web", "x", 1); a == b {
+		t.Errorf("source x.1 and part 1 of x share the name %q", a)
+	}
+	longSrc := strings.Repeat("s", 253)
+	if got := BrokerSliceName(strings.Repeat("n", 63), strings.Repeat("w", 63), longSrc, 999); len(got) > 253 || len(validation.IsDNS1123Subdomain(got)) > 0 {
+		t.Errorf("BrokerSliceName of a long source = %q (%d characters)", got, len(got))
+	}
 	if got := RecordName("ns", "web"); got != "ns.web" {
 		t.Errorf("RecordName = %q", got)
 	}

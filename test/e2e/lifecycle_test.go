@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/controller"
 	"vksfleet.dev/fleet/mcs/names"
@@ -462,4 +463,51 @@ func emptyBroker(t *testing.T, lose func()) {
 			}
 		}
 	}
+}
+
+// Two clusters claim one cluster id: cluster-c's controller is replaced by one that says it is cluster-a, as a
+// cluster restored from cluster-a's etcd snapshot would. Both report the conflict on their exports, cluster-a's
+// record is never deleted while it lasts, and it clears once only cluster-a claims the id.
+func TestDuplicateClusterID(t *testing.T) {
+	causesFailures(t)
+	ns := namespace(t)
+	a, c := members["cluster-a"], members["cluster-c"]
+	deploy(t, a, ns, app{name: "mine", replicas: 1})
+	exportService(t, a, ns, "mine")
+	deploy(t, c, ns, app{name: "theirs", replicas: 1})
+	exportService(t, c, ns, "theirs")
+	poll.T(t, wait, "cluster-a's export Ready", func() error {
+		return wantCondition(a, ns, "mine", "Ready", metav1.ConditionTrue, "Exported")
+	})
+	mine := types.NamespacedName{Namespace: names.BrokerNamespace(a.ID), Name: names.RecordName(ns, "mine")}
+
+	c.stop()
+	defer c.Start()
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- controller.Run(runCtx, controller.Options{Local: c.Config, Broker: cs.Broker.Config, ClusterID: a.ID, LeaseGrace: leaseGrace,
+			HealthProbeBindAddress: "0", MetricsBindAddress: "0"})
+	}()
+	recordKept := func() error {
+		if err := cs.Broker.Client.Get(context.Background(), mine, &mcsv1beta1.ServiceImport{}); err != nil {
+			t.Errorf("cluster-a's record of mine: %v", err)
+		}
+		return nil
+	}
+	poll.T(t, wait, "both report ClusterIDConflict", func() error {
+		_ = recordKept()
+		if err := wantCondition(a, ns, "mine", "Ready", metav1.ConditionFalse, "ClusterIDConflict"); err != nil {
+			return err
+		}
+		return wantCondition(c, ns, "theirs", "Ready", metav1.ConditionFalse, "ClusterIDConflict")
+	})
+	stop()
+	if err := <-done; err != nil {
+		t.Errorf("the second controller: %v", err)
+	}
+	poll.T(t, leaseGrace+wait, "cluster-a's export Ready again", func() error {
+		_ = recordKept()
+		return wantCondition(a, ns, "mine", "Ready", metav1.ConditionTrue, "Exported")
+	})
 }

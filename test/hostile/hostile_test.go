@@ -185,8 +185,9 @@ func (e *env) importedSlices(t *testing.T, m *fleet.Member, svc string) []discov
 func (e *env) renewLeases(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	renewer := &broker.Renewer{ClusterID: mallory, Holder: mallory}
 	for {
-		_, _ = broker.Renew(ctx, e.brokerC, mallory, 5*time.Second, time.Now())
+		_, _, _ = renewer.Renew(ctx, e.brokerC, 5*time.Second, time.Now())
 		leases := &coordinationv1.LeaseList{}
 		if e.brokerC.List(ctx, leases, client.InNamespace(names.BrokerNamespace(mallory))) == nil {
 			for _, l := range leases.Items {

@@ -1,0 +1,77 @@
+package controller
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ReasonClusterIDConflict is the ServiceExport Ready=False reason while another cluster claims this member's id.
+const ReasonClusterIDConflict = "ClusterIDConflict"
+
+// duplicateID tracks whether another process renews this member's broker Lease: two clusters claim one cluster
+// id, as a cluster restored from another's etcd snapshot does (it keeps the kube-system UID, the default id). They
+// share one broker namespace, and each would delete the other's records as stale; while the conflict lasts,
+// neither deletes anything there, and both say why.
+type duplicateID struct {
+	id    string
+	grace time.Duration
+
+	mu          sync.Mutex
+	renewals    int // renewals observed in this run
+	streak      int // renewals in a row that found another holder's change
+	lastForeign time.Time
+	active      bool
+}
+
+// observe records whether a renewal at now found another holder's change, and says whether the conflict began or
+// ended. One foreign change can be a leader handover between two replicas of this member; two in a row cannot.
+// The conflict ends once no other holder has written for a grace.
+func (d *duplicateID) observe(foreign bool, now time.Time) (changed bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.renewals++
+	if foreign {
+		d.streak++
+		d.lastForeign = now
+		if d.streak >= 2 && !d.active {
+			d.active = true
+			return true
+		}
+		return false
+	}
+	d.streak = 0
+	if d.active && now.Sub(d.lastForeign) > d.grace {
+		d.active = false
+		return true
+	}
+	return false
+}
+
+// Active says whether another cluster is claiming this member's id.
+func (d *duplicateID) Active() bool {
+	if d == nil {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.active
+}
+
+// mayDelete says whether this member may delete its broker objects: not while another cluster claims its id, nor
+// before this run has renewed twice, which is when a claimant found at the start would show.
+func (d *duplicateID) mayDelete() bool {
+	if d == nil {
+		return true
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.renewals >= 2 && !d.active
+}
+
+// message explains the conflict to the owner of an export.
+func (d *duplicateID) message() string {
+	return fmt.Sprintf("Another controller renews this member's broker Lease too: two clusters claim the cluster id %q "+
+		"(a cluster restored from another's etcd snapshot keeps its kube-system UID, the default id). Give one of them a "+
+		"new id in its ClusterProperty cluster.clusterset.k8s.io. Nothing is deleted from the broker meanwhile.", d.id)
+}

@@ -1,0 +1,39 @@
+package controller
+
+import (
+	"testing"
+	"time"
+)
+
+func TestDuplicateID(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	d := &duplicateID{id: "a", grace: 10 * time.Second}
+	steps := []struct {
+		name          string
+		at            time.Duration
+		foreign       bool
+		wantChanged   bool
+		wantActive    bool
+		wantMayDelete bool
+	}{
+		{"the first renewal: no deletion yet", 0, false, false, false, false},
+		{"a second clean renewal", 3 * time.Second, false, false, false, true},
+		{"one foreign change: a leader handover, perhaps", 6 * time.Second, true, false, false, true},
+		{"clean again", 9 * time.Second, false, false, false, true},
+		{"foreign", 12 * time.Second, true, false, false, true},
+		{"foreign twice in a row: a conflict", 15 * time.Second, true, true, true, false},
+		{"clean, within the grace of the last foreign change", 18 * time.Second, false, false, true, false},
+		{"clean for a grace: over", 26 * time.Second, false, true, false, true},
+	}
+	for _, s := range steps {
+		changed := d.observe(s.foreign, t0.Add(s.at))
+		if changed != s.wantChanged || d.Active() != s.wantActive || d.mayDelete() != s.wantMayDelete {
+			t.Errorf("%s: changed %v, active %v, mayDelete %v; want %v, %v, %v", s.name, changed, d.Active(), d.mayDelete(),
+				s.wantChanged, s.wantActive, s.wantMayDelete)
+		}
+	}
+	var none *duplicateID
+	if none.Active() || !none.mayDelete() {
+		t.Error("no tracker: no conflict, deletions allowed")
+	}
+}
