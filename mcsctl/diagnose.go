@@ -41,6 +41,7 @@ const (
 	CheckClock            = "clock"
 	CheckStaleSlices      = "stale-slices"
 	CheckExportValid      = "export-valid"
+	CheckExportReady      = "export-ready"
 	CheckExportConflict   = "export-conflict"
 	CheckImportPresent    = "import-present"
 	CheckImportConsistent = "import-consistent"
@@ -271,7 +272,7 @@ func serviceChecks(s *Snapshot, m *Member, svc types.NamespacedName) []Check {
 	}
 	var out []Check
 	if se := m.export(svc); se != nil {
-		out = append(out, exportValidCheck(m, svc, se), exportConflictCheck(m, svc, se))
+		out = append(out, exportValidCheck(m, svc, se), exportReadyCheck(m, svc, se), exportConflictCheck(m, svc, se))
 	}
 	if !m.hasNamespace(svc.Namespace) {
 		return out
@@ -318,6 +319,27 @@ func exportValidCheck(m *Member, svc types.NamespacedName, se *mcsv1beta1.Servic
 		}
 	default:
 		c.Result, c.Message = Pass, "the ServiceExport is valid"
+	}
+	return c
+}
+
+// exportReadyCheck fails while a valid export is not published: its record never reaches the broker, so no member
+// imports it and no other check would notice.
+func exportReadyCheck(m *Member, svc types.NamespacedName, se *mcsv1beta1.ServiceExport) Check {
+	c := newCheck(CheckExportReady, m, svc)
+	valid := meta.FindStatusCondition(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionValid))
+	cond := meta.FindStatusCondition(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionReady))
+	switch {
+	case valid == nil || valid.Status != metav1.ConditionTrue:
+		c.Result, c.Message = Pass, "not valid, so not published (see export-valid)"
+	case cond == nil:
+		c.Result, c.Message, c.Hint = Fail, "the ServiceExport has no Ready condition yet", controllerHint(m)
+	case cond.Status != metav1.ConditionTrue:
+		c.Result, c.Message = Fail, fmt.Sprintf("Ready=%s/%s: %s", cond.Status, cond.Reason, cond.Message)
+		c.Hint = "fix what the message names (broker credentials, RBAC or quota on the broker, another cluster with this cluster id); " +
+			controllerHint(m)
+	default:
+		c.Result, c.Message = Pass, "the ServiceExport is published"
 	}
 	return c
 }
@@ -469,8 +491,10 @@ func serviceDNSCheck(m *Member, svc types.NamespacedName, si *mcsv1beta1.Service
 		got = append(got, records...)
 		switch {
 		case headless && len(want) == 0:
-			if a.Rcode != "NXDOMAIN" && len(records) > 0 {
-				problems = append(problems, fmt.Sprintf("%s answered %v though no endpoint is ready", dns.TypeToString[q.qtype], records))
+			// SPEC §4: a headless name without a ready endpoint does not exist.
+			if a.Rcode != "NXDOMAIN" {
+				problems = append(problems, fmt.Sprintf("%s answered %v (%s) though no endpoint is ready, want NXDOMAIN",
+					dns.TypeToString[q.qtype], records, a.Rcode))
 			}
 		case headless:
 			if len(family) > 0 && (len(records) == 0 || !subset(records, family)) {

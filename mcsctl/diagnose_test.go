@@ -142,6 +142,10 @@ func TestDiagnose(t *testing.T) {
 		{"export invalid", func(s *Snapshot) {
 			s.Members[0].Exports[0].Status.Conditions[0] = metav1.Condition{Type: "Valid", Status: metav1.ConditionFalse, Reason: "NoService"}
 		}, CheckExportValid, "cluster-a", "demo/web", Fail, "NoService"},
+		{"export valid but not published", func(s *Snapshot) {
+			s.Members[0].Exports[0].Status.Conditions[1] = metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: "Failed", Message: "forbidden"}
+		}, CheckExportReady, "cluster-a", "demo/web", Fail, "Ready=False/Failed: forbidden"},
+		{"export published", func(s *Snapshot) {}, CheckExportReady, "cluster-a", "demo/web", Pass, "published"},
 		{"export in conflict", func(s *Snapshot) {
 			s.Members[0].Exports[0].Status.Conditions[2] = metav1.Condition{Type: "Conflict", Status: metav1.ConditionTrue, Reason: "PortConflict", Message: "ports differ"}
 		}, CheckExportConflict, "cluster-a", "demo/web", Fail, "PortConflict"},
