@@ -208,7 +208,8 @@ func clockCheck(s *Snapshot, m *Member) Check {
 	if skew.Abs() > grace {
 		c.Result = Fail
 		c.Message = fmt.Sprintf("the API server's clock is %s off the broker's, more than the lease grace %s", round(skew), grace)
-		c.Hint = "synchronise the clocks (NTP): members judge each other's Leases on the broker's clock"
+		c.Hint = "synchronise the clocks (NTP): the controllers judge each other's liveness by when they see a Lease renewed, " +
+			"on their own clocks, so skew does not withdraw anyone, but the renew times, the lease ages this tool shows, Events and logs are off by it"
 		return c
 	}
 	c.Result, c.Message = Pass, fmt.Sprintf("within %s of the broker's clock (grace %s)", round(skew.Abs()), grace)

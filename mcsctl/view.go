@@ -16,7 +16,8 @@ import (
 	"vksfleet.dev/fleet/mcs/names"
 )
 
-// leaseState is a member's broker Lease judged on the broker's clock, as the controllers judge it.
+// leaseState is a member's broker Lease judged on the broker's clock: a snapshot cannot see renewals happen, as
+// the controllers do (they judge by when they saw the renew time change, on their own clocks).
 type leaseState struct {
 	found bool
 	// age is how long ago it was renewed; negative when the renewal lies in the broker's future.
