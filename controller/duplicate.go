@@ -18,8 +18,9 @@ type duplicateID struct {
 	grace time.Duration
 
 	mu          sync.Mutex
-	renewals    int // renewals observed in this run
-	streak      int // renewals in a row that found another holder's change
+	renewals    int  // renewals observed in this run
+	clean       bool // the last renewal, not this run's first, found no other holder's change
+	streak      int  // renewals in a row that found another holder's change
 	lastForeign time.Time
 	active      bool
 }
@@ -31,6 +32,8 @@ func (d *duplicateID) observe(foreign bool, now time.Time) (changed bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.renewals++
+	// A run's first renewal cannot tell: it has written nothing yet that another could have changed.
+	d.clean = !foreign && d.renewals >= 2
 	if foreign {
 		d.streak++
 		d.lastForeign = now
@@ -58,15 +61,16 @@ func (d *duplicateID) Active() bool {
 	return d.active
 }
 
-// mayDelete says whether this member may delete its broker objects: not while another cluster claims its id, nor
-// before this run has renewed twice, which is when a claimant found at the start would show.
+// mayDelete says whether this member may delete its broker objects: only once its last renewal showed that no
+// other process had renewed the Lease since its previous one, and while no conflict lasts. Another cluster that
+// claims the id shows at this run's second renewal at the latest, before anything is deleted.
 func (d *duplicateID) mayDelete() bool {
 	if d == nil {
 		return true
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.renewals >= 2 && !d.active
+	return d.clean && !d.active
 }
 
 // message explains the conflict to the owner of an export.

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -46,33 +47,41 @@ func (r *reconciler) export(ctx context.Context, key types.NamespacedName, se *m
 	return &own, slices, valid, nil
 }
 
+// heldDeletionRetry is how soon a service whose broker deletions were held back (see duplicateID.mayDelete) is
+// looked at again.
+const heldDeletionRetry = time.Second
+
 // publish makes this cluster's broker record and slices for the service match its export (none when own is nil).
-func (r *reconciler) publish(ctx context.Context, key types.NamespacedName, own *merge.Export, ownSlices []discoveryv1.EndpointSlice) error {
+// While this member may not delete on the broker, what it would delete stays, and publish says when to look again.
+func (r *reconciler) publish(ctx context.Context, key types.NamespacedName, own *merge.Export, ownSlices []discoveryv1.EndpointSlice) (time.Duration, error) {
 	ns := names.BrokerNamespace(r.id)
 	recordKey := types.NamespacedName{Namespace: ns, Name: names.RecordName(key.Namespace, key.Name)}
 	existing, err := getOrNil(ctx, r.broker, recordKey, &mcsv1beta1.ServiceImport{})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	sliceList := &discoveryv1.EndpointSliceList{}
 	if err := r.broker.List(ctx, sliceList, client.InNamespace(ns), client.MatchingFields{serviceIndex: key.String()}); err != nil {
-		return err
+		return 0, err
 	}
 	var desired []discoveryv1.EndpointSlice
 	mayDelete := r.duplicate.mayDelete()
+	var retry time.Duration
 	if own == nil {
-		if existing != nil && mayDelete {
+		if existing != nil && !mayDelete {
+			retry = heldDeletionRetry
+		} else if existing != nil {
 			if err := apply.Delete(ctx, r.broker, existing); err != nil {
-				return fmt.Errorf("withdrawing %s from the broker: %w", key, err)
+				return 0, fmt.Errorf("withdrawing %s from the broker: %w", key, err)
 			}
 		}
 	} else {
 		want, err := broker.Record(key, *own)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if _, err := apply.ServiceImport(ctx, r.broker, existing, want); err != nil {
-			return fmt.Errorf("publishing %s to the broker: %w", key, err)
+			return 0, fmt.Errorf("publishing %s to the broker: %w", key, err)
 		}
 		for i := range ownSlices {
 			desired = append(desired, *broker.Slice(r.id, key, &ownSlices[i]))
@@ -80,10 +89,12 @@ func (r *reconciler) publish(ctx context.Context, key types.NamespacedName, own 
 	}
 	if !mayDelete {
 		// What looks stale here may be another cluster's that claims this id: keep it.
-		desired = keepWithdrawn(desired, sliceList.Items)
+		if kept := keepWithdrawn(desired, sliceList.Items); len(kept) > len(desired) {
+			desired, retry = kept, heldDeletionRetry
+		}
 	}
 	if err := apply.Slices(ctx, r.broker, sliceList.Items, desired); err != nil {
-		return fmt.Errorf("publishing the endpoints of %s to the broker: %w", key, err)
+		return 0, fmt.Errorf("publishing the endpoints of %s to the broker: %w", key, err)
 	}
-	return nil
+	return retry, nil
 }

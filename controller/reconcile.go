@@ -128,7 +128,8 @@ func (r *reconciler) reconcile(ctx context.Context, key types.NamespacedName) (t
 	if err != nil {
 		return 0, at(r.localHost, err)
 	}
-	publishErr := at(r.brokerHost, r.publish(ctx, key, own, ownSlices))
+	publishRetry, err := r.publish(ctx, key, own, ownSlices)
+	publishErr := at(r.brokerHost, err)
 
 	// Import: every cluster's export, with this cluster's taken from the local truth rather than the broker.
 	exports, sources, err := r.gather(ctx, key, own, ownSlices)
@@ -142,6 +143,9 @@ func (r *reconciler) reconcile(ctx context.Context, key types.NamespacedName) (t
 	// A publish that lost a race is retried at once: reporting it as Failed would only flap the condition.
 	if se != nil && se.DeletionTimestamp.IsZero() && (publishErr == nil || !onlyRaces(publishErr)) {
 		statusErr = at(r.localHost, r.exportStatus(ctx, se, valid, own != nil, publishErr, merged))
+	}
+	if publishRetry > 0 && (requeue == 0 || publishRetry < requeue) {
+		requeue = publishRetry
 	}
 	return requeue, errors.Join(publishErr, at(r.localHost, importErr), statusErr)
 }

@@ -40,8 +40,9 @@ const (
 	mallory = "mallory"
 )
 
-// crafted is the review's payload: a "\." in a cluster id makes a label of 64 octets once packed.
-var crafted = strings.Repeat("a", 52) + "." + strings.Repeat("b", 60) + `\`
+// crafted is the review's payload: with a "\." the last label of the id and the service name db pack as one label of
+// 65 octets.
+var crafted = strings.Repeat("a", 52) + "." + strings.Repeat("b", 62) + `\`
 
 // env is the fleet under attack and what the honest exports should look like.
 type env struct {
