@@ -100,6 +100,9 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 	if cfg.zone == "" {
 		return nil, c.Err("a forward zone such as clusterset.local is required")
 	}
+	if err := zone.CheckZone(cfg.zone); err != nil {
+		return nil, c.Err(err.Error())
+	}
 	for c.NextBlock() {
 		switch c.Val() {
 		case "kubeconfig":

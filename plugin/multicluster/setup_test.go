@@ -40,6 +40,7 @@ func TestParse(t *testing.T) {
 		{input: "multicluster clusterset.local {\n pods insecure\n}", err: `Testfile:2 - Error during parsing: unknown property "pods"`},
 		{input: "multicluster in-addr.arpa", err: "a forward zone"},
 		{input: "multicluster a.local b.local", err: "one forward zone"},
+		{input: "multicluster cluster_set.local", err: "RFC 1123 labels"},
 		{input: "multicluster clusterset.local\nmulticluster clusterset.local", err: "only be used once"},
 	}
 	for _, tt := range tests {
