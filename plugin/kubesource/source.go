@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -37,8 +38,8 @@ type Observer interface {
 	SyncError(resource string, err error)
 	// Sized reports the index sizes after an update.
 	Sized(services, names, reverse int)
-	// Dropped reports n items of object (a namespace/name key) left out for reason (one of the Drop
-	// constants), and why. It is called each time the object arrives or its service is built, so a hostile
+	// Dropped reports n items of object (a slice's namespace/name, a service's zone.Key, or "" for a batch)
+	// left out for reason (one of the Drop constants), and why. It is called each time the object arrives or its service is built, so a hostile
 	// object is counted as often as it is written.
 	Dropped(reason, object string, n int, why error)
 }
@@ -403,8 +404,12 @@ func (s *Source) update(observeLatency bool) {
 	for k := range dirty {
 		changes = append(changes, zone.Change{Key: zone.Key(k.namespace, k.name), Service: s.service(k)})
 	}
-	if skipped, why := s.opts.Index.Apply(changes...); skipped > 0 {
+	skipped, why, panicked := applyGuarded(s.opts.Index.Apply, changes)
+	if skipped > 0 {
 		s.opts.Observer.Dropped(DropUnpackableRecord, "", skipped, why)
+	}
+	for _, p := range panicked {
+		s.opts.Observer.Dropped(DropBuildPanic, p.key, 1, p.why)
 	}
 	done := time.Now()
 	s.opts.Observer.Rebuilt(len(changes), done.Sub(start))
@@ -418,6 +423,42 @@ func (s *Source) update(observeLatency bool) {
 	if nsDirty {
 		s.opts.Observer.Propagated(done.Sub(nsSince))
 	}
+}
+
+// buildPanic is a service whose index build panicked: its key (see zone.Key) and the panic, with its stack.
+type buildPanic struct {
+	key string
+	why error
+}
+
+// applyGuarded applies changes with apply (the index's Apply) and returns what it returns, but never panics. A
+// build that panics is a bug that some object's data triggers, and this process also serves cluster.local: it
+// must keep serving. apply publishes nothing before it returns, so after a panic the index still holds its last
+// good state; the batch is then applied again one service at a time, so that every other service is updated, and
+// each service whose build panics keeps its last good entry and is returned once, for this build.
+func applyGuarded(apply func(...zone.Change) (int, error), changes []zone.Change) (skipped int, why error, panicked []buildPanic) {
+	try := func(changes ...zone.Change) (p error) {
+		defer func() {
+			if r := recover(); r != nil {
+				p = fmt.Errorf("index build panicked: %v\n%s", r, debug.Stack())
+			}
+		}()
+		n, err := apply(changes...)
+		if n > 0 && skipped == 0 {
+			why = err
+		}
+		skipped += n
+		return nil
+	}
+	if try(changes...) == nil {
+		return skipped, why, nil
+	}
+	for _, c := range changes {
+		if p := try(c); p != nil {
+			panicked = append(panicked, buildPanic{key: c.Key, why: p})
+		}
+	}
+	return skipped, why, panicked
 }
 
 // service reads one service from the informer store and s.slicesOf; nil when its ServiceImport is gone.
