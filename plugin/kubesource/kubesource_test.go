@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"net/netip"
 	"reflect"
+	goruntime "runtime"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/miekg/dns"
@@ -261,5 +263,33 @@ func TestReviewPayloadDoesNotPanic(t *testing.T) {
 	r, _ := ix.Snapshot().Lookup("_sql._tcp.web.ns.svc.clusterset.local.", dns.TypeSRV)
 	if len(r.Answer) != 1 || r.Answer[0].(*dns.SRV).Target != "db-0.east.web.ns.svc.clusterset.local." {
 		t.Errorf("SRV answer %v, want the honest endpoint alone", r.Answer)
+	}
+}
+
+// TestPortListsAreFreed churns port numbers as a user rewriting a slice in a loop would (review finding #12): the
+// lists nothing holds any more leave the intern table, and one still held stays shared.
+func TestPortListsAreFreed(t *testing.T) {
+	size := func() int {
+		portLists.Lock()
+		defer portLists.Unlock()
+		return len(portLists.m)
+	}
+	held := internPorts([]zone.Port{{Name: "held", Protocol: "TCP", Port: 1}})
+	before := size()
+	const churn = 20000
+	for i := range churn {
+		internPorts([]zone.Port{{Name: "http", Protocol: "TCP", Port: uint16(i)}, {Name: "churn", Protocol: "UDP", Port: uint16(i >> 16)}})
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for size() > before+100 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the table still holds %d lists, %d before the churn", size(), before)
+		}
+		goruntime.GC() // collects the lists; their cleanups then run in the background
+		goruntime.Gosched()
+	}
+	again := internPorts([]zone.Port{{Name: "held", Protocol: "TCP", Port: 1}})
+	if &again[0] != &held[0] {
+		t.Error("a list still held was dropped from the table")
 	}
 }

@@ -4,10 +4,13 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"sync"
 	"unique"
+	"unsafe"
+	"weak"
 
 	"github.com/coredns/coredns/plugin/kubernetes/object"
 	corev1 "k8s.io/api/core/v1"
@@ -247,18 +250,50 @@ func port(name, protocol string, number int32) zone.Port {
 // intern returns the canonical copy of s.
 func intern(s string) string { return unique.Make(s).Value() }
 
-// portLists holds one copy of each list of ports seen, by content (see portsKey): most services of a clusterset
-// declare one of a few lists (http/80, grpc/9090...), and thousands of imports and slices then share it. Lists
-// are small and few, so they are kept for the life of the process.
-var portLists sync.Map // string -> []zone.Port
+// portLists holds one copy of each list of ports in use, by content (see portsKey): most services of a clusterset
+// declare one of a few lists (http/80, grpc/9090...), and thousands of imports and slices then share it. The
+// table holds each list weakly, and a cleanup removes the entry of a list that nothing holds any more: anyone who
+// may write an EndpointSlice (or a member, through the broker) can churn port numbers, and a table that kept
+// every list seen would grow until CoreDNS runs out of memory (review finding #12).
+var portLists = struct {
+	sync.Mutex
+	m map[string]weakPorts
+}{m: map[string]weakPorts{}}
+
+// weakPorts is an entry of portLists: a weak pointer to the list's first port, which is where its own allocation
+// starts, and its length.
+type weakPorts struct {
+	first weak.Pointer[zone.Port]
+	n     int
+}
 
 // internPorts returns the shared copy of ports; the caller must not modify either.
 func internPorts(ports []zone.Port) []zone.Port {
 	if len(ports) == 0 {
 		return nil
 	}
-	shared, _ := portLists.LoadOrStore(portsKey(ports), slices.Clip(ports))
-	return shared.([]zone.Port)
+	key := portsKey(ports)
+	portLists.Lock()
+	defer portLists.Unlock()
+	if w, ok := portLists.m[key]; ok {
+		if first := w.first.Value(); first != nil {
+			// The weak pointer only gives the first port back; the list is the n ports allocated from there.
+			return unsafe.Slice(first, w.n)
+		}
+	}
+	shared := slices.Clip(slices.Clone(ports)) // an allocation of its own, which the cleanup watches
+	portLists.m[key] = weakPorts{first: weak.Make(&shared[0]), n: len(shared)}
+	goruntime.AddCleanup(&shared[0], forgetPorts, key)
+	return shared
+}
+
+// forgetPorts removes the entry of a list that has been collected, unless the key has a live list again.
+func forgetPorts(key string) {
+	portLists.Lock()
+	defer portLists.Unlock()
+	if w, ok := portLists.m[key]; ok && w.first.Value() == nil {
+		delete(portLists.m, key)
+	}
 }
 
 // portsKey encodes a list of ports as a string, unambiguously: each name and protocol with its length.
