@@ -286,6 +286,35 @@ func TestIntegrationHostileSlices(t *testing.T) {
 	}
 }
 
+// TestIntegrationStartWaitsForSync is finding #8: a server starting, as after every Corefile reload, with an
+// import already there answers it from its first query, where it used to answer SERVFAIL until its fresh
+// informers had listed everything.
+func TestIntegrationStartWaitsForSync(t *testing.T) {
+	c := member(t)
+	ctx := context.Background()
+	const ns = "it-reload"
+	createNamespace(t, c, ns)
+	if err := c.Client.Create(ctx, mcstest.Import(ns, "web", mcsv1beta1.ClusterSetIP, []string{"10.250.3.1"})); err != nil {
+		t.Fatal(err)
+	}
+	m, src, err := newWithSource(&config{zone: "clusterset.local.", ttl: 5}, c.Config, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Next = nextHandler()
+	began := time.Now()
+	start(src, syncTimeout)
+	t.Cleanup(src.Stop)
+	t.Logf("started in %s", time.Since(began).Round(time.Millisecond))
+	rcode, msg := serve(t, m, "web."+ns+".svc.clusterset.local.", dns.TypeA)
+	if rcode != dns.RcodeSuccess || msg == nil || !slices.Equal(rdata(msg.Answer), []string{"10.250.3.1"}) {
+		t.Errorf("first query after start: rcode %s, reply %v; want the VIP", dns.RcodeToString[rcode], msg)
+	}
+	if !m.Ready() {
+		t.Error("not ready after start")
+	}
+}
+
 func TestIntegrationNamespaceDeleted(t *testing.T) {
 	c := member(t)
 	ctx := context.Background()
