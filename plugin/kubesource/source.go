@@ -39,8 +39,8 @@ type Observer interface {
 	// Sized reports the index sizes after an update.
 	Sized(services, names, reverse int)
 	// Dropped reports n items of object (a slice's namespace/name, a service's zone.Key, or "" for a batch)
-	// left out for reason (one of the Drop constants), and why. It is called each time the object arrives or its service is built, so a hostile
-	// object is counted as often as it is written.
+	// left out for reason (one of the Drop constants), and why. It is called each time the object arrives or
+	// its service is built, so a hostile object is counted as often as it is written.
 	Dropped(reason, object string, n int, why error)
 }
 
@@ -404,7 +404,7 @@ func (s *Source) update(observeLatency bool) {
 	for k := range dirty {
 		changes = append(changes, zone.Change{Key: zone.Key(k.namespace, k.name), Service: s.service(k)})
 	}
-	skipped, why, panicked := applyGuarded(s.opts.Index.Apply, changes)
+	skipped, panicked, why := applyGuarded(s.opts.Index.Apply, changes)
 	if skipped > 0 {
 		s.opts.Observer.Dropped(DropUnpackableRecord, "", skipped, why)
 	}
@@ -431,12 +431,13 @@ type buildPanic struct {
 	why error
 }
 
-// applyGuarded applies changes with apply (the index's Apply) and returns what it returns, but never panics. A
-// build that panics is a bug that some object's data triggers, and this process also serves cluster.local: it
-// must keep serving. apply publishes nothing before it returns, so after a panic the index still holds its last
-// good state; the batch is then applied again one service at a time, so that every other service is updated, and
-// each service whose build panics keeps its last good entry and is returned once, for this build.
-func applyGuarded(apply func(...zone.Change) (int, error), changes []zone.Change) (skipped int, why error, panicked []buildPanic) {
+// applyGuarded applies changes with apply (the index's Apply) and returns what it returns, with the services whose
+// builds panicked, but never panics. A build that panics is a bug that some object's data triggers, and this
+// process also serves cluster.local: it must keep serving. apply publishes nothing before it returns, so after a
+// panic the index still holds its last good state; the batch is then applied again one service at a time, so
+// that every other service is updated, and each service whose build panics keeps its last good entry and is
+// returned once, for this build.
+func applyGuarded(apply func(...zone.Change) (int, error), changes []zone.Change) (skipped int, panicked []buildPanic, why error) {
 	try := func(changes ...zone.Change) (p error) {
 		defer func() {
 			if r := recover(); r != nil {
@@ -451,14 +452,14 @@ func applyGuarded(apply func(...zone.Change) (int, error), changes []zone.Change
 		return nil
 	}
 	if try(changes...) == nil {
-		return skipped, why, nil
+		return skipped, nil, why
 	}
 	for _, c := range changes {
 		if p := try(c); p != nil {
 			panicked = append(panicked, buildPanic{key: c.Key, why: p})
 		}
 	}
-	return skipped, why, panicked
+	return skipped, panicked, why
 }
 
 // service reads one service from the informer store and s.slicesOf; nil when its ServiceImport is gone.

@@ -38,7 +38,7 @@ func TestApplyGuarded(t *testing.T) {
 		ix.Apply(changes...)
 		return len(changes), errors.New("first skipped")
 	}
-	skipped, why, panicked := applyGuarded(apply, []zone.Change{vip("a", "10.0.0.2"), vip("bad", "10.0.0.3"), vip("b", "10.0.0.4")})
+	skipped, panicked, why := applyGuarded(apply, []zone.Change{vip("a", "10.0.0.2"), vip("bad", "10.0.0.3"), vip("b", "10.0.0.4")})
 	slices.Sort(applied)
 	if !slices.Equal(applied, []string{"a.ns", "b.ns"}) {
 		t.Errorf("applied %v, want the two good services", applied)
@@ -56,7 +56,7 @@ func TestApplyGuarded(t *testing.T) {
 			t.Errorf("%s answers %v, want %s", name, r.Answer, want)
 		}
 	}
-	if skipped, _, panicked := applyGuarded(apply, []zone.Change{vip("c", "10.0.0.5")}); skipped != 1 || panicked != nil {
+	if skipped, panicked, _ := applyGuarded(apply, []zone.Change{vip("c", "10.0.0.5")}); skipped != 1 || panicked != nil {
 		t.Errorf("a batch without a panic: skipped %d, panicked %v", skipped, panicked)
 	}
 }

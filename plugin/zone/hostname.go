@@ -63,9 +63,7 @@ func validLabel(label string) bool {
 	if len(label) > 63 {
 		return false
 	}
-	if strings.HasPrefix(label, "_") {
-		label = label[1:]
-	}
+	label = strings.TrimPrefix(label, "_")
 	if len(label) < 1 || label[0] == '-' || label[len(label)-1] == '-' {
 		return false
 	}
