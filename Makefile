@@ -9,7 +9,7 @@ STATICCHECK    := $(TOOLS_CACHE)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # Integration tests start real control planes; on 2 cores a whole run takes several minutes.
 TEST_TIMEOUT   ?= 30m
 
-.PHONY: help tools build test lint generate up down demo bench-dns bench-sync manifests images
+.PHONY: help tools build test lint fuzz generate up down demo bench-dns bench-sync manifests images
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -28,6 +28,19 @@ lint: ## gofmt, go vet and staticcheck
 	$(GO) vet ./...
 	@test -x $(STATICCHECK) || GOBIN=$(dir $(STATICCHECK)) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	$(STATICCHECK) ./...
+
+# Every native fuzz target (func Fuzz... in a _test.go file git tracks), found anew at each run, runs for FUZZTIME,
+# one after the other: `go test -fuzz` takes one target at a time. A crasher is written to the package's
+# testdata/fuzz/<target>/, where plain `go test` (so `make test`) runs it from then on, with the seed corpora.
+FUZZTIME ?= 10m
+
+fuzz: ## run each fuzz target for FUZZTIME (default 10m) in turn
+	@set -e; for file in $$(git ls-files '*_test.go' | xargs grep -l '^func Fuzz'); do \
+		for target in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$file); do \
+			echo "fuzz: $$target in ./$$(dirname $$file) for $(FUZZTIME)"; \
+			$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) ./$$(dirname $$file); \
+		done; \
+	done
 
 CONTROLLER_GEN_VERSION := $(shell awk '$$1 == "require" && $$2 == "sigs.k8s.io/controller-tools" {print $$3}' build/tools/controller-gen/go.mod)
 CONTROLLER_GEN := $(TOOLS_CACHE)/controller-gen-$(CONTROLLER_GEN_VERSION)/controller-gen

@@ -1,15 +1,20 @@
 package kubesource
 
 import (
+	"fmt"
 	"net/netip"
 	"reflect"
+	goruntime "runtime"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
+	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -85,8 +90,8 @@ func TestSlimEndpointSlice(t *testing.T) {
 
 // TestSlimEndpointSliceSourceCluster checks which cluster id a slice's names carry: the full id from the
 // annotation the controller writes beside the source-cluster label, which holds a shortened, hashed value for
-// ids longer than 63 characters; the label when the annotation is absent or disagrees with it; none without
-// the label, which marks imported slices.
+// ids longer than 63 characters; the label when the annotation is absent or disagrees with it; none, and no
+// endpoint kept, without the label, which marks imported slices.
 func TestSlimEndpointSliceSourceCluster(t *testing.T) {
 	long := strings.Repeat("a", 63) + "." + strings.Repeat("b", 36) // 100 characters, two labels
 	if len(names.LabelValue(long)) > 63 || names.LabelValue(long) == long {
@@ -118,6 +123,12 @@ func TestSlimEndpointSliceSourceCluster(t *testing.T) {
 		}
 		out, _ := slimEndpointSlice(sl)
 		got := out.(*endpointSlice)
+		if tt.want == "" {
+			if got.cluster != "" || len(got.endpoints) != 0 {
+				t.Errorf("%s: cluster %q, %d endpoints; want none", tt.name, got.cluster, len(got.endpoints))
+			}
+			continue
+		}
 		if got.cluster != tt.want || got.endpoints[0].Cluster != tt.want {
 			t.Errorf("%s: cluster %q, endpoint's %q; want %q", tt.name, got.cluster, got.endpoints[0].Cluster, tt.want)
 		}
@@ -151,5 +162,134 @@ func TestToService(t *testing.T) {
 	}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("toService =\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+// TestSlimEndpointSliceRefusesInvalidNames checks the boundary of finding #1: a slice whose source cluster id is
+// not a valid cluster id keeps no endpoint, and an endpoint whose hostname is not a DNS label is left out; each
+// is reported with its reason.
+func TestSlimEndpointSliceRefusesInvalidNames(t *testing.T) {
+	payload := strings.Repeat("a", 52) + "." + strings.Repeat("b", 60) + "\\"
+	tests := []struct {
+		name      string
+		cluster   string // the id; the label is names.LabelValue(id), the annotation the id
+		hostnames []string
+		want      []string // hostnames kept
+		drops     []dropped
+	}{
+		{"valid", "east.prod", []string{"db-0", ""}, []string{"db-0", ""}, nil},
+		{"the review's payload", payload, []string{"db-0"}, nil, []dropped{{reason: DropInvalidClusterID, n: 1}}},
+		{"upper case id", "East", []string{"db-0"}, nil, []dropped{{reason: DropInvalidClusterID, n: 1}}},
+		{"id of 128 characters", strings.Repeat("a", 63) + "." + strings.Repeat("b", 64), []string{"db-0"}, nil,
+			[]dropped{{reason: DropInvalidClusterID, n: 1}}},
+		{"hostnames", "east", []string{"db-0", "db\\.x", "DB-1", strings.Repeat("h", 64), "db-2"}, []string{"db-0", "db-2"},
+			[]dropped{{reason: DropInvalidHostname, n: 3}}},
+	}
+	for _, tt := range tests {
+		var eps []discoveryv1.Endpoint
+		for i, h := range tt.hostnames {
+			eps = append(eps, mcstest.Endpoint(fmt.Sprintf("10.0.0.%d", i+1), h, true))
+		}
+		sl := mcstest.Slice("ns", "db", names.LabelValue(tt.cluster), discoveryv1.AddressTypeIPv4, nil, eps...)
+		sl.Annotations = map[string]string{names.AnnotationClusterID: tt.cluster}
+		out, drops := slimEndpointSlice(sl)
+		got := out.(*endpointSlice)
+		var hosts []string
+		for _, ep := range got.endpoints {
+			hosts = append(hosts, ep.Hostname)
+		}
+		if !reflect.DeepEqual(hosts, tt.want) {
+			t.Errorf("%s: hostnames kept %q, want %q", tt.name, hosts, tt.want)
+		}
+		if tt.want == nil && got.cluster != "" {
+			t.Errorf("%s: refused slice keeps cluster %q", tt.name, got.cluster)
+		}
+		for i := range drops {
+			if drops[i].why == nil {
+				t.Errorf("%s: drop %s without a reason", tt.name, drops[i].reason)
+			}
+			drops[i].why = nil
+		}
+		if !reflect.DeepEqual(drops, tt.drops) {
+			t.Errorf("%s: dropped %+v, want %+v", tt.name, drops, tt.drops)
+		}
+	}
+}
+
+// TestImportedSlicesSelector checks which slices the slice informer lists: those of a multi-cluster service
+// that the controller manages, and no other.
+func TestImportedSlicesSelector(t *testing.T) {
+	sel, err := labels.Parse(importedSlices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		labels map[string]string
+		want   bool
+	}{
+		{map[string]string{mcsv1beta1.LabelServiceName: "db", discoveryv1.LabelManagedBy: names.ManagedBy}, true},
+		{map[string]string{mcsv1beta1.LabelServiceName: "db"}, false},
+		{map[string]string{mcsv1beta1.LabelServiceName: "db", discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}, false},
+		{map[string]string{discoveryv1.LabelManagedBy: names.ManagedBy}, false},
+	} {
+		if got := sel.Matches(labels.Set(tt.labels)); got != tt.want {
+			t.Errorf("%v selected: %v, want %v", tt.labels, got, tt.want)
+		}
+	}
+}
+
+// TestReviewPayloadDoesNotPanic is the review's finding #1 end to end, without an API server: a namespace user's
+// EndpointSlice for a headless import, with the cluster id 52 'a', a dot, 60 'b' and a backslash, the hashed
+// source-cluster label names.LabelValue computes for it and the cluster-id annotation, and one ready endpoint with
+// a hostname. The service is "web": "b…b\.web" packs as a 64-octet label (with "db" it would be 63 and pack).
+// Before the fix the index build panicked in zone.appendRR, and CoreDNS with it; now the slice is refused and the
+// service keeps answering with the other cluster's endpoint.
+func TestReviewPayloadDoesNotPanic(t *testing.T) {
+	id := strings.Repeat("a", 52) + "." + strings.Repeat("b", 60) + "\\"
+	ports := []discoveryv1.EndpointPort{mcstest.SlicePort("sql", corev1.ProtocolTCP, 5432)}
+	hostile := mcstest.Slice("ns", "web", names.LabelValue(id), discoveryv1.AddressTypeIPv4, ports, mcstest.Endpoint("10.0.0.66", "db-0", true))
+	hostile.Annotations = map[string]string{names.AnnotationClusterID: id}
+	honest := mcstest.Slice("ns", "web", "east", discoveryv1.AddressTypeIPv4, ports, mcstest.Endpoint("10.0.0.1", "db-0", true))
+	si, _ := slimServiceImport(mcstest.Import("ns", "web", mcsv1beta1.Headless, nil, mcstest.Port("sql", corev1.ProtocolTCP, 5432)))
+	var filed []*endpointSlice
+	for _, sl := range []*discoveryv1.EndpointSlice{hostile, honest} {
+		out, _ := slimEndpointSlice(sl)
+		filed = append(filed, out.(*endpointSlice))
+	}
+	ix := zone.New(zone.Options{Zone: "clusterset.local.", TTL: 5})
+	ix.SetNamespaces([]string{"ns"})
+	// Written to compile against the original code too, where Apply returned nothing, so that it shows the panic.
+	ix.Apply(zone.Change{Key: zone.Key("ns", "web"), Service: toService(si.(*serviceImport), filed)})
+	r, _ := ix.Snapshot().Lookup("_sql._tcp.web.ns.svc.clusterset.local.", dns.TypeSRV)
+	if len(r.Answer) != 1 || r.Answer[0].(*dns.SRV).Target != "db-0.east.web.ns.svc.clusterset.local." {
+		t.Errorf("SRV answer %v, want the honest endpoint alone", r.Answer)
+	}
+}
+
+// TestPortListsAreFreed churns port numbers as a user rewriting a slice in a loop would (review finding #12): the
+// lists nothing holds any more leave the intern table, and one still held stays shared.
+func TestPortListsAreFreed(t *testing.T) {
+	size := func() int {
+		portLists.Lock()
+		defer portLists.Unlock()
+		return len(portLists.m)
+	}
+	held := internPorts([]zone.Port{{Name: "held", Protocol: "TCP", Port: 1}})
+	before := size()
+	const churn = 20000
+	for i := range churn {
+		internPorts([]zone.Port{{Name: "http", Protocol: "TCP", Port: uint16(i)}, {Name: "churn", Protocol: "UDP", Port: uint16(i >> 16)}})
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for size() > before+100 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the table still holds %d lists, %d before the churn", size(), before)
+		}
+		goruntime.GC() // collects the lists; their cleanups then run in the background
+		goruntime.Gosched()
+	}
+	again := internPorts([]zone.Port{{Name: "held", Protocol: "TCP", Port: 1}})
+	if &again[0] != &held[0] {
+		t.Error("a list still held was dropped from the table")
 	}
 }

@@ -2,20 +2,27 @@ package kubesource
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net/netip"
+	goruntime "runtime"
 	"slices"
+	"strings"
 	"sync"
 	"unique"
+	"unsafe"
+	"weak"
 
 	"github.com/coredns/coredns/plugin/kubernetes/object"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/cache"
 	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/mcs/clusterid"
 	"vksfleet.dev/fleet/mcs/locality"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/plugin/zone"
@@ -128,10 +135,33 @@ func newServiceImport(m *metav1.ObjectMeta, headless bool, ips []string, ports [
 	return out
 }
 
+// Reasons the source leaves something out, as the Observer's Dropped reports them.
+const (
+	// DropInvalidClusterID is an imported slice whose source cluster id fails cluster-id validation: its
+	// endpoints would be named under it.
+	DropInvalidClusterID = "invalid_cluster_id"
+	// DropInvalidHostname is an endpoint whose hostname is not a DNS label: its own name would be made of it.
+	DropInvalidHostname = "invalid_hostname"
+	// DropUnpackableRecord is a record of the index that does not pack (see zone.Index.Apply).
+	DropUnpackableRecord = "unpackable_record"
+	// DropBuildPanic is a service whose index build panicked: it keeps its last good entry.
+	DropBuildPanic = "build_panic"
+)
+
+// dropped is what slimEndpointSlice left out of one slice: n items for reason, and why.
+type dropped struct {
+	reason string
+	n      int
+	why    error
+}
+
 // slimEndpointSlice turns an EndpointSlice into an *endpointSlice. Ports without a number are skipped, a port
 // without a protocol is TCP, an endpoint of unknown readiness is ready, and addresses that do not parse are
-// skipped.
-func slimEndpointSlice(obj any) (any, error) {
+// skipped. Whoever may write an EndpointSlice in a namespace with an import, or a member through the broker,
+// writes what comes here, and it becomes DNS names in every member: a slice whose source cluster id is not a
+// valid cluster id keeps no endpoint, and an endpoint whose hostname is not a DNS label is left out; what is
+// left out is returned, for the caller to report.
+func slimEndpointSlice(obj any) (any, []dropped) {
 	in, ok := obj.(*discoveryv1.EndpointSlice)
 	if !ok {
 		return obj, nil
@@ -139,8 +169,15 @@ func slimEndpointSlice(obj any) (any, error) {
 	out := &endpointSlice{
 		meta:    slimMeta(&in.ObjectMeta),
 		service: in.Labels[mcsv1beta1.LabelServiceName],
-		cluster: intern(sourceCluster(&in.ObjectMeta)),
 	}
+	cluster := sourceCluster(&in.ObjectMeta)
+	if cluster == "" {
+		return out, nil // not an imported slice: toService ignores it
+	}
+	if err := clusterid.Validate(cluster); err != nil {
+		return out, []dropped{{DropInvalidClusterID, 1, err}}
+	}
+	out.cluster = intern(cluster)
 	var ports []zone.Port
 	for _, p := range in.Ports {
 		if p.Port == nil {
@@ -156,10 +193,18 @@ func slimEndpointSlice(obj any) (any, error) {
 		ports = append(ports, port(name, protocol, *p.Port))
 	}
 	ports = internPorts(ports)
+	var drops []dropped
 	out.endpoints = make([]zone.Endpoint, 0, len(in.Endpoints))
 	for _, e := range in.Endpoints {
 		ep := zone.Endpoint{Cluster: out.cluster, Ports: ports, Ready: e.Conditions.Ready == nil || *e.Conditions.Ready}
 		if e.Hostname != nil {
+			if errs := validation.IsDNS1123Label(*e.Hostname); len(errs) > 0 {
+				if len(drops) == 0 {
+					drops = append(drops, dropped{DropInvalidHostname, 0, fmt.Errorf("hostname %q: %s", *e.Hostname, strings.Join(errs, "; "))})
+				}
+				drops[0].n++
+				continue
+			}
 			ep.Hostname = *e.Hostname
 		}
 		if len(e.Addresses) > 0 {
@@ -172,14 +217,15 @@ func slimEndpointSlice(obj any) (any, error) {
 		}
 		out.endpoints = append(out.endpoints, ep)
 	}
-	return out, nil
+	return out, drops
 }
 
 // sourceCluster returns the id of an imported slice's source cluster, which its DNS names carry. The
 // source-cluster label can only hold names.LabelValue(id), shortened and hashed for an id longer than a label
 // value, so the full id comes from the annotation the controller writes beside it. The annotation counts only
-// when it agrees with the label, which stays the normative field; a slice without it, as another
-// implementation writes, is named by its label, and a slice without the label is not an imported slice.
+// when it agrees with the label, which stays the normative field; a slice without it is named by its label, and
+// a slice without the label is not an imported slice. Anyone can compute the label of any string, so the id is
+// returned as found: the caller validates it.
 func sourceCluster(m *metav1.ObjectMeta) string {
 	label := m.Labels[mcsv1beta1.LabelSourceCluster]
 	if id, ok := m.Annotations[names.AnnotationClusterID]; ok && label != "" && names.LabelValue(id) == label {
@@ -204,18 +250,50 @@ func port(name, protocol string, number int32) zone.Port {
 // intern returns the canonical copy of s.
 func intern(s string) string { return unique.Make(s).Value() }
 
-// portLists holds one copy of each list of ports seen, by content (see portsKey): most services of a clusterset
-// declare one of a few lists (http/80, grpc/9090...), and thousands of imports and slices then share it. Lists
-// are small and few, so they are kept for the life of the process.
-var portLists sync.Map // string -> []zone.Port
+// portLists holds one copy of each list of ports in use, by content (see portsKey): most services of a clusterset
+// declare one of a few lists (http/80, grpc/9090...), and thousands of imports and slices then share it. The
+// table holds each list weakly, and a cleanup removes the entry of a list that nothing holds any more: anyone who
+// may write an EndpointSlice (or a member, through the broker) can churn port numbers, and a table that kept
+// every list seen would grow until CoreDNS runs out of memory (review finding #12).
+var portLists = struct {
+	sync.Mutex
+	m map[string]weakPorts
+}{m: map[string]weakPorts{}}
+
+// weakPorts is an entry of portLists: a weak pointer to the list's first port, which is where its own allocation
+// starts, and its length.
+type weakPorts struct {
+	first weak.Pointer[zone.Port]
+	n     int
+}
 
 // internPorts returns the shared copy of ports; the caller must not modify either.
 func internPorts(ports []zone.Port) []zone.Port {
 	if len(ports) == 0 {
 		return nil
 	}
-	shared, _ := portLists.LoadOrStore(portsKey(ports), slices.Clip(ports))
-	return shared.([]zone.Port)
+	key := portsKey(ports)
+	portLists.Lock()
+	defer portLists.Unlock()
+	if w, ok := portLists.m[key]; ok {
+		if first := w.first.Value(); first != nil {
+			// The weak pointer only gives the first port back; the list is the n ports allocated from there.
+			return unsafe.Slice(first, w.n)
+		}
+	}
+	shared := slices.Clip(slices.Clone(ports)) // an allocation of its own, which the cleanup watches
+	portLists.m[key] = weakPorts{first: weak.Make(&shared[0]), n: len(shared)}
+	goruntime.AddCleanup(&shared[0], forgetPorts, key)
+	return shared
+}
+
+// forgetPorts removes the entry of a list that has been collected, unless the key has a live list again.
+func forgetPorts(key string) {
+	portLists.Lock()
+	defer portLists.Unlock()
+	if w, ok := portLists.m[key]; ok && w.first.Value() == nil {
+		delete(portLists.m, key)
+	}
 }
 
 // portsKey encodes a list of ports as a string, unambiguously: each name and protocol with its length.
@@ -233,7 +311,6 @@ func portsKey(ports []zone.Port) string {
 
 var (
 	_ cache.TransformFunc = slimServiceImport
-	_ cache.TransformFunc = slimEndpointSlice
 	_ cache.TransformFunc = slimNamespace
 	_ metav1.Object       = &serviceImport{}
 	_ metav1.Object       = &endpointSlice{}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -23,6 +24,7 @@ import (
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
 	"vksfleet.dev/fleet/mcs/mcsversion"
+	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/plugin/zone"
 )
 
@@ -36,6 +38,10 @@ type Observer interface {
 	SyncError(resource string, err error)
 	// Sized reports the index sizes after an update.
 	Sized(services, names, reverse int)
+	// Dropped reports n items of object (a slice's namespace/name, a service's zone.Key, or "" for a batch)
+	// left out for reason (one of the Drop constants), and why. It is called each time the object arrives or
+	// its service is built, so a hostile object is counted as often as it is written.
+	Dropped(reason, object string, n int, why error)
 }
 
 // Options configure a Source.
@@ -186,7 +192,7 @@ func (s *Source) startInformers(ctx context.Context, gv schema.GroupVersion) err
 		}},
 	}
 	if !s.opts.NoEndpoints {
-		imported := func(o *metav1.ListOptions) { o.LabelSelector = mcsv1beta1.LabelServiceName }
+		imported := func(o *metav1.ListOptions) { o.LabelSelector = importedSlices }
 		slices := cache.NewSharedIndexInformer(&cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				imported(&o)
@@ -197,7 +203,7 @@ func (s *Source) startInformers(ctx context.Context, gv schema.GroupVersion) err
 				return s.kube.DiscoveryV1().EndpointSlices("").Watch(ctx, o)
 			},
 		}, &discoveryv1.EndpointSlice{}, 0, cache.Indexers{})
-		toRun = append(toRun, watched{"endpointslices", slices, slimEndpointSlice, s.sliceHandler()})
+		toRun = append(toRun, watched{"endpointslices", slices, s.transformSlice, s.sliceHandler()})
 	}
 	for _, i := range toRun {
 		if err := i.inf.SetTransform(i.transform); err != nil {
@@ -218,6 +224,24 @@ func (s *Source) startInformers(ctx context.Context, gv schema.GroupVersion) err
 		go i.inf.RunWithContext(ctx)
 	}
 	return nil
+}
+
+// importedSlices selects the EndpointSlices the controller imports: those of a multi-cluster service that it
+// manages. Slices that other managers write (a user's, another implementation's) are never listed, so they
+// neither reach an answer nor take memory here; the label is no proof of origin, so what is selected is still
+// validated (see slimEndpointSlice).
+var importedSlices = mcsv1beta1.LabelServiceName + "," + discoveryv1.LabelManagedBy + "=" + names.ManagedBy
+
+// transformSlice is the slice informer's transform: slimEndpointSlice, with what it leaves out reported.
+func (s *Source) transformSlice(obj any) (any, error) {
+	out, drops := slimEndpointSlice(obj)
+	if len(drops) > 0 {
+		sl := out.(*endpointSlice)
+		for _, d := range drops {
+			s.opts.Observer.Dropped(d.reason, sl.namespace+"/"+sl.name, d.n, d.why)
+		}
+	}
+	return out, nil
 }
 
 // watched is one informer with what the source hooks into it.
@@ -380,7 +404,13 @@ func (s *Source) update(observeLatency bool) {
 	for k := range dirty {
 		changes = append(changes, zone.Change{Key: zone.Key(k.namespace, k.name), Service: s.service(k)})
 	}
-	s.opts.Index.Apply(changes...)
+	skipped, panicked, why := applyGuarded(s.opts.Index.Apply, changes)
+	if skipped > 0 {
+		s.opts.Observer.Dropped(DropUnpackableRecord, "", skipped, why)
+	}
+	for _, p := range panicked {
+		s.opts.Observer.Dropped(DropBuildPanic, p.key, 1, p.why)
+	}
 	done := time.Now()
 	s.opts.Observer.Rebuilt(len(changes), done.Sub(start))
 	s.opts.Observer.Sized(s.opts.Index.Snapshot().Sizes())
@@ -393,6 +423,43 @@ func (s *Source) update(observeLatency bool) {
 	if nsDirty {
 		s.opts.Observer.Propagated(done.Sub(nsSince))
 	}
+}
+
+// buildPanic is a service whose index build panicked: its key (see zone.Key) and the panic, with its stack.
+type buildPanic struct {
+	key string
+	why error
+}
+
+// applyGuarded applies changes with apply (the index's Apply) and returns what it returns, with the services whose
+// builds panicked, but never panics. A build that panics is a bug that some object's data triggers, and this
+// process also serves cluster.local: it must keep serving. apply publishes nothing before it returns, so after a
+// panic the index still holds its last good state; the batch is then applied again one service at a time, so
+// that every other service is updated, and each service whose build panics keeps its last good entry and is
+// returned once, for this build.
+func applyGuarded(apply func(...zone.Change) (int, error), changes []zone.Change) (skipped int, panicked []buildPanic, why error) {
+	try := func(changes ...zone.Change) (p error) {
+		defer func() {
+			if r := recover(); r != nil {
+				p = fmt.Errorf("index build panicked: %v\n%s", r, debug.Stack())
+			}
+		}()
+		n, err := apply(changes...)
+		if n > 0 && skipped == 0 {
+			why = err
+		}
+		skipped += n
+		return nil
+	}
+	if try(changes...) == nil {
+		return skipped, nil, why
+	}
+	for _, c := range changes {
+		if p := try(c); p != nil {
+			panicked = append(panicked, buildPanic{key: c.Key, why: p})
+		}
+	}
+	return skipped, panicked, why
 }
 
 // service reads one service from the informer store and s.slicesOf; nil when its ServiceImport is gone.
@@ -413,7 +480,8 @@ func (s *Source) service(k serviceKey) *zone.Service {
 
 type nopObserver struct{}
 
-func (nopObserver) Rebuilt(int, time.Duration) {}
-func (nopObserver) Propagated(time.Duration)   {}
-func (nopObserver) SyncError(string, error)    {}
-func (nopObserver) Sized(_, _, _ int)          {}
+func (nopObserver) Rebuilt(int, time.Duration)         {}
+func (nopObserver) Propagated(time.Duration)           {}
+func (nopObserver) SyncError(string, error)            {}
+func (nopObserver) Sized(_, _, _ int)                  {}
+func (nopObserver) Dropped(string, string, int, error) {}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +22,8 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/mcs/clusterid"
+	"vksfleet.dev/fleet/mcs/names"
+	"vksfleet.dev/fleet/plugin/kubesource"
 	"vksfleet.dev/fleet/plugin/mcstest"
 	"vksfleet.dev/fleet/test/clusterset"
 )
@@ -244,6 +247,72 @@ func TestIntegrationHeadless(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, m, name, dns.TypeA, dns.RcodeNameError) // no ready endpoint left
+}
+
+// TestIntegrationHostileSlices writes, through a real API server, the slices a namespace user can write next to a
+// headless import: the review's payload (finding #1: a cluster id of 52 'a', a dot, 60 'b' and a backslash, with
+// the hashed source-cluster label and the cluster-id annotation that match it), which made every CoreDNS replica
+// panic, and a slice that another manager labels as imported. The plugin answers with the honest cluster's
+// endpoint alone and counts the refused slice.
+func TestIntegrationHostileSlices(t *testing.T) {
+	c := member(t)
+	ctx := context.Background()
+	m := startPlugin(t, c, false)
+	const ns = "it-hostile"
+	createNamespace(t, c, ns)
+	const name = "web." + ns + ".svc.clusterset.local."
+	ports := []discoveryv1.EndpointPort{mcstest.SlicePort("sql", corev1.ProtocolTCP, 5432)}
+	if err := c.Client.Create(ctx, mcstest.Import(ns, "web", mcsv1beta1.Headless, nil, mcstest.Port("sql", corev1.ProtocolTCP, 5432))); err != nil {
+		t.Fatal(err)
+	}
+	before := read(t, dropped.WithLabelValues(kubesource.DropInvalidClusterID)).GetCounter().GetValue()
+	id := strings.Repeat("a", 52) + "." + strings.Repeat("b", 60) + "\\"
+	payload := mcstest.Slice(ns, "web", names.LabelValue(id), discoveryv1.AddressTypeIPv4, ports, mcstest.Endpoint("10.3.0.66", "db-0", true))
+	payload.Name = "payload"
+	payload.Annotations = map[string]string{names.AnnotationClusterID: id}
+	unmanaged := mcstest.Slice(ns, "web", "west", discoveryv1.AddressTypeIPv4, ports, mcstest.Endpoint("10.3.0.67", "db-0", true))
+	delete(unmanaged.Labels, discoveryv1.LabelManagedBy)
+	honest := mcstest.Slice(ns, "web", "east.prod", discoveryv1.AddressTypeIPv4, ports, mcstest.Endpoint("10.3.0.1", "db-0", true))
+	for _, sl := range []*discoveryv1.EndpointSlice{payload, unmanaged, honest} {
+		if err := c.Client.Create(ctx, sl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, m, name, dns.TypeA, dns.RcodeSuccess, "10.3.0.1")
+	eventually(t, m, "_sql._tcp."+name, dns.TypeSRV, dns.RcodeSuccess, "5432 db-0.east.prod."+name)
+	eventually(t, m, "db-0.west."+name, dns.TypeA, dns.RcodeNameError)
+	if after := read(t, dropped.WithLabelValues(kubesource.DropInvalidClusterID)).GetCounter().GetValue(); after <= before {
+		t.Errorf("dropped_total{reason=%q} = %v, was %v", kubesource.DropInvalidClusterID, after, before)
+	}
+}
+
+// TestIntegrationStartWaitsForSync is finding #8: a server starting, as after every Corefile reload, with an
+// import already there answers it from its first query, where it used to answer SERVFAIL until its fresh
+// informers had listed everything.
+func TestIntegrationStartWaitsForSync(t *testing.T) {
+	c := member(t)
+	ctx := context.Background()
+	const ns = "it-reload"
+	createNamespace(t, c, ns)
+	if err := c.Client.Create(ctx, mcstest.Import(ns, "web", mcsv1beta1.ClusterSetIP, []string{"10.250.3.1"})); err != nil {
+		t.Fatal(err)
+	}
+	m, src, err := newWithSource(&config{zone: "clusterset.local.", ttl: 5}, c.Config, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Next = nextHandler()
+	began := time.Now()
+	start(src, syncTimeout)
+	t.Cleanup(src.Stop)
+	t.Logf("started in %s", time.Since(began).Round(time.Millisecond))
+	rcode, msg := serve(t, m, "web."+ns+".svc.clusterset.local.", dns.TypeA)
+	if rcode != dns.RcodeSuccess || msg == nil || !slices.Equal(rdata(msg.Answer), []string{"10.250.3.1"}) {
+		t.Errorf("first query after start: rcode %s, reply %v; want the VIP", dns.RcodeToString[rcode], msg)
+	}
+	if !m.Ready() {
+		t.Error("not ready after start")
+	}
 }
 
 func TestIntegrationNamespaceDeleted(t *testing.T) {

@@ -48,6 +48,16 @@ var (
 		Help:      "Failed discoveries, lists and watches, by resource.",
 	}, []string{"resource"})
 
+	// dropped has no label for the object or its cluster id: both are written by whoever sends the bad data, and
+	// each value would be a series of its own. The log names them.
+	dropped = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: Name,
+		Name:      "dropped_total",
+		Help: "Imported EndpointSlices, endpoints, records and service builds left out, by reason, each time " +
+			"they arrive or are built.",
+	}, []string{"reason"})
+
 	clusterInfo = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: Name,
@@ -66,6 +76,15 @@ func (observer) Propagated(d time.Duration) { propagationDuration.Observe(d.Seco
 func (observer) SyncError(resource string, err error) {
 	syncErrors.WithLabelValues(resource).Inc()
 	log.Warningf("%s: %v", resource, err)
+}
+
+func (observer) Dropped(reason, object string, n int, why error) {
+	dropped.WithLabelValues(reason).Add(float64(n))
+	if object == "" {
+		log.Warningf("%s: %d left out: %v", reason, n, why)
+		return
+	}
+	log.Warningf("%s: %s: %d left out: %v", reason, object, n, why)
 }
 
 func (observer) Sized(services, names, reverse int) {

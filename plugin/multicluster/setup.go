@@ -1,8 +1,10 @@
 package multicluster
 
 import (
+	"context"
 	"net/netip"
 	"strconv"
+	"time"
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
@@ -10,6 +12,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/miekg/dns"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
 	"vksfleet.dev/fleet/plugin/kubesource"
@@ -55,7 +58,7 @@ func setup(c *caddy.Controller) error {
 		return plugin.Error(Name, err)
 	}
 	c.OnStartup(func() error {
-		src.Start()
+		start(src, syncTimeout)
 		go reportClusterID(rc, cfg.clusterID)
 		return nil
 	})
@@ -68,6 +71,22 @@ func setup(c *caddy.Controller) error {
 		return m
 	})
 	return nil
+}
+
+// syncTimeout bounds how long a starting server waits for the informers, as the kubernetes plugin's 5 s does.
+const syncTimeout = 5 * time.Second
+
+// start starts src and waits until its index holds what the informers listed, for at most timeout. Caddy runs
+// OnStartup before the new instance serves, on a Corefile reload too, while the old instance still answers: a
+// server that started serving at once would answer SERVFAIL (see errNotSynced) until its fresh informers had
+// listed everything, with the pod Ready all along. Past timeout it serves anyway, SERVFAIL until synced, rather
+// than hold a reload, or a start against an API server that is away, for ever.
+func start(src *kubesource.Source, timeout time.Duration) {
+	src.Start()
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, timeout, true,
+		func(context.Context) (bool, error) { return src.HasSynced(), nil }); err != nil {
+		log.Warningf("serving before the informers have synced, after %s: SERVFAIL until they have", timeout)
+	}
 }
 
 // parse reads the one multicluster stanza of a server block.
@@ -99,6 +118,9 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 	}
 	if cfg.zone == "" {
 		return nil, c.Err("a forward zone such as clusterset.local is required")
+	}
+	if err := zone.CheckZone(cfg.zone); err != nil {
+		return nil, c.Err(err.Error())
 	}
 	for c.NextBlock() {
 		switch c.Val() {

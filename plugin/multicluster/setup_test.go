@@ -4,8 +4,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coredns/caddy"
+	"k8s.io/client-go/rest"
 )
 
 func TestParse(t *testing.T) {
@@ -40,6 +42,7 @@ func TestParse(t *testing.T) {
 		{input: "multicluster clusterset.local {\n pods insecure\n}", err: `Testfile:2 - Error during parsing: unknown property "pods"`},
 		{input: "multicluster in-addr.arpa", err: "a forward zone"},
 		{input: "multicluster a.local b.local", err: "one forward zone"},
+		{input: "multicluster cluster_set.local", err: "RFC 1123 labels"},
 		{input: "multicluster clusterset.local\nmulticluster clusterset.local", err: "only be used once"},
 	}
 	for _, tt := range tests {
@@ -89,5 +92,23 @@ func TestRestConfig(t *testing.T) {
 	}
 	if rc.Host != "http://127.0.0.1:8001" || rc.QPS < 50 {
 		t.Errorf("rest config = host %q qps %v", rc.Host, rc.QPS)
+	}
+}
+
+// TestStartIsBounded checks that a server whose API server is away starts serving after the bound, as the
+// kubernetes plugin does, rather than hold a start or a reload for ever.
+func TestStartIsBounded(t *testing.T) {
+	m, src, err := newWithSource(&config{zone: "clusterset.local.", ttl: 5}, &rest.Config{Host: "http://127.0.0.1:1"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	start(src, 200*time.Millisecond)
+	defer src.Stop()
+	if d := time.Since(began); d < 200*time.Millisecond || d > 5*time.Second {
+		t.Errorf("start returned after %s, want about 200ms", d)
+	}
+	if m.Ready() {
+		t.Error("ready without an API server")
 	}
 }

@@ -74,6 +74,10 @@ type builder struct {
 	// seen de-duplicates records per owner: an endpoint listed in an IPv4 and an IPv6 slice is one SRV target,
 	// and an address reported by two clusters is one A record.
 	seen map[seen]bool
+	// skipped counts the records left out because they do not pack, since the index last reset it, and why is
+	// the error of the first.
+	skipped int
+	why     error
 }
 
 // seen is one record of the service being built: kind (A or AAAA, SRV or PTR), owner prefix and data.
@@ -121,10 +125,16 @@ func (b *builder) compile() (*entry, map[netip.Addr][]string) {
 		rs := b.names[n.prefix]
 		scratch := b.scratch[:0]
 		for t, rrs := range [3][]dns.RR{rs.a, rs.aaaa, rs.srv} {
+			packed := 0
 			for _, rr := range rrs {
-				scratch = appendRR(scratch, rr, true)
+				var err error
+				if scratch, err = appendRR(scratch, rr, true); err != nil {
+					b.skip(err)
+					continue
+				}
+				packed++
 			}
-			n.end[t], n.n[t] = uint32(len(scratch)), uint32(len(rrs))
+			n.end[t], n.n[t] = uint32(len(scratch)), uint32(packed)
 		}
 		b.scratch = scratch
 		switch j := bytes.Index(root, scratch); {
@@ -148,6 +158,15 @@ func (b *builder) compile() (*entry, map[netip.Addr][]string) {
 		slices.Sort(prefixes)
 	}
 	return e, b.ptrs
+}
+
+// skip counts a record left out because it does not pack: the names are checked before records are made, so
+// this is what those checks missed, and the rest of the service is still served.
+func (b *builder) skip(err error) {
+	if b.skipped == 0 {
+		b.why = err
+	}
+	b.skipped++
 }
 
 func (b *builder) clusterSetIP(s *Service) {

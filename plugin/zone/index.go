@@ -96,12 +96,15 @@ func New(opts Options) *Index {
 func (ix *Index) Snapshot() *Snapshot { return ix.snap.Load() }
 
 // Apply rebuilds the entries of the changed services only and publishes a new snapshot sharing everything else.
-func (ix *Index) Apply(changes ...Change) {
+// A record that does not pack is left out and the rest of its service is served: Apply returns how many were,
+// and the error of the first.
+func (ix *Index) Apply(changes ...Change) (skipped int, why error) {
 	if len(changes) == 0 {
-		return
+		return 0, nil
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	ix.b.skipped, ix.b.why = 0, nil
 	latest := make(map[string]*Service, len(changes)) // the last change of a key wins
 	for _, c := range changes {
 		latest[c.Key] = c.Service
@@ -149,6 +152,7 @@ func (ix *Index) Apply(changes ...Change) {
 	next.ptrs = old.ptrs.with(ptrs, ptrDeletes)
 	next.bump(old.serial, ix.opts.Now())
 	ix.snap.Store(&next)
+	return ix.b.skipped, ix.b.why
 }
 
 // SetNamespaces replaces the set of namespaces that exist in this cluster.
@@ -213,13 +217,20 @@ func (s *Snapshot) static(o Options) {
 		n: [3]uint32{uint32(len(a)), uint32(len(aaaa)), 0}}
 }
 
-// records packs rrs (see appendRR).
+// records packs rrs (see appendRR), the records that do not come from services. They are made of the zone's name
+// and the server's addresses only, which pack for every zone CheckZone accepts; one that does not is left out.
 func records(asked bool, rrs ...dns.RR) Records {
-	var wire []byte
+	var (
+		wire []byte
+		n    int
+	)
 	for _, rr := range rrs {
-		wire = appendRR(wire, rr, asked)
+		var err error
+		if wire, err = appendRR(wire, rr, asked); err == nil {
+			n++
+		}
 	}
-	return Records{wire: wire, n: len(rrs)}
+	return Records{wire: wire, n: n}
 }
 
 // bump moves the SOA serial forward: to the current Unix time, or by one if that is not ahead of prev.

@@ -100,10 +100,42 @@ func TestValidName(t *testing.T) {
 		{strings.Repeat("a.", 126) + "a.", true},   // 253 octets
 		{strings.Repeat("a.", 127) + "a.", false},  // 255 octets
 		{strings.Repeat("a.", 126) + "ab.", false}, // 254 octets
+		{"_http._tcp.web.ns.", true},
+		{"_" + strings.Repeat("a", 62) + ".b.", true},
+		{"_" + label63 + ".b.", false}, // a 64-octet label
+		{"a-b.c.", true},
+		{"a\\.b.c.", false}, // an escaped dot: packed, "a.b" would be one label
+		{"a\\065.b.", false},
+		{"a\\.", false},
+		{"-a.b.", false},
+		{"a-.b.", false},
+		{"a_b.c.", false},
+		{"_.a.", false},
+		{"__a.b.", false},
+		{"A.b.", false}, // names are built in lower case
+		{"a b.c.", false},
+		{"*.a.", false},
+		{"\xc3\xa9.a.", false},
 	}
 	for _, tt := range tests {
 		if got := validName(tt.name); got != tt.want {
 			t.Errorf("validName(%d octets %.20q) = %v, want %v", len(tt.name), tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestCheckZone(t *testing.T) {
+	for zone, ok := range map[string]bool{
+		"clusterset.local.":                  true,
+		"example.org.":                       true,
+		"cluster_set.local.":                 false,
+		"a\\.b.local.":                       false,
+		".":                                  false,
+		strings.Repeat("a.", 118) + "local.": true,  // 241 octets: dns-version.<zone> is 253
+		strings.Repeat("a.", 119) + "local.": false, // 243: dns-version.<zone> would be 255
+	} {
+		if err := CheckZone(zone); (err == nil) != ok {
+			t.Errorf("CheckZone(%.30q, %d octets) = %v, want ok %v", zone, len(zone), err, ok)
 		}
 	}
 }

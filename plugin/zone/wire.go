@@ -3,6 +3,7 @@ package zone
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"slices"
 
 	"github.com/miekg/dns"
@@ -29,8 +30,10 @@ var askedOwner = []byte{0xC0, 12}
 var errMalformed = errors.New("zone: malformed precompiled records")
 
 // appendRR appends rr in wire format. With asked, its owner is the question's name (see Records) and rr's own
-// owner is ignored. The names it holds are valid (see validName), so packing cannot fail on them.
-func appendRR(wire []byte, rr dns.RR, asked bool) []byte {
+// owner is ignored. The names the index builds are checked (see validName), but what a record holds comes from
+// objects that users and other clusters write: a record that does not pack is an error, and wire is returned as
+// it was, so that the caller leaves the record out rather than stop serving.
+func appendRR(wire []byte, rr dns.RR, asked bool) ([]byte, error) {
 	off := len(wire)
 	// Room for the longest record the index builds: an SOA with two names, or an owner and a name.
 	wire = slices.Grow(wire, 2*256+32)
@@ -44,13 +47,13 @@ func appendRR(wire []byte, rr dns.RR, asked bool) []byte {
 	n, err := dns.PackRR(rr, wire[:cap(wire)], at, nil, false)
 	h.Name = owner
 	if err != nil {
-		panic("zone: packing " + rr.String() + ": " + err.Error())
+		return wire, fmt.Errorf("zone: packing %s: %w", rr, err)
 	}
 	wire = wire[:n]
 	if asked {
 		wire[off], wire[off+1] = askedOwner[0], askedOwner[1]
 	}
-	return wire
+	return wire, nil
 }
 
 // RRs unpacks the records, those owned by the question's name owned by qname. Every call returns new records, so
