@@ -116,7 +116,7 @@ func (r *reconciler) admitSlice(key types.NamespacedName, cluster string, s *dis
 // the cluster that wrote it (its broker namespace when its id cannot be trusted).
 func (r *reconciler) refuse(key types.NamespacedName, from string, p admit.Problem) {
 	refusedTotal.WithLabelValues(r.id, p.Reason).Inc()
-	r.log.Info("refusing what another cluster published", "service", key, "from", from, "reason", p.Reason, "problem", p.Message)
+	r.log.Info("leaving out of the import what a cluster published", "service", key, "from", from, "reason", p.Reason, "problem", p.Message)
 }
 
 // importService writes the local import of the service: nothing when no cluster exports it or its namespace does
