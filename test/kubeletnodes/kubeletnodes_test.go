@@ -5,6 +5,7 @@ package kubeletnodes
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -246,8 +247,8 @@ func testExecLogs(t *testing.T, c *clusterset.Cluster, kubectl func(...string) (
 	}
 }
 
-// testService runs serve's request loop in a client pod against the Service's ClusterIP: every request must be
-// answered, by both pods between them.
+// testService runs serve's request loop in a client pod against each pod's addresses (both families) and the
+// Service's ClusterIP: every request must be answered, through kube-proxy by both pods between them.
 func testService(t *testing.T, c *clusterset.Cluster, kubectl func(...string) (string, int)) {
 	ctx := context.Background()
 	if _, err := c.Kube.CoreV1().Pods(namespace).Create(ctx, workload.ClientPod("client", namespace), metav1.CreateOptions{}); err != nil {
@@ -273,6 +274,21 @@ func testService(t *testing.T, c *clusterset.Cluster, kubectl func(...string) (s
 		}
 		return nil
 	})
+	// Pod to pod, across nodes and within one, in both families: the client reaches each web pod at each address.
+	pods, err := c.Kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		for _, ip := range p.Status.PodIPs {
+			addr := net.JoinHostPort(ip.IP, fmt.Sprint(workload.HTTPPort))
+			out, code := kubectl("exec", "client", "--", nodeimages.ServeBin, "loop", "-target", addr, "-proto", "http",
+				"-count", "5", "-interval", "20ms", "-timeout", "1s")
+			if by := answeredBy(workload.ParseLoop(out)); code != 0 || by[p.Name] != 5 {
+				t.Errorf("5 requests from the client to %s (%s): exit %d, answered by %v\n%s", addr, p.Name, code, by, out)
+			}
+		}
+	}
 	const requests = 200
 	out, code := loop(requests)
 	if code != 0 {
