@@ -28,13 +28,11 @@ import (
 	"vksfleet.dev/fleet/test/dataplane"
 	"vksfleet.dev/fleet/test/nodeimages"
 	"vksfleet.dev/fleet/test/poll"
-	"vksfleet.dev/fleet/test/proc"
 )
 
 // A kubelet node (Options.Kubelet) runs Debian's containerd 1.6 and the kubelet built from the pinned Kubernetes
-// (build/tools.sh) in the node's network namespace, entered with `nsenter --net` and not `ip netns exec`: the
-// latter gives each process a mount namespace of its own with an empty /sys/fs/cgroup, while the kubelet's volume
-// mounts must be seen by containerd and runc. Facts behind every setting: ../shared/KUBELET-NOTES.md.
+// (build/tools.sh) in the node's network namespace (Node.start). Facts behind every setting:
+// ../shared/KUBELET-NOTES.md.
 
 // kubeletCheck says what a kubelet node needs that is missing, before anything starts.
 func kubeletCheck(opts Options, assets string) error {
@@ -177,9 +175,7 @@ func (c *Cluster) startKubeletNode(ctx context.Context, spec clusterSpec, assets
 			return err
 		}
 	}
-	inNode := []string{"--net=/run/netns/" + n.NS, "--"}
-	n.containerd, err = proc.Start(spec.log, n.Name+"/containerd", "nsenter", append(inNode,
-		"containerd", "--config", filepath.Join(run, "containerd.toml"))...)
+	n.containerd, err = n.start(spec.log, "containerd", "containerd", "--config", filepath.Join(run, "containerd.toml"))
 	if err != nil {
 		return err
 	}
@@ -192,7 +188,7 @@ func (c *Cluster) startKubeletNode(ctx context.Context, spec clusterSpec, assets
 	if err := nodeimages.Import(ctx, n.runtimeSocket, spec.images...); err != nil {
 		return err
 	}
-	n.kubelet, err = proc.Start(spec.log, n.Name+"/kubelet", "nsenter", append(inNode, filepath.Join(assets, "kubelet"),
+	n.kubelet, err = n.start(spec.log, "kubelet", filepath.Join(assets, "kubelet"),
 		"--config="+filepath.Join(data, "kubelet.yaml"),
 		"--kubeconfig="+filepath.Join(data, "kubeconfig"),
 		"--root-dir="+filepath.Join(data, "kubelet"),
@@ -202,7 +198,7 @@ func (c *Cluster) startKubeletNode(ctx context.Context, spec clusterSpec, assets
 		"--node-ip="+joinAddrs(n.Addrs),
 		"--node-labels="+corev1.LabelTopologyZone+"="+n.Zone+","+corev1.LabelTopologyRegion+"="+n.Region,
 		"--v=1",
-	)...)
+	)
 	return err
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/netip"
 	"path/filepath"
@@ -60,12 +61,11 @@ func (c *Cluster) startNodes(ctx context.Context, spec clusterSpec, assets strin
 		}
 		n.NS, n.Addrs, n.PodCIDRs = dn.NS, dn.Addrs, dn.PodCIDRs
 		c.Nodes = append(c.Nodes, n)
-		inNode := []string{"--net=/run/netns/" + n.NS, "--"}
 		n.started = time.Now()
 		if spec.kubelet {
 			err = c.startKubeletNode(ctx, spec, assets, n)
 		} else {
-			n.agent, err = proc.Start(spec.log, n.Name+"/nodeagent", "nsenter", append(inNode, spec.nodeAgent,
+			n.agent, err = n.start(spec.log, "nodeagent", spec.nodeAgent,
 				"-node-name="+n.Name,
 				"-kubeconfig="+c.KubeconfigPath,
 				"-addrs="+joinAddrs(n.Addrs),
@@ -74,12 +74,12 @@ func (c *Cluster) startNodes(ctx context.Context, spec clusterSpec, assets strin
 				"-labels="+corev1.LabelTopologyZone+"="+n.Zone+","+corev1.LabelTopologyRegion+"="+n.Region,
 				"-port="+strconv.Itoa(kubeletPort),
 				"-state-dir="+filepath.Join(c.dir, n.Name),
-			)...)
+			)
 		}
 		if err != nil {
 			return err
 		}
-		n.proxy, err = proc.Start(spec.log, n.Name+"/kube-proxy", "nsenter", append(inNode, filepath.Join(assets, "kube-proxy"),
+		n.proxy, err = n.start(spec.log, "kube-proxy", filepath.Join(assets, "kube-proxy"),
 			"--proxy-mode=nftables",
 			"--kubeconfig="+c.KubeconfigPath,
 			"--hostname-override="+n.Name,
@@ -88,7 +88,7 @@ func (c *Cluster) startNodes(ctx context.Context, spec clusterSpec, assets strin
 			"--conntrack-max-per-core=0",
 			"--healthz-bind-address=0.0.0.0:"+strconv.Itoa(proxyHealthPort),
 			"--metrics-bind-address=127.0.0.1:10249",
-		)...)
+		)
 		if err != nil {
 			return err
 		}
@@ -130,6 +130,13 @@ func (c *Cluster) startNodes(ctx context.Context, spec clusterSpec, assets strin
 		}
 		return nil
 	})
+}
+
+// start runs bin in the node's network namespace, and only there: `nsenter --net` keeps the host's mount
+// namespace, where the cgroup hierarchies are and where a kubelet's volume mounts must be for containerd to see
+// them (`ip netns exec` would give each process a mount namespace of its own, with an empty /sys/fs/cgroup).
+func (n *Node) start(log io.Writer, name, bin string, args ...string) (*proc.Process, error) {
+	return proc.Start(log, n.Name+"/"+name, "nsenter", append([]string{"--net=/run/netns/" + n.NS, "--", bin}, args...)...)
 }
 
 func nodeReady(n *corev1.Node) bool {
