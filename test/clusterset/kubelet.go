@@ -415,6 +415,10 @@ func (n *Node) stopKubeletNode(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("node %s: %d containers still ran after draining, removed by force", n.Name, len(tasks)))
 	}
 	n.containerd.Stop()
+	// Whatever is left now, Sweep would have to kill: the teardown was not clean.
+	if left := dataplane.NodeProcesses(n.Name); len(left) > 0 {
+		errs = append(errs, fmt.Errorf("node %s: processes %v outlived its containerd", n.Name, left))
+	}
 	return errors.Join(errs...)
 }
 

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -57,7 +58,7 @@ const (
 // when nothing is there.
 func sweepRuntimes() error {
 	var errs []error
-	pids := runtimePIDs()
+	pids := runtimePIDs(allNodes)
 	for _, pid := range pids {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
@@ -77,7 +78,7 @@ func sweepRuntimes() error {
 			errs = append(errs, fmt.Errorf("dataplane: unmounting %s: %w", m, err))
 		}
 	}
-	for _, dir := range runtimeCgroups() {
+	for _, dir := range runtimeCgroups(allNodes.cgroup) {
 		errs = append(errs, removeCgroup(dir))
 	}
 	for _, dir := range []string{RunDir, DataDir} {
@@ -100,14 +101,14 @@ func sweepRuntimes() error {
 // runtimeLeftovers describes what of kubelet nodes exists now, in Leftovers' words.
 func runtimeLeftovers() []string {
 	var left []string
-	for _, pid := range runtimePIDs() {
+	for _, pid := range runtimePIDs(allNodes) {
 		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		left = append(left, fmt.Sprintf("process %d %s", pid, strings.ReplaceAll(strings.TrimSpace(string(cmdline)), "\x00", " ")))
 	}
 	for _, m := range runtimeMounts() {
 		left = append(left, "mount "+m)
 	}
-	for _, dir := range runtimeCgroups() {
+	for _, dir := range runtimeCgroups(allNodes.cgroup) {
 		left = append(left, "cgroup "+dir)
 	}
 	for _, dir := range []string{RunDir, DataDir} {
@@ -125,22 +126,42 @@ func runtimeLeftovers() []string {
 	return left
 }
 
-// runtimePIDs are the processes of kubelet nodes: those whose command line names a node folder (kubelet,
-// containerd, its shims) and those in a node's cgroups (the pods').
-func runtimePIDs() []int {
+// nodeFiles says where the files of some kubelet nodes are: folders that their processes' command lines name,
+// and the name pattern of their cgroups below each hierarchy's root.
+type nodeFiles struct {
+	dirs   []string
+	cgroup string
+}
+
+// allNodes matches every kubelet node.
+var allNodes = nodeFiles{dirs: []string{RunDir + "/", DataDir + "/"}, cgroup: Prefix + "-*"}
+
+// NodeProcesses lists the processes left of one kubelet node: a kubelet, containerd or shim whose command line
+// names the node's folders, and any process in the node's cgroups. Once its containerd has stopped after the
+// kubelet stopped every pod, there should be none.
+func NodeProcesses(node string) []int {
+	return runtimePIDs(nodeFiles{
+		dirs:   []string{NodeRunDir(node) + "/", NodeDataDir(node) + "/"},
+		cgroup: strings.TrimPrefix(NodeCgroupRoot(node), "/"),
+	})
+}
+
+// runtimePIDs are the processes of the nodes: those whose command line names one of their folders (kubelet,
+// containerd, its shims) and those in their cgroups (the pods').
+func runtimePIDs(nodes nodeFiles) []int {
 	seen := map[int]bool{}
 	self := os.Getpid()
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		b, err := os.ReadFile(p)
-		if err != nil || !(bytes.Contains(b, []byte(RunDir+"/")) || bytes.Contains(b, []byte(DataDir+"/"))) {
+		if err != nil || !slices.ContainsFunc(nodes.dirs, func(d string) bool { return bytes.Contains(b, []byte(d)) }) {
 			continue
 		}
 		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil && pid != self {
 			seen[pid] = true
 		}
 	}
-	for _, dir := range runtimeCgroups() {
+	for _, dir := range runtimeCgroups(nodes.cgroup) {
 		b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 		for _, f := range strings.Fields(string(b)) {
 			if pid, err := strconv.Atoi(f); err == nil && pid != self {
@@ -148,12 +169,7 @@ func runtimePIDs() []int {
 			}
 		}
 	}
-	pids := make([]int, 0, len(seen))
-	for pid := range seen {
-		pids = append(pids, pid)
-	}
-	slices.Sort(pids)
-	return pids
+	return slices.Sorted(maps.Keys(seen))
 }
 
 // runtimeMounts are the mount points under RunDir and DataDir, deepest first, so that each can be unmounted.
@@ -180,9 +196,10 @@ func runtimeMounts() []string {
 	return mounts
 }
 
-// runtimeCgroups are the nodes' cgroup folders in every hierarchy, deepest first.
-func runtimeCgroups() []string {
-	roots, _ := filepath.Glob(filepath.Join(cgroupFS, "*", Prefix+"-*"))
+// runtimeCgroups are the folders of the cgroups named by pattern, and all below them, in every hierarchy, deepest
+// first.
+func runtimeCgroups(pattern string) []string {
+	roots, _ := filepath.Glob(filepath.Join(cgroupFS, "*", pattern))
 	var dirs []string
 	for _, root := range roots {
 		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
