@@ -78,7 +78,7 @@ func TestKubeletNodes(t *testing.T) {
 	if !pods {
 		t.FailNow()
 	}
-	t.Run("exec and logs", func(t *testing.T) { testExecLogs(t, c, kubectl) })
+	t.Run("exec, resolv.conf and logs", func(t *testing.T) { testExecLogs(t, c, kubectl) })
 	t.Run("a ClusterIP Service reaches both pods from a pod", func(t *testing.T) { testService(t, c, kubectl) })
 
 	for _, n := range c.Nodes {
@@ -239,6 +239,10 @@ func testExecLogs(t *testing.T, c *clusterset.Cluster, kubectl func(...string) (
 		out, code := kubectl("exec", p.Name, "--", "sh", "-c", "hostname; exit 7")
 		if code != 7 || !strings.Contains(out, p.Name) {
 			t.Errorf("kubectl exec %s: exit %d, output %q; want exit 7 and the pod's host name", p.Name, code, out)
+		}
+		out, code = kubectl("exec", p.Name, "--", "cat", "/etc/resolv.conf")
+		if want := "nameserver " + c.DNSServiceIP.String(); code != 0 || !strings.Contains(out, want) || !strings.Contains(out, "search default.svc.cluster.local") {
+			t.Errorf("resolv.conf of %s (exit %d):\n%s\nwant %q and the cluster's search path (clusterDNS)", p.Name, code, out, want)
 		}
 		out, code = kubectl("logs", p.Name)
 		if want := "serve: cluster=" + c.Name + " pod=" + p.Name; code != 0 || !strings.Contains(out, want) {
