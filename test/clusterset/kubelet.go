@@ -52,7 +52,7 @@ func kubeletCheck(opts Options, assets string) error {
 	if len(opts.Images) == 0 {
 		return errors.New("clusterset: Options.Images (nodeimages.Build) is required with Kubelet: nodes pull nothing")
 	}
-	if _, err := os.Stat(filepath.Join(cgroupFS, "cgroup.controllers")); err == nil {
+	if _, err := os.Stat(filepath.Join(dataplane.CgroupFS, "cgroup.controllers")); err == nil {
 		return errors.New("clusterset: kubelet nodes support only the cgroup v1 hierarchies this project's machines have")
 	}
 	return nil
@@ -61,10 +61,9 @@ func kubeletCheck(opts Options, assets string) error {
 // cniBinDir is where Debian's containernetworking-plugins installs the plugins.
 const cniBinDir = "/usr/lib/cni"
 
-const cgroupFS = "/sys/fs/cgroup"
-
-// kubeletPKI is a member's certificate authority for the kubelets' client CA: it signs the client certificate the
-// API server presents to kubelets (exec, logs), as system:masters.
+// kubeletPKI are a member's files for the kubelets' side of authentication: the CA the kubelets trust for
+// clients, and the certificate it signs for the API server (system:masters), which it presents to kubelets for
+// exec and logs.
 type kubeletPKI struct {
 	caFile, certFile, keyFile string
 }
@@ -221,7 +220,7 @@ func (c *Cluster) nodeKubeconfig(node string) ([]byte, error) {
 // makeCgroupRoot creates the kubelet's cgroupRoot in every cgroup v1 hierarchy, where the kubelet wants it to
 // exist; cpuset needs its CPUs and memory nodes copied from its parent before a task may join.
 func makeCgroupRoot(root string) error {
-	hierarchies, err := filepath.Glob(filepath.Join(cgroupFS, "*"))
+	hierarchies, err := filepath.Glob(filepath.Join(dataplane.CgroupFS, "*"))
 	if err != nil {
 		return err
 	}

@@ -42,9 +42,11 @@ func NodeCgroupRoot(node string) string { return "/" + Prefix + "-" + node }
 // cniResults folder as <network>-<container id>-<interface>, and its loopback as cni-loopback-<container id>-lo.
 const CNINetwork = Prefix
 
+// CgroupFS is where the cgroup hierarchies are mounted: kubelet nodes make their cgroupRoot in each.
+const CgroupFS = "/sys/fs/cgroup"
+
 // Folders outside a node's own that its kubelet and containerd write to, whatever their flags say.
 const (
-	cgroupFS   = "/sys/fs/cgroup"
 	cniResults = "/var/lib/cni/results"
 	// shimSockets holds containerd 1.6's shim sockets, named by a hash that includes the containerd address.
 	shimSockets = "/run/containerd/s"
@@ -199,7 +201,7 @@ func runtimeMounts() []string {
 // runtimeCgroups are the folders of the cgroups named by pattern, and all below them, in every hierarchy, deepest
 // first.
 func runtimeCgroups(pattern string) []string {
-	roots, _ := filepath.Glob(filepath.Join(cgroupFS, "*", pattern))
+	roots, _ := filepath.Glob(filepath.Join(CgroupFS, "*", pattern))
 	var dirs []string
 	for _, root := range roots {
 		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
