@@ -27,18 +27,23 @@ build "$kube_dir" "$root/build/tools/kube" kube-controller-manager k8s.io/kubern
 build "$kube_dir" "$root/build/tools/kube" kubectl k8s.io/kubernetes/cmd/kubectl
 build "$kube_dir" "$root/build/tools/kube" kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
 build "$kube_dir" "$root/build/tools/kube" kube-proxy k8s.io/kubernetes/cmd/kube-proxy
+build "$kube_dir" "$root/build/tools/kube" kubelet k8s.io/kubernetes/cmd/kubelet
 build "$cache/kustomize-$kustomize_version" "$root/build/tools/kustomize" kustomize sigs.k8s.io/kustomize/kustomize/v5
 
 # envtest looks for etcd, kube-apiserver and kubectl in one folder: link them together.
 assets=$cache/assets-$kube_version-etcd-$etcd_version
 mkdir -p "$assets"
-for b in kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl; do ln -sf "$kube_dir/$b" "$assets/$b"; done
+for b in kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl; do ln -sf "$kube_dir/$b" "$assets/$b"; done
 ln -sf "$etcd_dir/etcd" "$assets/etcd"
 ln -sf "$cache/kustomize-$kustomize_version/kustomize" "$assets/kustomize"
 ln -sfn "$assets" "$cache/current"
 
 # The Debian packages the tests use: dig and nslookup, dnsperf, and what the local clusterset's nodes and pods run
-# (nft for kube-proxy, ip and nsenter for namespaces, and the tools test workloads run: sh, socat, OpenBSD nc, curl).
+# (nft for kube-proxy, ip and nsenter for namespaces, and the tools test workloads run: sh, socat, OpenBSD nc, curl),
+# and what real kubelet nodes run: containerd (1.6, CRI v1, which the pinned kubelet accepts) and ctr to import
+# images, runc, the CNI plugins in /usr/lib/cni, and busybox-static for the shell of the test images. The clusterset
+# starts a containerd of its own per node, with its own socket, root and state; on a machine with systemd, apt also
+# starts Debian's containerd.service, which they neither use nor disturb.
 missing=()
 command -v dig >/dev/null || missing+=(dnsutils)
 command -v dnsperf >/dev/null || missing+=(dnsperf)
@@ -47,6 +52,10 @@ command -v ip >/dev/null || missing+=(iproute2)
 command -v nsenter >/dev/null || missing+=(util-linux)
 command -v socat >/dev/null || missing+=(socat)
 command -v curl >/dev/null || missing+=(curl)
+command -v containerd >/dev/null && command -v ctr >/dev/null || missing+=(containerd)
+command -v runc >/dev/null || missing+=(runc)
+[ -x /usr/lib/cni/ptp ] && [ -x /usr/lib/cni/host-local ] && [ -x /usr/lib/cni/loopback ] || missing+=(containernetworking-plugins)
+dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || missing+=(busybox-static)
 case "$(readlink -f "$(command -v nc 2>/dev/null)")" in */nc.openbsd) ;; *) missing+=(netcat-openbsd) ;; esac
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "tools: installing ${missing[*]}" >&2

@@ -83,6 +83,8 @@ type Cluster struct {
 	kcm       *proc.Process
 	scheduler *proc.Process
 	pods      *podLoop
+	// kubeletPKI holds the kubelets' client CA and the API server's client certificate, with kubelet nodes.
+	kubeletPKI kubeletPKI
 }
 
 // clusterSpec is what plan decided for one cluster.
@@ -93,10 +95,12 @@ type clusterSpec struct {
 	log               io.Writer
 	region            string
 	noKCM             bool // the member runs no kube-controller-manager
-	// With a data plane: the plane, the node count and the node agent binary.
+	// With a data plane: the plane, the node count and the node agent binary, or kubelet nodes and their images.
 	plane     *dataplane.Plane
 	nodes     int
 	nodeAgent string
+	kubelet   bool
+	images    []string
 }
 
 // startCluster starts one cluster. On error it stops whatever it started.
@@ -144,6 +148,11 @@ func startCluster(ctx context.Context, spec clusterSpec, assets string) (c *Clus
 		}
 		api.SecureServing.ListenAddr = envtest.ListenAddr{Address: host, Port: strconv.Itoa(port)}
 		api.Configure().Set("advertise-address", host)
+		if spec.kubelet {
+			if err := c.configureKubeletAuth(api); err != nil {
+				return c, err
+			}
+		}
 	}
 	cfg, err := c.env.Start()
 	if err != nil {
@@ -174,7 +183,7 @@ func startCluster(ctx context.Context, spec clusterSpec, assets string) (c *Clus
 		return c, err
 	}
 	if !spec.noKCM {
-		if c.kcm, err = startControllerManager(ctx, assets, c.dir, c.KubeconfigPath, spec.log); err != nil {
+		if c.kcm, err = startControllerManager(ctx, assets, c.dir, c.KubeconfigPath, spec.plane != nil && spec.kubelet, spec.log); err != nil {
 			return c, err
 		}
 	}
@@ -199,7 +208,16 @@ func (c *Cluster) stop() error {
 	if c.pods != nil {
 		c.pods.stop()
 	}
-	c.stopNodes()
+	if c.hasKubeletNodes() {
+		// Nothing may replace or reschedule the pods the kubelets are stopping.
+		for _, p := range []*proc.Process{c.kcm, c.scheduler} {
+			if p != nil {
+				p.Stop()
+			}
+		}
+		errs = append(errs, c.drainKubeletNodes(context.Background()))
+	}
+	errs = append(errs, c.stopNodes())
 	if c.scheduler != nil {
 		c.scheduler.Stop()
 	}

@@ -47,8 +47,14 @@ type Options struct {
 	// nodes, each a network namespace with kube-proxy and a node agent (NodeAgent) running pods as processes.
 	// It needs root. Zero keeps one virtual node whose pods are Running in the API only.
 	Nodes int
-	// NodeAgent is the nodeagent binary (test/cmd/nodeagent); required with Nodes.
+	// NodeAgent is the nodeagent binary (test/cmd/nodeagent); required with Nodes unless Kubelet is set.
 	NodeAgent string
+	// Kubelet makes every node run Debian's containerd and the real kubelet (built by `make tools`) instead of
+	// the node agent: pods are containers of the images in Images, which every node's containerd loads.
+	Kubelet bool
+	// Images are docker-archive tars (nodeimages.Build) loaded into every kubelet node; they must hold
+	// nodeimages.Pause, the sandbox image. Nothing is ever pulled.
+	Images []string
 	// Regions maps a member name to its region (its nodes' topology.kubernetes.io/region and its
 	// region.topology.k8s.io ClusterProperty); by default members share regions two by two, in order:
 	// region-1 for the first two, region-2 for the next two, and so on.
@@ -162,7 +168,8 @@ func plan(opts Options) ([]clusterSpec, string, error) {
 			region = r
 		}
 		specs = append(specs, clusterSpec{name: name, id: id, setName: setName, member: true, index: i, log: logw,
-			region: region, nodes: opts.Nodes, nodeAgent: opts.NodeAgent, noKCM: noKCM[name]})
+			region: region, nodes: opts.Nodes, nodeAgent: opts.NodeAgent, noKCM: noKCM[name],
+			kubelet: opts.Kubelet, images: opts.Images})
 	}
 	if !opts.NoBroker {
 		specs = append(specs, clusterSpec{name: BrokerName, index: maxMembers, log: logw, nodeAgent: opts.NodeAgent})
@@ -176,11 +183,17 @@ func dataPlaneReady(opts Options, assets string) error {
 	if err := dataplane.CheckHost(); err != nil {
 		return err
 	}
-	if opts.NodeAgent == "" {
+	switch {
+	case opts.Kubelet:
+		if err := kubeletCheck(opts, assets); err != nil {
+			return err
+		}
+	case opts.NodeAgent == "":
 		return errors.New("clusterset: Options.NodeAgent (the nodeagent binary) is required with Nodes")
-	}
-	if _, err := os.Stat(opts.NodeAgent); err != nil {
-		return fmt.Errorf("clusterset: node agent: %w (run `make build`)", err)
+	default:
+		if _, err := os.Stat(opts.NodeAgent); err != nil {
+			return fmt.Errorf("clusterset: node agent: %w (run `make build`)", err)
+		}
 	}
 	for _, b := range []string{"kube-scheduler", "kube-proxy"} {
 		if _, err := os.Stat(filepath.Join(assets, b)); err != nil {

@@ -23,10 +23,19 @@ var controllers = []string{
 	"deployment", "replicaset", "statefulset", "job",
 }
 
-// startControllerManager starts kube-controller-manager and waits until its /healthz answers.
-func startControllerManager(ctx context.Context, assets, dir, kubeconfig string, log io.Writer) (*proc.Process, error) {
+// kubeletControllers are added for kubelet nodes: a kubelet registers its Node with the not-ready taint, which
+// only the node lifecycle controller removes once the Node is Ready.
+var kubeletControllers = []string{"nodelifecycle"}
+
+// startControllerManager starts kube-controller-manager, with kubeletControllers when the member's nodes are
+// kubelets, and waits until its /healthz answers.
+func startControllerManager(ctx context.Context, assets, dir, kubeconfig string, kubelets bool, log io.Writer) (*proc.Process, error) {
+	ctrls := controllers
+	if kubelets {
+		ctrls = append(slices.Clip(controllers), kubeletControllers...)
+	}
 	return startComponent(ctx, assets, "kube-controller-manager", dir, kubeconfig, log,
-		"--controllers="+strings.Join(controllers, ","),
+		"--controllers="+strings.Join(ctrls, ","),
 		"--use-service-account-credentials=false",
 		// Objects arrive by the thousand in benchmarks; the default 20 QPS would make kcm the bottleneck.
 		"--kube-api-qps=1000",

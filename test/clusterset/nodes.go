@@ -2,10 +2,13 @@ package clusterset
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,7 +20,8 @@ import (
 	"vksfleet.dev/fleet/test/proc"
 )
 
-// Node is one node of a member with a data plane: a network namespace running kube-proxy and our node agent.
+// Node is one node of a member with a data plane: a network namespace running kube-proxy and our node agent, or
+// containerd and the kubelet (Options.Kubelet).
 type Node struct {
 	// Name is the Node's name.
 	Name string
@@ -29,18 +33,25 @@ type Node struct {
 	Addrs []netip.Addr
 	// PodCIDRs are the node's share of the member's pod CIDRs.
 	PodCIDRs []netip.Prefix
+	// ReadyAfter is how long the node took to be Ready from the start of its node agent or containerd, as Start
+	// saw it (to within 100 ms and the time the other nodes took to start).
+	ReadyAfter time.Duration
 
 	agent, proxy *proc.Process
+	started      time.Time
+	// With Options.Kubelet: containerd, the kubelet and containerd's socket.
+	containerd, kubelet *proc.Process
+	runtimeSocket       string
 }
 
-// kubeletPort is where every node agent serves exec and logs; nodes have addresses of their own.
+// kubeletPort is where every node agent or kubelet serves exec and logs; nodes have addresses of their own.
 const kubeletPort = 10250
 
 // proxyHealthPort is kube-proxy's healthz port; it answers 200 once the first sync is done.
 const proxyHealthPort = 10256
 
-// startNodes creates the member's nodes in the data plane, each with a node agent and kube-proxy, and waits until
-// every Node is Ready and every kube-proxy has programmed its rules.
+// startNodes creates the member's nodes in the data plane, each with a node agent, or containerd and a kubelet, and
+// kube-proxy, and waits until every Node is Ready and every kube-proxy has programmed its rules.
 func (c *Cluster) startNodes(ctx context.Context, spec clusterSpec, assets string) error {
 	for j := range spec.nodes {
 		n := &Node{Name: fmt.Sprintf("%s-node-%d", c.Name, j), Zone: fmt.Sprintf("%s-zone-%d", c.Name, j), Region: c.Region}
@@ -50,21 +61,25 @@ func (c *Cluster) startNodes(ctx context.Context, spec clusterSpec, assets strin
 		}
 		n.NS, n.Addrs, n.PodCIDRs = dn.NS, dn.Addrs, dn.PodCIDRs
 		c.Nodes = append(c.Nodes, n)
-		inNode := []string{"--net=/run/netns/" + n.NS, "--"}
-		n.agent, err = proc.Start(spec.log, n.Name+"/nodeagent", "nsenter", append(inNode, spec.nodeAgent,
-			"-node-name="+n.Name,
-			"-kubeconfig="+c.KubeconfigPath,
-			"-addrs="+joinAddrs(n.Addrs),
-			"-pod-cidrs="+joinPrefixes(n.PodCIDRs),
-			"-cluster-dns="+c.DNSServiceIP.String(),
-			"-labels="+corev1.LabelTopologyZone+"="+n.Zone+","+corev1.LabelTopologyRegion+"="+n.Region,
-			"-port="+strconv.Itoa(kubeletPort),
-			"-state-dir="+filepath.Join(c.dir, n.Name),
-		)...)
+		n.started = time.Now()
+		if spec.kubelet {
+			err = c.startKubeletNode(ctx, spec, assets, n)
+		} else {
+			n.agent, err = n.start(spec.log, "nodeagent", spec.nodeAgent,
+				"-node-name="+n.Name,
+				"-kubeconfig="+c.KubeconfigPath,
+				"-addrs="+joinAddrs(n.Addrs),
+				"-pod-cidrs="+joinPrefixes(n.PodCIDRs),
+				"-cluster-dns="+c.DNSServiceIP.String(),
+				"-labels="+corev1.LabelTopologyZone+"="+n.Zone+","+corev1.LabelTopologyRegion+"="+n.Region,
+				"-port="+strconv.Itoa(kubeletPort),
+				"-state-dir="+filepath.Join(c.dir, n.Name),
+			)
+		}
 		if err != nil {
 			return err
 		}
-		n.proxy, err = proc.Start(spec.log, n.Name+"/kube-proxy", "nsenter", append(inNode, filepath.Join(assets, "kube-proxy"),
+		n.proxy, err = n.start(spec.log, "kube-proxy", filepath.Join(assets, "kube-proxy"),
 			"--proxy-mode=nftables",
 			"--kubeconfig="+c.KubeconfigPath,
 			"--hostname-override="+n.Name,
@@ -73,7 +88,7 @@ func (c *Cluster) startNodes(ctx context.Context, spec clusterSpec, assets strin
 			"--conntrack-max-per-core=0",
 			"--healthz-bind-address=0.0.0.0:"+strconv.Itoa(proxyHealthPort),
 			"--metrics-bind-address=127.0.0.1:10249",
-		)...)
+		)
 		if err != nil {
 			return err
 		}
@@ -84,18 +99,44 @@ func (c *Cluster) startNodes(ctx context.Context, spec clusterSpec, assets strin
 			return fmt.Errorf("kube-proxy of %s: %w", n.Name, err)
 		}
 	}
-	return poll.Until(ctx, 100*time.Millisecond, time.Minute, func() error {
+	// A kubelet registers its Node itself, without pod CIDRs, and takes longer to be Ready than a node agent.
+	timeout := time.Minute
+	if spec.kubelet {
+		timeout = 2 * time.Minute
+	}
+	return poll.Until(ctx, 100*time.Millisecond, timeout, func() error {
+		var notReady []string
 		for _, n := range c.Nodes {
+			if n.ReadyAfter > 0 {
+				continue
+			}
 			node, err := c.Kube.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
-			if !nodeReady(node) {
-				return fmt.Errorf("node %s is not Ready", n.Name)
+			if len(node.Spec.PodCIDRs) == 0 {
+				if err := c.setPodCIDRs(ctx, n); err != nil {
+					return err
+				}
 			}
+			if nodeReady(node) {
+				n.ReadyAfter = time.Since(n.started)
+			} else {
+				notReady = append(notReady, n.Name)
+			}
+		}
+		if len(notReady) > 0 {
+			return fmt.Errorf("nodes not Ready yet: %s", strings.Join(notReady, ", "))
 		}
 		return nil
 	})
+}
+
+// start runs bin in the node's network namespace, and only there: `nsenter --net` keeps the host's mount
+// namespace, where the cgroup hierarchies are and where a kubelet's volume mounts must be for containerd to see
+// them (`ip netns exec` would give each process a mount namespace of its own, with an empty /sys/fs/cgroup).
+func (n *Node) start(log io.Writer, name, bin string, args ...string) (*proc.Process, error) {
+	return proc.Start(log, n.Name+"/"+name, "nsenter", append([]string{"--net=/run/netns/" + n.NS, "--", bin}, args...)...)
 }
 
 func nodeReady(n *corev1.Node) bool {
@@ -107,8 +148,9 @@ func nodeReady(n *corev1.Node) bool {
 	return false
 }
 
-// stopNodes stops the node agents first, so that they stop their pods, then the kube-proxies.
-func (c *Cluster) stopNodes() {
+// stopNodes stops the node agents first, so that they stop their pods, then the kube-proxies, then the kubelets
+// and containerds, whose pods drainKubeletNodes stopped.
+func (c *Cluster) stopNodes() error {
 	for _, n := range c.Nodes {
 		if n.agent != nil {
 			n.agent.Stop()
@@ -119,6 +161,33 @@ func (c *Cluster) stopNodes() {
 			n.proxy.Stop()
 		}
 	}
+	var errs []error
+	for _, n := range c.Nodes {
+		errs = append(errs, n.stopKubeletNode(context.Background()))
+	}
+	return errors.Join(errs...)
+}
+
+// Usage returns what the node's processes use, by name: kubelet, containerd and kube-proxy, or nodeagent and
+// kube-proxy. Pods' processes are not counted.
+func (n *Node) Usage() (map[string]proc.Usage, error) {
+	usage := map[string]proc.Usage{}
+	for name, p := range map[string]*proc.Process{"nodeagent": n.agent, "kube-proxy": n.proxy, "kubelet": n.kubelet, "containerd": n.containerd} {
+		if p == nil {
+			continue
+		}
+		u, err := p.Usage()
+		if err != nil {
+			return nil, fmt.Errorf("%s of %s: %w", name, n.Name, err)
+		}
+		usage[name] = u
+	}
+	return usage, nil
+}
+
+// hasKubeletNodes says whether the member's nodes run kubelets.
+func (c *Cluster) hasKubeletNodes() bool {
+	return slices.ContainsFunc(c.Nodes, func(n *Node) bool { return n.containerd != nil })
 }
 
 // dnsServiceIP is the address the cluster DNS Service of a member gets: the tenth of its IPv4 Service range, as

@@ -213,9 +213,10 @@ func forwarding(ns string) []string {
 }
 
 // Sweep removes every namespace, link, route and /etc/netns folder a data plane creates, killing the processes
-// left in those namespaces. It is safe to call when nothing is there.
+// left in those namespaces, and whatever kubelet nodes leave (see sweepRuntimes). It is safe to call when nothing is there.
 func Sweep() error {
-	var errs []error
+	// Kubelet nodes first: their processes run in the namespaces, and their pods' in namespaces of their own.
+	errs := []error{sweepRuntimes()}
 	for _, ns := range Namespaces() {
 		if out, err := exec.Command("ip", "netns", "pids", ns).Output(); err == nil {
 			for _, f := range strings.Fields(string(out)) {
@@ -267,10 +268,11 @@ func Namespaces() []string {
 	return names
 }
 
-// Leftovers describes whatever of a data plane exists right now: namespaces, the host link, marked routes. An
-// empty result means nothing is left.
+// Leftovers describes whatever of a data plane exists right now: namespaces, the host link, marked routes, and
+// what kubelet nodes leave (processes, mounts, cgroups, folders, CNI results, shim sockets). An empty result means
+// nothing is left.
 func Leftovers() []string {
-	var left []string
+	left := runtimeLeftovers()
 	for _, ns := range Namespaces() {
 		left = append(left, "netns "+ns)
 	}

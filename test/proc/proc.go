@@ -42,24 +42,38 @@ func (p *Process) Pid() int { return p.cmd.Process.Pid }
 // WaitHTTP polls url with hc until it answers 200, failing early if the process exits, ctx ends or timeout
 // passes.
 func (p *Process) WaitHTTP(ctx context.Context, hc *http.Client, url string, timeout time.Duration) error {
+	return p.Wait(ctx, timeout, "answering "+url, func() error {
+		resp, err := hc.Get(url)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s answered %s", url, resp.Status)
+		}
+		return nil
+	})
+}
+
+// Wait calls ready every 100 ms until it returns nil, failing early if the process exits, ctx ends or timeout
+// passes; what says what was waited for.
+func (p *Process) Wait(ctx context.Context, timeout time.Duration, what string, ready func() error) error {
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if resp, err := hc.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+		err := ready()
+		if err == nil {
+			return nil
 		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("%s exited before answering %s: %v", p.name, url, p.cmd.ProcessState)
+			return fmt.Errorf("%s exited before %s: %v", p.name, what, p.cmd.ProcessState)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
 			if time.Now().After(deadline) {
-				return fmt.Errorf("%s did not answer %s within %s", p.name, url, timeout)
+				return fmt.Errorf("%s did not get to %s within %s: %w", p.name, what, timeout, err)
 			}
 		}
 	}

@@ -27,7 +27,8 @@ const (
 )
 
 // ServePod is the pod template of serve: it answers with the cluster name given here and its pod name, and is
-// Ready once its HTTP health check answers.
+// Ready once its HTTP health check answers. Its image, like ClientPod's, is never pulled: a kubelet node has it
+// from test/nodeimages (serveBin is then nodeimages.ServeBin), a node agent runs serveBin from the host.
 func ServePod(app, cluster, serveBin string) corev1.PodTemplateSpec {
 	labels := map[string]string{"app": app}
 	return corev1.PodTemplateSpec{
@@ -35,7 +36,7 @@ func ServePod(app, cluster, serveBin string) corev1.PodTemplateSpec {
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: ptr.To[int64](5),
 			Containers: []corev1.Container{{
-				Name: "serve", Image: "vksfleet.dev/serve", Command: []string{serveBin},
+				Name: "serve", Image: "vksfleet.dev/serve", ImagePullPolicy: corev1.PullNever, Command: []string{serveBin},
 				Env: []corev1.EnvVar{
 					{Name: "CLUSTER", Value: cluster},
 					{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
@@ -102,7 +103,8 @@ func ClientPod(name, namespace string) *corev1.Pod {
 		Spec: corev1.PodSpec{
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			TerminationGracePeriodSeconds: ptr.To[int64](1),
-			Containers:                    []corev1.Container{{Name: "client", Image: "vksfleet.dev/client", Command: []string{"sleep", "3600"}}},
+			Containers: []corev1.Container{{Name: "client", Image: "vksfleet.dev/client", ImagePullPolicy: corev1.PullNever,
+				Command: []string{"sleep", "3600"}}},
 		},
 	}
 }

@@ -1,0 +1,324 @@
+// Package kubeletnodes tests the local clusterset's real nodes (clusterset.Options.Kubelet): Debian's containerd
+// and the kubelet built from the pinned Kubernetes, running the images of test/nodeimages.
+package kubeletnodes
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"vksfleet.dev/fleet/test/clusterset"
+	"vksfleet.dev/fleet/test/dataplane"
+	"vksfleet.dev/fleet/test/nodeimages"
+	"vksfleet.dev/fleet/test/poll"
+	"vksfleet.dev/fleet/test/proc"
+	"vksfleet.dev/fleet/test/workload"
+)
+
+const namespace = "default"
+
+// TestKubeletNodes starts one member with two kubelet nodes, runs serve on both through a Deployment, reaches
+// it with kubectl exec and logs and through kube-proxy from a pod, then stops the clusterset and checks that
+// nothing of the nodes is left on the machine.
+func TestKubeletNodes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("kubelet nodes need root (network namespaces, cgroups, containerd): run as root")
+	}
+	if err := dataplane.CheckHost(); err != nil {
+		t.Skip(err)
+	}
+	ctx := context.Background()
+	images, err := nodeimages.Build(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := proc.TestLog(t)
+	start := time.Now()
+	cs, err := clusterset.Start(ctx, clusterset.Options{
+		Members: []string{"cluster-a"}, NoBroker: true, Nodes: 2, Kubelet: true, Images: images, Log: log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("clusterset with 2 kubelet nodes Ready %s after Start", time.Since(start).Round(100*time.Millisecond))
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = cs.Stop()
+		}
+	})
+	c := cs.Member("cluster-a")
+	assets, err := clusterset.AssetsDir("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl := func(args ...string) (string, int) {
+		t.Helper()
+		stdout, stderr, code, err := workload.Kubectl(ctx, filepath.Join(assets, "kubectl"), c.KubeconfigPath, c.Name, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return stdout + stderr, code
+	}
+
+	t.Run("nodes are Ready with containerd and the kubelet", func(t *testing.T) { testNodes(t, c, kubectl) })
+	pods := t.Run("a Deployment spreads over both nodes", func(t *testing.T) { testDeployment(t, c) })
+	if !pods {
+		t.FailNow()
+	}
+	t.Run("exec, resolv.conf and logs", func(t *testing.T) { testExecLogs(t, c, kubectl) })
+	t.Run("a ClusterIP Service reaches both pods from a pod", func(t *testing.T) { testService(t, c, kubectl) })
+
+	for _, n := range c.Nodes {
+		u, err := n.Usage()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s RSS: kubelet %d MiB, containerd %d MiB, kube-proxy %d MiB", n.Name,
+			u["kubelet"].RSS>>20, u["containerd"].RSS>>20, u["kube-proxy"].RSS>>20)
+	}
+	start = time.Now()
+	stopped = true
+	if err := cs.Stop(); err != nil {
+		t.Errorf("stopping the clusterset: %v", err)
+	}
+	t.Logf("clusterset stopped in %s", time.Since(start).Round(100*time.Millisecond))
+	if left := dataplane.Leftovers(); len(left) > 0 {
+		t.Errorf("left behind after Stop:\n%s", strings.Join(left, "\n"))
+	}
+}
+
+func testNodes(t *testing.T, c *clusterset.Cluster, kubectl func(...string) (string, int)) {
+	for _, n := range c.Nodes {
+		node, err := c.Kube.CoreV1().Nodes().Get(context.Background(), n.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := node.Status.NodeInfo
+		if !strings.HasPrefix(info.ContainerRuntimeVersion, "containerd://") {
+			t.Errorf("%s: container runtime %q, want containerd://...", n.Name, info.ContainerRuntimeVersion)
+		}
+		if info.KubeletVersion == "" {
+			t.Errorf("%s: no kubelet version", n.Name)
+		}
+		var internal []string
+		for _, a := range node.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				internal = append(internal, a.Address)
+			}
+		}
+		if want := []string{n.Addrs[0].String(), n.Addrs[1].String()}; !slices.Equal(internal, want) {
+			t.Errorf("%s: InternalIPs %v, want %v", n.Name, internal, want)
+		}
+		if z := node.Labels[corev1.LabelTopologyZone]; z != n.Zone {
+			t.Errorf("%s: zone %q, want %q", n.Name, z, n.Zone)
+		}
+		if !nodeReady(node) {
+			t.Errorf("%s is not Ready", n.Name)
+		}
+		t.Logf("%s: Ready %s after containerd started, kubelet %s, %s", n.Name, n.ReadyAfter.Round(10*time.Millisecond),
+			info.KubeletVersion, info.ContainerRuntimeVersion)
+	}
+	out, code := kubectl("get", "nodes", "-o", "wide")
+	if code != 0 {
+		t.Fatalf("kubectl get nodes: exit %d\n%s", code, out)
+	}
+	t.Logf("kubectl get nodes -o wide:\n%s", out)
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// testDeployment runs serve with two replicas that may not share a node, and checks where they run and that
+// their addresses come from their node's pod CIDRs.
+func testDeployment(t *testing.T, c *clusterset.Cluster) {
+	ctx := context.Background()
+	tmpl := workload.ServePod("web", c.Name, nodeimages.ServeBin)
+	tmpl.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+			LabelSelector: &metav1.LabelSelector{MatchLabels: tmpl.Labels}, TopologyKey: corev1.LabelHostname,
+		}},
+	}}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: namespace},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](2), Selector: &metav1.LabelSelector{MatchLabels: tmpl.Labels},
+			Template: tmpl},
+	}
+	start := time.Now()
+	if err := c.Client.Create(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Client.Create(ctx, workload.ServiceFor("web", namespace, false)); err != nil {
+		t.Fatal(err)
+	}
+	var pods []corev1.Pod
+	poll.T(t, 2*time.Minute, "two web pods Ready", func() error {
+		list, err := c.Kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		if err != nil {
+			return err
+		}
+		pods = list.Items
+		ready := 0
+		for _, p := range pods {
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+					ready++
+				}
+			}
+		}
+		if len(pods) != 2 || ready != 2 {
+			return fmt.Errorf("%d pods, %d Ready: %s", len(pods), ready, podStates(pods))
+		}
+		return nil
+	})
+	t.Logf("Deployment of 2 pods Ready %s after it was created", time.Since(start).Round(10*time.Millisecond))
+	for _, p := range pods {
+		var node *clusterset.Node
+		for _, n := range c.Nodes {
+			if n.Name == p.Spec.NodeName {
+				node = n
+			}
+		}
+		if node == nil {
+			t.Fatalf("pod %s on %q, not one of the member's nodes", p.Name, p.Spec.NodeName)
+		}
+		if len(p.Status.PodIPs) != len(node.PodCIDRs) {
+			t.Errorf("pod %s has addresses %v, want one in each of %v", p.Name, p.Status.PodIPs, node.PodCIDRs)
+		}
+		for i, ip := range p.Status.PodIPs {
+			a, err := netip.ParseAddr(ip.IP)
+			if err != nil || i >= len(node.PodCIDRs) || !node.PodCIDRs[i].Contains(a) {
+				t.Errorf("pod %s address %s is not in %s's pod CIDRs %v", p.Name, ip.IP, node.Name, node.PodCIDRs)
+			}
+		}
+		t.Logf("pod %s on %s: %v", p.Name, p.Spec.NodeName, p.Status.PodIPs)
+	}
+	if pods[0].Spec.NodeName == pods[1].Spec.NodeName {
+		t.Errorf("both pods on %s", pods[0].Spec.NodeName)
+	}
+}
+
+func podStates(pods []corev1.Pod) string {
+	var s []string
+	for _, p := range pods {
+		state := string(p.Status.Phase)
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.State.Waiting != nil {
+				state += "/" + cs.State.Waiting.Reason + ": " + cs.State.Waiting.Message
+			}
+		}
+		s = append(s, p.Name+" "+state)
+	}
+	return strings.Join(s, ", ")
+}
+
+func testExecLogs(t *testing.T, c *clusterset.Cluster, kubectl func(...string) (string, int)) {
+	pods, err := c.Kube.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app=web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		out, code := kubectl("exec", p.Name, "--", "sh", "-c", "hostname; exit 7")
+		if code != 7 || !strings.Contains(out, p.Name) {
+			t.Errorf("kubectl exec %s: exit %d, output %q; want exit 7 and the pod's host name", p.Name, code, out)
+		}
+		out, code = kubectl("exec", p.Name, "--", "cat", "/etc/resolv.conf")
+		if want := "nameserver " + c.DNSServiceIP.String(); code != 0 || !strings.Contains(out, want) || !strings.Contains(out, "search default.svc.cluster.local") {
+			t.Errorf("resolv.conf of %s (exit %d):\n%s\nwant %q and the cluster's search path (clusterDNS)", p.Name, code, out, want)
+		}
+		out, code = kubectl("logs", p.Name)
+		if want := "serve: cluster=" + c.Name + " pod=" + p.Name; code != 0 || !strings.Contains(out, want) {
+			t.Errorf("kubectl logs %s: exit %d, output %q; want a line with %q", p.Name, code, out, want)
+		}
+	}
+}
+
+// testService runs serve's request loop in a client pod against each pod's addresses (both families) and the
+// Service's ClusterIP: every request must be answered, through kube-proxy by both pods between them.
+func testService(t *testing.T, c *clusterset.Cluster, kubectl func(...string) (string, int)) {
+	ctx := context.Background()
+	if _, err := c.Kube.CoreV1().Pods(namespace).Create(ctx, workload.ClientPod("client", namespace), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := c.Kube.CoreV1().Services(namespace).Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := fmt.Sprintf("%s:%d", svc.Spec.ClusterIP, workload.ServicePort)
+	loop := func(count int) (string, int) {
+		return kubectl("exec", "client", "--", nodeimages.ServeBin, "loop", "-target", target, "-proto", "http",
+			"-count", fmt.Sprint(count), "-interval", "20ms", "-timeout", "1s")
+	}
+	// kube-proxy programs the Service once its endpoints are ready: wait for one answer from each pod first.
+	poll.T(t, time.Minute, "both pods answering through "+target, func() error {
+		out, code := loop(10)
+		if code != 0 {
+			return fmt.Errorf("exit %d: %s", code, out)
+		}
+		if by := answeredBy(workload.ParseLoop(out)); len(by) != 2 {
+			return fmt.Errorf("answered by %v", by)
+		}
+		return nil
+	})
+	// Pod to pod, across nodes and within one, in both families: the client reaches each web pod at each address.
+	pods, err := c.Kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		for _, ip := range p.Status.PodIPs {
+			addr := net.JoinHostPort(ip.IP, fmt.Sprint(workload.HTTPPort))
+			out, code := kubectl("exec", "client", "--", nodeimages.ServeBin, "loop", "-target", addr, "-proto", "http",
+				"-count", "5", "-interval", "20ms", "-timeout", "1s")
+			if by := answeredBy(workload.ParseLoop(out)); code != 0 || by[p.Name] != 5 {
+				t.Errorf("5 requests from the client to %s (%s): exit %d, answered by %v\n%s", addr, p.Name, code, by, out)
+			}
+		}
+	}
+	const requests = 200
+	out, code := loop(requests)
+	if code != 0 {
+		t.Fatalf("serve loop: exit %d\n%s", code, out)
+	}
+	reqs := workload.ParseLoop(out)
+	failed := 0
+	for _, r := range reqs {
+		if !r.OK {
+			failed++
+		}
+	}
+	by := answeredBy(reqs)
+	t.Logf("%d requests from a pod to %s: %d failed, answered by %v", len(reqs), target, failed, by)
+	if len(reqs) != requests || failed != 0 || len(by) != 2 {
+		t.Errorf("%d requests, %d failed, answered by %v; want %d, 0 and both pods", len(reqs), failed, by, requests)
+	}
+}
+
+// answeredBy counts the answers of each pod.
+func answeredBy(reqs []workload.Request) map[string]int {
+	by := map[string]int{}
+	for _, r := range reqs {
+		if r.OK {
+			by[r.Pod]++
+		}
+	}
+	return by
+}
