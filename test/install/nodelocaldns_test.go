@@ -87,6 +87,9 @@ func TestNodeLocalDNSCache(t *testing.T) {
 	web := "web." + nodeLocalNS + ".svc.clusterset.local"
 	both := addresses("10.1.0.61", "10.1.0.62")
 	settle(t, paths[:1], web, dns.TypeA, both, time.Now())
+	// Every server has its own informers: each must hold the slice before the service's name is asked through its
+	// cache, or the cache keeps its NXDOMAIN. An endpoint's own name tells, without caching the service's.
+	settle(t, cached, "web-0.cluster-a."+web, dns.TypeA, addresses("10.1.0.61"), time.Now())
 	for _, p := range cached {
 		r, err := ask(p.addr, web, dns.TypeA)
 		if err != nil {
