@@ -38,7 +38,9 @@ func (t *Trust) Observe(intact bool, now time.Time) (regained bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !intact {
-		t.since, t.trusted, t.vouched = time.Time{}, false, false
+		// An interruption after trust loses the waiver; before it, it is the start itself (a Lease being created).
+		t.vouched = t.vouched && !t.trusted
+		t.since, t.trusted = time.Time{}, false
 		return false
 	}
 	if t.since.IsZero() {
@@ -51,9 +53,9 @@ func (t *Trust) Observe(intact bool, now time.Time) (regained bool) {
 	return false
 }
 
-// Vouch waives the settle time until the next interruption: this run found its marks already on the broker
-// when it started (the broker kept its data since this member last wrote), or it holds no import that an
-// incomplete view could withdraw.
+// Vouch waives the settle time until the first interruption after trust: this run found its marks already on
+// the broker when it started (the broker kept its data since this member last wrote), or it holds no import that
+// an incomplete view could withdraw.
 func (t *Trust) Vouch() {
 	t.mu.Lock()
 	defer t.mu.Unlock()

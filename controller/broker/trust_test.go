@@ -38,6 +38,12 @@ func TestTrust(t *testing.T) {
 	if vouched.Observe(true, t0.Add(2*time.Second)) || vouched.Trusted() {
 		t.Error("after an interruption, a vouched start waits for the settle time")
 	}
+	fresh := NewTrust(time.Minute)
+	fresh.Vouch()
+	fresh.Observe(false, t0) // a first start creates its Lease: not standing yet
+	if !fresh.Observe(true, t0.Add(time.Second)) || !fresh.Trusted() {
+		t.Error("a vouched first start is not trusted once its marks stand")
+	}
 	if s := Sentinel("b.east"); s.Name != SentinelName || s.Labels["app.kubernetes.io/managed-by"] == "" {
 		t.Errorf("sentinel %+v", s.ObjectMeta)
 	} else if _, ok := ServiceOf(s); ok {
