@@ -54,15 +54,13 @@ type Problem struct {
 	Message string
 }
 
-func (p Problem) String() string { return p.Message }
-
 // reservedPrefixes are the key prefixes exported metadata may not carry: the MCS API's own and this project's,
 // which the controller and the DNS plugin read from ServiceImports (an exported mcs.vksfleet.dev/locality would
 // steer every member's headless DNS).
 var reservedPrefixes = []string{"multicluster.kubernetes.io/", "multicluster.x-k8s.io/", "mcs.vksfleet.dev/"}
 
-// Reserved says whether key is in a namespace the MCS API or this project keeps for itself.
-func Reserved(key string) bool {
+// reserved says whether key is in a namespace the MCS API or this project keeps for itself.
+func reserved(key string) bool {
 	return slices.ContainsFunc(reservedPrefixes, func(p string) bool { return strings.HasPrefix(key, p) })
 }
 
@@ -80,7 +78,7 @@ func Metadata(labels, annotations map[string]string) (map[string]string, map[str
 		for _, k := range sortedKeys(m) {
 			v := m[k]
 			switch err := valid(k, v); {
-			case Reserved(k):
+			case reserved(k):
 				problems = append(problems, Problem{ReasonReservedKey, fmt.Sprintf("exported %s key %q is reserved", kind, k)})
 			case err != nil:
 				problems = append(problems, Problem{ReasonMetadata, fmt.Sprintf("exported %s %q: %v", kind, k, err)})
