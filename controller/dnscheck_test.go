@@ -57,13 +57,20 @@ func startDNS(t *testing.T) string {
 		}
 		_ = w.WriteMsg(m)
 	})
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
-		t.Fatal(err) // the TCP port of the UDP one is taken: rare enough not to retry
+	// The UDP port's TCP twin may be taken by another process: another pair is tried, a bounded number of times.
+	var pc net.PacketConn
+	var l net.Listener
+	for try := 0; l == nil; try++ {
+		var err error
+		if pc, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		if l, err = net.Listen("tcp", pc.LocalAddr().String()); err != nil {
+			pc.Close()
+			if try == 10 {
+				t.Fatal(err)
+			}
+		}
 	}
 	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: handler}, {Listener: l, Handler: handler}} {
 		started := make(chan struct{})

@@ -25,15 +25,16 @@ type duplicateID struct {
 	active      bool
 }
 
-// observe records whether a renewal at now found another holder's change, and says whether the conflict began or
-// ended. One foreign change can be a leader handover between two replicas of this member; two in a row cannot.
-// The conflict ends once no other holder has written for a grace.
-func (d *duplicateID) observe(foreign bool, now time.Time) (changed bool) {
+// observe records whether a renewal at now created the Lease, or found another holder's change, and says whether
+// the conflict began or ended. One foreign change can be a leader handover between two replicas of this member;
+// two in a row cannot. The conflict ends once no other holder has written for a grace.
+func (d *duplicateID) observe(created, foreign bool, now time.Time) (changed bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.renewals++
-	// A run's first renewal cannot tell: it has written nothing yet that another could have changed.
-	d.clean = !foreign && d.renewals >= 2
+	// A run's first renewal of a Lease it found cannot tell: it has written nothing yet that another could have
+	// changed. One that had to create the Lease knows that no other process held it.
+	d.clean = created || (!foreign && d.renewals >= 2)
 	if foreign {
 		d.streak++
 		d.lastForeign = now
@@ -62,8 +63,9 @@ func (d *duplicateID) Active() bool {
 }
 
 // mayDelete says whether this member may delete its broker objects: only once its last renewal showed that no
-// other process had renewed the Lease since its previous one, and while no conflict lasts. Another cluster that
-// claims the id shows at this run's second renewal at the latest, before anything is deleted.
+// other process had renewed the Lease since its previous one (or created it), and while no conflict lasts.
+// Another cluster that claims the id, already there at this run's start, shows at its second renewal at the
+// latest, before anything is deleted.
 func (d *duplicateID) mayDelete() bool {
 	if d == nil {
 		return true

@@ -26,7 +26,7 @@ func TestDuplicateID(t *testing.T) {
 		{"clean for a grace: over", 26 * time.Second, false, true, false, true},
 	}
 	for _, s := range steps {
-		changed := d.observe(s.foreign, t0.Add(s.at))
+		changed := d.observe(false, s.foreign, t0.Add(s.at))
 		if changed != s.wantChanged || d.Active() != s.wantActive || d.mayDelete() != s.wantMayDelete {
 			t.Errorf("%s: changed %v, active %v, mayDelete %v; want %v, %v, %v", s.name, changed, d.Active(), d.mayDelete(),
 				s.wantChanged, s.wantActive, s.wantMayDelete)
@@ -36,10 +36,15 @@ func TestDuplicateID(t *testing.T) {
 	// finds the other's change.
 	late := &duplicateID{id: "a", grace: 10 * time.Second}
 	for i, foreign := range []bool{false, true, true} {
-		late.observe(foreign, t0.Add(time.Duration(i)*3*time.Second))
+		late.observe(false, foreign, t0.Add(time.Duration(i)*3*time.Second))
 		if late.mayDelete() {
 			t.Errorf("renewal %d: a run sharing the Lease may delete", i+1)
 		}
+	}
+	// A run that had to create the Lease knows no other process held it: it may delete at once.
+	first := &duplicateID{id: "a", grace: 10 * time.Second}
+	if first.observe(true, false, t0); !first.mayDelete() {
+		t.Error("a run that created its Lease may not delete")
 	}
 	var none *duplicateID
 	if none.Active() || !none.mayDelete() {

@@ -49,8 +49,9 @@ func (h *heartbeat) run(ctx context.Context) error {
 	ticker := time.NewTicker(tick)
 	defer ticker.Stop()
 	var nextRenew time.Time
-	// renewed: this run has held the Lease, so the Lease missing means the broker lost it.
-	renewed, leaseStood, first := false, false, true
+	// renewed: this run has held the Lease, so the Lease missing means the broker lost it. leaseFound: the first
+	// renewal found the Lease, which is evidence that the broker kept this member's data.
+	renewed, leaseStood, leaseFound, first := false, false, false, true
 	for {
 		now := time.Now()
 		if !now.Before(nextRenew) {
@@ -62,8 +63,13 @@ func (h *heartbeat) run(ctx context.Context) error {
 			if created && renewed {
 				return errBrokerReset
 			}
+			if !renewed {
+				leaseFound = err == nil && !created
+			}
 			renewed = renewed || err == nil
-			leaseStood = err == nil && !created
+			// A Lease this run created stands from now on; that it was missing is the sentinel's to tell the
+			// trust, which is created with it and shows only a tick later.
+			leaseStood = err == nil
 			recovered := err == nil && !h.liveness.Healthy()
 			h.liveness.SetHealthy(err == nil)
 			brokerReachable.WithLabelValues(h.id).Set(gauge(err == nil))
@@ -93,7 +99,7 @@ func (h *heartbeat) run(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if (leaseStood && sentinel) || !held {
+			if (leaseFound && sentinel) || !held {
 				h.trust.Vouch()
 			}
 		}
@@ -152,7 +158,7 @@ func (h *heartbeat) renew(ctx context.Context, now time.Time) (created bool, err
 	if err == nil {
 		var foreign bool
 		created, foreign, err = h.renewer.Renew(ctx, h.client, h.grace, now)
-		if err == nil && h.duplicate.observe(foreign, now) {
+		if err == nil && h.duplicate.observe(created, foreign, now) {
 			active := h.duplicate.Active()
 			clusterIDConflict.WithLabelValues(h.id).Set(gauge(active))
 			if active {
