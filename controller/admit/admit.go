@@ -6,6 +6,7 @@ package admit
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -54,6 +55,9 @@ type Problem struct {
 	Message string
 }
 
+// protocols are the protocols a Service or EndpointSlice port may have; an unset protocol means TCP.
+var protocols = []corev1.Protocol{corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP}
+
 // reservedPrefixes are the key prefixes exported metadata may not carry: the MCS API's own and this project's,
 // which the controller and the DNS plugin read from ServiceImports (an exported mcs.vksfleet.dev/locality would
 // steer every member's headless DNS).
@@ -75,7 +79,7 @@ func Metadata(labels, annotations map[string]string) (map[string]string, map[str
 			return nil
 		}
 		out := make(map[string]string, len(m))
-		for _, k := range sortedKeys(m) {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
 			v := m[k]
 			switch err := valid(k, v); {
 			case reserved(k):
@@ -137,7 +141,7 @@ func Ports(ports []mcsv1beta1.ServicePort) *Problem {
 			return bad("port name %q is not a DNS label", p.Name)
 		case p.Port < 1 || p.Port > 65535:
 			return bad("port %d is out of range", p.Port)
-		case !slices.Contains([]corev1.Protocol{"", corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP}, p.Protocol):
+		case p.Protocol != "" && !slices.Contains(protocols, p.Protocol):
 			return bad("port %d has protocol %q", p.Port, p.Protocol)
 		case p.AppProtocol != nil && len(validation.IsQualifiedName(*p.AppProtocol)) > 0:
 			return bad("port %d has appProtocol %q, not a qualified name", p.Port, *p.AppProtocol)
@@ -242,19 +246,10 @@ func slicePorts(ports []discoveryv1.EndpointPort) *Problem {
 			return &Problem{ReasonPorts, fmt.Sprintf("port name %q is listed twice", name)}
 		case p.Port != nil && (*p.Port < 1 || *p.Port > 65535):
 			return &Problem{ReasonPorts, fmt.Sprintf("port %d is out of range", *p.Port)}
-		case p.Protocol != nil && !slices.Contains([]corev1.Protocol{corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP}, *p.Protocol):
+		case p.Protocol != nil && !slices.Contains(protocols, *p.Protocol):
 			return &Problem{ReasonPorts, fmt.Sprintf("port %q has protocol %q", name, *p.Protocol)}
 		}
 		seen[name] = true
 	}
 	return nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -314,11 +314,5 @@ func testService(t *testing.T, c *clusterset.Cluster, kubectl func(...string) (s
 
 // answeredBy counts the answers of each pod.
 func answeredBy(reqs []workload.Request) map[string]int {
-	by := map[string]int{}
-	for _, r := range reqs {
-		if r.OK {
-			by[r.Pod]++
-		}
-	}
-	return by
+	return workload.AnsweredBy(reqs, func(r workload.Request) string { return r.Pod })
 }

@@ -432,14 +432,9 @@ func (e *env) execOK(t *testing.T, m *fleet.Member, pod string, cmd ...string) s
 	return out
 }
 
+// answeredBy counts the answers of each cluster.
 func answeredBy(reqs []workload.Request) map[string]int {
-	by := map[string]int{}
-	for _, r := range reqs {
-		if r.OK {
-			by[r.Cluster]++
-		}
-	}
-	return by
+	return workload.AnsweredBy(reqs, func(r workload.Request) string { return r.Cluster })
 }
 
 func failures(reqs []workload.Request) []string {

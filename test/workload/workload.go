@@ -132,6 +132,17 @@ type Request struct {
 	LatencyMs            float64
 }
 
+// AnsweredBy counts the answered requests by key, such as the cluster or the pod that answered.
+func AnsweredBy(reqs []Request, key func(Request) string) map[string]int {
+	by := map[string]int{}
+	for _, r := range reqs {
+		if r.OK {
+			by[key(r)]++
+		}
+	}
+	return by
+}
+
 // ParseLoop reads the serve loop's output (see test/cmd/serve) into its requests, ignoring the summary and any
 // line that is not a request.
 func ParseLoop(out string) []Request {
