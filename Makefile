@@ -17,10 +17,10 @@ help: ## list the targets
 tools: ## build etcd, kube-apiserver, kube-controller-manager and kubectl from source (cached); install dig and dnsperf
 	@bash build/tools.sh
 
-build: ## build every command into bin/, with the local clusterset's node agent and serve program
+build: ## build every command into bin/, with the local clusterset's test programs (serve, pause)
 	$(GO) build -o bin/ ./cmd/... ./test/cmd/...
 
-test: tools ## unit and integration tests against real control planes
+test: tools images ## unit and integration tests against real control planes, kubelets and our images
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 lint: ## gofmt, go vet and staticcheck
@@ -49,10 +49,10 @@ generate: ## regenerate the API types' DeepCopy methods with the pinned controll
 	@test -x $(CONTROLLER_GEN) || (cd build/tools/controller-gen && CGO_ENABLED=0 $(GO) build -trimpath -o $(CONTROLLER_GEN) sigs.k8s.io/controller-tools/cmd/controller-gen)
 	$(CONTROLLER_GEN) object paths=./api/...
 
-up: tools build ## start a local clusterset in the background (MEMBERS=3 members + broker); writes .fleet/
+up: tools build images ## start a local clusterset in the background (MEMBERS=3 members + broker); writes .fleet/
 	@bin/localfleet up -members $(MEMBERS) -nodes $(NODES)
 
-demo: tools build ## bring up a local fleet and walk both user stories; fails if any expectation fails
+demo: tools build images ## bring up a local fleet and walk both user stories; fails if any expectation fails
 	@bin/demo -bin bin
 
 down: ## stop the local clusterset
@@ -84,5 +84,5 @@ manifests: tools ## render the kustomize bases under build/deploy into bin/manif
 	$(KUSTOMIZE) build build/deploy/broker > bin/manifests/broker.yaml
 	$(KUSTOMIZE) build build/deploy/member > bin/manifests/broker-member-example.yaml
 
-images: ## build the coredns and mcs-controller images (root: starts a private Docker engine under .cache/docker, stops it after)
+images: ## build the coredns and mcs-controller images into bin/images/*.tar (root: starts a private Docker engine under .cache/docker, stops it after)
 	@bash build/docker.sh run bash build/images/build.sh

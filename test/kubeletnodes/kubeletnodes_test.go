@@ -47,7 +47,7 @@ func TestKubeletNodes(t *testing.T) {
 	log := proc.TestLog(t)
 	start := time.Now()
 	cs, err := clusterset.Start(ctx, clusterset.Options{
-		Members: []string{"cluster-a"}, NoBroker: true, Nodes: 2, Kubelet: true, Images: images, Log: log,
+		Members: []string{"cluster-a"}, NoBroker: true, Nodes: 2, Images: images, Log: log,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +151,7 @@ func nodeReady(n *corev1.Node) bool {
 // their addresses come from their node's pod CIDRs.
 func testDeployment(t *testing.T, c *clusterset.Cluster) {
 	ctx := context.Background()
-	tmpl := workload.ServePod("web", c.Name, nodeimages.ServeBin)
+	tmpl := workload.ServePod("web", c.Name)
 	tmpl.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
 		RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
 			LabelSelector: &metav1.LabelSelector{MatchLabels: tmpl.Labels}, TopologyKey: corev1.LabelHostname,

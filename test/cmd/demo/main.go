@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -20,7 +19,7 @@ import (
 )
 
 func main() {
-	bin := flag.String("bin", "bin", "folder with the coredns, controller, nodeagent and serve binaries (make build)")
+	bin := flag.String("bin", "bin", "folder with the kubectl-mcs binary (make build); the fleet runs the images of make images")
 	grace := flag.Duration("lease-grace", 10*time.Second, "the controllers' --lease-grace")
 	timeout := flag.Duration("timeout", time.Minute, "how long each expectation may take to hold")
 	logPath := flag.String("log", ".fleet/demo.log", "where the fleet's processes log")
@@ -42,11 +41,6 @@ func run(bin, logPath string, grace, timeout time.Duration) error {
 		return err
 	}
 	defer logf.Close()
-	// The fleet checks for its own binaries; serve only runs in the stories' pods, so its absence would show late.
-	serve := filepath.Join(bin, "serve")
-	if _, err := os.Stat(serve); err != nil {
-		return fmt.Errorf("%w: run `make build` first", err)
-	}
 	fmt.Printf("Starting a local fleet: cluster-a, cluster-b, cluster-c + broker, 2 nodes each (logs: %s)\n", logPath)
 	start := time.Now()
 	f, err := fleet.Start(ctx, fleet.Options{
@@ -58,7 +52,7 @@ func run(bin, logPath string, grace, timeout time.Duration) error {
 	}
 	defer f.Stop()
 	fmt.Printf("Fleet up in %s.\n", time.Since(start).Round(100*time.Millisecond))
-	d := &demo.Demo{Fleet: f, Serve: serve, Out: os.Stdout, Timeout: timeout}
+	d := &demo.Demo{Fleet: f, Out: os.Stdout, Timeout: timeout}
 	if err := d.Run(ctx); err != nil {
 		return fmt.Errorf("%w (process logs: %s)", err, logPath)
 	}
