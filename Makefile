@@ -9,7 +9,7 @@ STATICCHECK    := $(TOOLS_CACHE)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # Integration tests start real control planes; on 2 cores a whole run takes several minutes.
 TEST_TIMEOUT   ?= 30m
 
-.PHONY: help tools build test lint fuzz generate up down demo bench-dns bench-sync manifests images
+.PHONY: help tools build test lint fuzz generate up down demo bench-dns bench-sync bench-fleet manifests images
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -75,6 +75,9 @@ ifdef SCALE
 else
 	$(GO) run ./test/bench/syncbench -out test/bench/results/sync.md
 endif
+
+bench-fleet: tools build images ## the local clusterset's cost: start, stop and demo times, memory per node and pod (3 runs): fleet.md
+	$(GO) run ./test/bench/fleetcost -out test/bench/results/fleet.md
 
 KUSTOMIZE := $(TOOLS_CACHE)/current/kustomize
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -47,8 +48,27 @@ func kubeletCheck(opts Options, assets string) error {
 	if len(opts.Images) == 0 {
 		return errors.New("clusterset: Options.Images (nodeimages.Build) is required with Nodes: nodes pull nothing")
 	}
-	if _, err := os.Stat(filepath.Join(dataplane.CgroupFS, "cgroup.controllers")); err == nil {
-		return errors.New("clusterset: kubelet nodes support only the cgroup v1 hierarchies this project's machines have")
+	return cgroupCheck(dataplane.CgroupFS)
+}
+
+// cgroupHierarchies are the cgroup v1 controllers the kubelet and runc use for pods.
+var cgroupHierarchies = []string{"cpu", "cpuacct", "cpuset", "memory", "pids", "devices"}
+
+// cgroupCheck says which cgroup hierarchy the kubelet needs is missing under root, where they are mounted.
+func cgroupCheck(root string) error {
+	if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err == nil {
+		return fmt.Errorf("clusterset: %s is a cgroup v2 hierarchy; the local clusterset's kubelets support only the "+
+			"cgroup v1 hierarchies this project's machines have", root)
+	}
+	var missing []string
+	for _, h := range cgroupHierarchies {
+		if _, err := os.Stat(filepath.Join(root, h, "cgroup.procs")); err != nil {
+			missing = append(missing, h)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("clusterset: the kubelet needs the cgroup v1 hierarchies %s mounted under %s; missing: %s",
+			strings.Join(cgroupHierarchies, ", "), root, strings.Join(missing, ", "))
 	}
 	return nil
 }
@@ -420,4 +440,40 @@ func (c *Cluster) createKubeDNSService(ctx context.Context) error {
 		return fmt.Errorf("creating the kube-dns Service: %w", err)
 	}
 	return nil
+}
+
+// PodsMemory is the memory the node's pods use: total_rss of the kubelet's kubepods cgroup under the node's
+// cgroupRoot, which holds every pod of the node.
+func (n *Node) PodsMemory() (int64, error) {
+	return cgroupRSS(filepath.Join(dataplane.CgroupFS, "memory", dataplane.NodeCgroupRoot(n.Name), "kubepods"))
+}
+
+// PodMemory is the memory of one pod of the member, by its UID: total_rss of its cgroup, in whichever QoS class
+// and node it runs.
+func (c *Cluster) PodMemory(uid types.UID) (int64, error) {
+	for _, n := range c.Nodes {
+		base := filepath.Join(dataplane.CgroupFS, "memory", dataplane.NodeCgroupRoot(n.Name), "kubepods")
+		for _, dir := range []string{base, filepath.Join(base, "burstable"), filepath.Join(base, "besteffort")} {
+			p := filepath.Join(dir, "pod"+string(uid))
+			if _, err := os.Stat(p); err == nil {
+				return cgroupRSS(p)
+			}
+		}
+	}
+	return 0, fmt.Errorf("clusterset: no cgroup for pod %s on %s's nodes", uid, c.Name)
+}
+
+// cgroupRSS reads total_rss from a cgroup v1 memory.stat: the anonymous memory of every process in the cgroup
+// and its children.
+func cgroupRSS(dir string) (int64, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "memory.stat"))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "total_rss "); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s/memory.stat has no total_rss", dir)
 }
