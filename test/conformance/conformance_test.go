@@ -345,6 +345,9 @@ func testImages(t *testing.T, c *clusterset.Cluster) {
 			{r, []string{"curl", "--version"}, "libcurl/"},
 			{r, []string{"socat", "-V"}, "socat version"},
 			{r, []string{"nc", "-h"}, "OpenBSD netcat"},
+			// The suite runs its tools through sh -c: the shell must find them on PATH, not run busybox applets.
+			{r, []string{"sh", "-c", "nc -h 2>&1"}, "OpenBSD netcat"},
+			{r, []string{"sh", "-c", "nslookup -version"}, "nslookup 9."},
 			{r, []string{"nslookup", "-type=A", name + "."}, "Address: " + v4},
 			{r, []string{"nslookup", "-type=AAAA", name + "."}, "Address: " + v6},
 			{r, []string{"dig", "+short", "AAAA", name}, v6},

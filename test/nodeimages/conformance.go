@@ -23,8 +23,8 @@ const (
 	// Socat stands for alpine/socat: busybox and Debian's socat. The suite's hello pods run a busybox shell
 	// script (Command /bin/sh) that starts a socat listener whose SYSTEM address runs /bin/sh.
 	Socat = "alpine/socat:1.7.4.4"
-	// Netshoot stands for nicolaka/netshoot: busybox, and Debian's socat, OpenBSD nc, BIND's nslookup, dig and
-	// host, and curl. The suite's request pod sets only Args, so the image must have no entrypoint: its Args
+	// Netshoot stands for nicolaka/netshoot: busybox, and Debian's dash as /bin/sh, socat, OpenBSD nc, BIND's
+	// nslookup, dig and host, and curl. The suite's request pod sets only Args, so the image must have no entrypoint: its Args
 	// are then the whole command line.
 	Netshoot = "nicolaka/netshoot:v0.15"
 )
@@ -38,9 +38,16 @@ type hostTool struct {
 	dst string
 }
 
+// shell is Debian's dash as /bin/sh, over busybox's: Debian's busybox-static is built with
+// FEATURE_SH_STANDALONE, so its sh runs its own applets before any program on PATH, and the suite's `sh -c` would
+// get busybox's nc (no -v, -4 or -6) and nslookup instead of the real ones. Alpine's busybox, in the upstream
+// images, finds programs on PATH; so does dash. The other applets (grep, awk, tr, tail, sleep) stay busybox's.
+var shell = hostTool{"/usr/bin/dash", "/bin/sh"}
+
 var (
-	socatTools    = []hostTool{{"/usr/bin/socat", "/usr/bin/socat"}}
+	socatTools    = []hostTool{shell, {"/usr/bin/socat", "/usr/bin/socat"}}
 	netshootTools = []hostTool{
+		shell,
 		{"/usr/bin/socat", "/usr/bin/socat"},
 		{"/usr/bin/nc.openbsd", "/usr/bin/nc"},
 		{"/usr/bin/nslookup", "/usr/bin/nslookup"},
@@ -72,7 +79,7 @@ var hostDataFiles = []string{"/etc/services", "/etc/protocols"}
 // the libraries make Netshoot large (tens of MiB, a second or two to write) and only the conformance run and its
 // image test need them.
 func BuildConformance(ctx context.Context, dir string) ([]string, error) {
-	shell, err := busyboxFiles(ctx)
+	box, err := busyboxFiles(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +112,7 @@ func BuildConformance(ctx context.Context, dir string) ([]string, error) {
 			return nil, err
 		}
 		im := spec.im
-		im.Files = overlay(shell, append(tools, base...))
+		im.Files = overlay(box, append(tools, base...))
 		p := filepath.Join(dir, spec.file)
 		if err := writeImage(p, im); err != nil {
 			return nil, err
@@ -133,7 +140,7 @@ func toolFiles(ctx context.Context, tools []hostTool) ([]File, error) {
 	for _, t := range tools {
 		data, err := os.ReadFile(t.src)
 		if err != nil {
-			return nil, fmt.Errorf("nodeimages: %w (make tools installs socat, netcat-openbsd, dnsutils and curl)", err)
+			return nil, fmt.Errorf("nodeimages: %w (make tools installs socat, netcat-openbsd, dnsutils and curl; dash is Debian's /bin/sh)", err)
 		}
 		files = append(files, File{Path: t.dst, Mode: 0o755, Data: data})
 		out, err := exec.CommandContext(ctx, "ldd", t.src).CombinedOutput()
