@@ -107,8 +107,8 @@ func suiteFiles(src string) (map[string][]byte, error) {
 // specResults are the spec outcomes of a ginkgo JSON report (-ginkgo.json-report).
 type specResults struct {
 	Total, Passed, Failed, Skipped int
-	// Failures are the full texts of the specs that neither passed nor were skipped, each with its state and the
-	// first line of its failure message; SuiteFailures the same for set-up and reporting nodes (BeforeSuite).
+	// Failures are the full texts of the specs that neither passed nor were skipped, each with its state and its
+	// failure message on one line; SuiteFailures the same for set-up and reporting nodes (BeforeSuite).
 	Failures, SuiteFailures []string
 }
 
@@ -134,7 +134,7 @@ func parseGinkgoJSON(b []byte) (specResults, error) {
 		for _, s := range rep.SpecReports {
 			text := strings.Join(slices.DeleteFunc(append(slices.Clone(s.ContainerHierarchyTexts), s.LeafNodeText),
 				func(s string) bool { return s == "" }), " ")
-			failure := fmt.Sprintf("%s [%s]: %s", cmp.Or(text, s.LeafNodeType), s.State, firstLine(s.Failure.Message))
+			failure := fmt.Sprintf("%s [%s]: %s", cmp.Or(text, s.LeafNodeType), s.State, compact(s.Failure.Message, maxMessage))
 			if s.LeafNodeType != "It" {
 				if s.State != "passed" {
 					r.SuiteFailures = append(r.SuiteFailures, failure)
@@ -199,6 +199,18 @@ func parseReportYAML(b []byte) (conformanceReport, error) {
 		}
 	}
 	return r, nil
+}
+
+// maxMessage bounds a failure message in a summary: gomega's say what was expected and what came, in a few lines.
+const maxMessage = 600
+
+// compact puts s on one line, runs of white space made one space, and cuts it to n bytes.
+func compact(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		s = s[:n] + " ..."
+	}
+	return s
 }
 
 func firstLine(s string) string {

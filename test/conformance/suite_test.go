@@ -23,14 +23,14 @@ func TestParseGinkgoJSON(t *testing.T) {
 			{"LeafNodeType":"It","LeafNodeText":"hung","State":"timedout","Failure":{"Message":"A suite timeout occurred"}},
 			{"LeafNodeType":"ReportAfterSuite","LeafNodeText":"MCS conformance report","State":"passed"}]}]`,
 		want: specResults{Total: 4, Passed: 1, Failed: 2, Skipped: 1, Failures: []string{
-			"A DNS SRV query should return valid SRV records [failed]: Timed out after 20.001s.",
+			"A DNS SRV query should return valid SRV records [failed]: Timed out after 20.001s. Expected ...",
 			"hung [timedout]: A suite timeout occurred",
 		}},
 	}, {
 		name: "a failed BeforeSuite is a suite failure, and its specs are skipped",
-		json: `[{"SpecReports":[{"LeafNodeType":"BeforeSuite","State":"failed","Failure":{"Message":"Test suite set up failed\nerror listing ServiceExports"}},
+		json: `[{"SpecReports":[{"LeafNodeType":"BeforeSuite","State":"failed","Failure":{"Message":"Test suite set up failed\n  error listing ServiceExports"}},
 			{"LeafNodeType":"It","LeafNodeText":"x","State":"skipped"}]}]`,
-		want: specResults{Total: 1, Skipped: 1, SuiteFailures: []string{"BeforeSuite [failed]: Test suite set up failed"}},
+		want: specResults{Total: 1, Skipped: 1, SuiteFailures: []string{"BeforeSuite [failed]: Test suite set up failed error listing ServiceExports"}},
 	}, {
 		name: "no suite", json: `[]`, wantErr: true,
 	}, {
