@@ -9,7 +9,7 @@ STATICCHECK    := $(TOOLS_CACHE)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # Integration tests start real control planes; on 2 cores a whole run takes several minutes.
 TEST_TIMEOUT   ?= 30m
 
-.PHONY: help tools build test lint fuzz generate up down demo bench-dns bench-sync bench-fleet manifests images
+.PHONY: help tools build test lint fuzz generate up down demo bench-dns bench-sync bench-fleet manifests images conformance
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -89,3 +89,10 @@ manifests: tools ## render the kustomize bases under build/deploy into bin/manif
 
 images: ## build the coredns and mcs-controller images into bin/images/*.tar (root: starts a private Docker engine under .cache/docker, stops it after)
 	@bash build/docker.sh run bash build/images/build.sh
+
+# The upstream MCS API conformance suite, kept unmodified outside the repository; a path relative to the repository's
+# root, or absolute. test/conformance copies it into .conformance/ (git-ignored) and builds it there, once per version.
+CONFORMANCE_SUITE ?= ../shared/mcs-api-conformance
+
+conformance: tools ## run the upstream MCS API conformance suite against a fleet on kubelet nodes (root); writes test/conformance/results/
+	FLEET_CONFORMANCE=1 FLEET_CONFORMANCE_SUITE=$(CONFORMANCE_SUITE) $(GO) test -count=1 -v -timeout $(TEST_TIMEOUT) -run '^TestConformance$$' ./test/conformance

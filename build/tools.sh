@@ -41,11 +41,13 @@ ln -sfn "$assets" "$cache/current"
 # The Debian packages the tests use: dig and nslookup, dnsperf, and what the local clusterset's nodes and pods run
 # (nft for kube-proxy, ip and nsenter for namespaces, and the tools test workloads run: sh, socat, OpenBSD nc, curl),
 # and what real kubelet nodes run: containerd (1.6, CRI v1, which the pinned kubelet accepts) and ctr to import
-# images, runc, the CNI plugins in /usr/lib/cni, and busybox-static for the shell of the test images. The clusterset
-# starts a containerd of its own per node, with its own socket, root and state; on a machine with systemd, apt also
-# starts Debian's containerd.service, which they neither use nor disturb.
+# images, runc, the CNI plugins in /usr/lib/cni, and busybox-static for the shell of the test images. The images of
+# the MCS API conformance suite (test/nodeimages.BuildConformance) are made of this machine's socat, nc.openbsd,
+# BIND's dig, nslookup and host, and curl, with their libraries. The clusterset starts a containerd of its own per
+# node, with its own socket, root and state; on a machine with systemd, apt also starts Debian's containerd.service,
+# which they neither use nor disturb.
 missing=()
-command -v dig >/dev/null || missing+=(dnsutils)
+command -v dig >/dev/null && command -v nslookup >/dev/null && command -v host >/dev/null || missing+=(dnsutils)
 command -v dnsperf >/dev/null || missing+=(dnsperf)
 command -v nft >/dev/null || missing+=(nftables)
 command -v ip >/dev/null || missing+=(iproute2)
