@@ -53,7 +53,7 @@ up: tools build images ## start a local clusterset in the background (MEMBERS=3 
 	@bin/localfleet up -members $(MEMBERS) -nodes $(NODES)
 
 demo: tools build images ## bring up a local fleet and walk both user stories; fails if any expectation fails
-	@bin/demo -bin bin
+	@bin/demo
 
 down: ## stop the local clusterset
 	@if [ -x bin/localfleet ]; then bin/localfleet down; else $(GO) run ./test/cmd/localfleet down; fi

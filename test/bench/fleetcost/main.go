@@ -13,7 +13,6 @@ import (
 	"log"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,9 +26,9 @@ import (
 func main() {
 	runs := flag.Int("runs", 3, "runs of each measurement")
 	out := flag.String("out", "test/bench/results/fleet.md", "results file (Markdown)")
-	bin := flag.String("bin", "bin", "folder with the demo program (make build)")
+	demo := flag.String("demo", "bin/demo", "the demo program (make build)")
 	flag.Parse()
-	if err := run(*runs, *out, *bin); err != nil {
+	if err := run(*runs, *out, *demo); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -37,7 +36,7 @@ func main() {
 // sample is one run's figures, by name: seconds or MiB.
 type sample map[string]float64
 
-func run(runs int, out, bin string) error {
+func run(runs int, out, demoBin string) error {
 	var samples []sample
 	for i := range runs {
 		s, err := measureFleet()
@@ -45,8 +44,7 @@ func run(runs int, out, bin string) error {
 			return fmt.Errorf("run %d: %w", i+1, err)
 		}
 		start := time.Now()
-		demo := exec.Command(filepath.Join(bin, "demo"), "-bin", bin)
-		if b, err := demo.CombinedOutput(); err != nil {
+		if b, err := exec.Command(demoBin).CombinedOutput(); err != nil {
 			return fmt.Errorf("run %d: bin/demo: %v\n%s", i+1, err, tail(string(b), 30))
 		}
 		s["make demo (fleet start, both stories, stop), s"] = time.Since(start).Seconds()

@@ -19,18 +19,17 @@ import (
 )
 
 func main() {
-	bin := flag.String("bin", "bin", "folder with the kubectl-mcs binary (make build); the fleet runs the images of make images")
 	grace := flag.Duration("lease-grace", 10*time.Second, "the controllers' --lease-grace")
 	timeout := flag.Duration("timeout", time.Minute, "how long each expectation may take to hold")
 	logPath := flag.String("log", ".fleet/demo.log", "where the fleet's processes log")
 	flag.Parse()
-	if err := run(*bin, *logPath, *grace, *timeout); err != nil {
+	if err := run(*logPath, *grace, *timeout); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bin, logPath string, grace, timeout time.Duration) error {
+func run(logPath string, grace, timeout time.Duration) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := os.MkdirAll(".fleet", 0o755); err != nil {
@@ -45,7 +44,7 @@ func run(bin, logPath string, grace, timeout time.Duration) error {
 	start := time.Now()
 	f, err := fleet.Start(ctx, fleet.Options{
 		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(3), Nodes: 2},
-		BinDir:     bin, LeaseGrace: grace, Log: logf,
+		LeaseGrace: grace, Log: logf,
 	})
 	if err != nil {
 		return err
