@@ -74,9 +74,10 @@ var etcFiles = []File{
 var hostDataFiles = []string{"/etc/services", "/etc/protocols"}
 
 // buildTools writes the two images of the MCS API conformance suite (Socat, and Netshoot, which is also our
-// tests' Client) into dir as docker-archive tars, whose paths it returns. They are made from busybox and this
-// machine's own programs with the shared libraries ldd names for them (make tools installs the programs).
-func buildTools(ctx context.Context, dir string) ([]string, error) {
+// tests' Client and holds serve, the extra files, for their request loops) into dir as docker-archive tars,
+// whose paths it returns. They are made from busybox and this machine's own programs with the shared libraries
+// ldd names for them (make tools installs the programs).
+func buildTools(ctx context.Context, dir string, extra ...File) ([]string, error) {
 	box, err := busyboxFiles(ctx)
 	if err != nil {
 		return nil, err
@@ -111,6 +112,9 @@ func buildTools(ctx context.Context, dir string) ([]string, error) {
 		}
 		im := spec.im
 		im.Files = overlay(box, append(tools, base...))
+		if slices.Contains(im.Tags, Client) {
+			im.Files = overlay(im.Files, extra)
+		}
 		p := filepath.Join(dir, spec.file)
 		if err := writeImage(p, im); err != nil {
 			return nil, err

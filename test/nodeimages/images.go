@@ -20,7 +20,7 @@ const (
 	// with its applets (sh, nc, nslookup, wget, sleep, ...) in /bin, /sbin, /usr/bin and /usr/sbin.
 	Serve = "vksfleet.dev/serve:latest"
 	// Client names the image of test/workload's client pods: Netshoot, with real dig, curl, OpenBSD nc and socat
-	// beside busybox.
+	// beside busybox, and serve at ServeBin for request loops.
 	Client = "vksfleet.dev/client:latest"
 )
 
@@ -77,7 +77,7 @@ func Build(ctx context.Context, dir string) ([]string, error) {
 		}
 		paths = append(paths, p)
 	}
-	tools, err := buildTools(ctx, dir)
+	tools, err := buildTools(ctx, dir, File{Path: ServeBin, Mode: 0o755, Data: serve})
 	return append(paths, tools...), err
 }
 
