@@ -38,20 +38,39 @@ type sample map[string]float64
 
 func run(runs int, out, demoBin string) error {
 	var samples []sample
+	var traffic []string
 	for i := range runs {
 		s, err := measureFleet()
 		if err != nil {
 			return fmt.Errorf("run %d: %w", i+1, err)
 		}
 		start := time.Now()
-		if b, err := exec.Command(demoBin).CombinedOutput(); err != nil {
+		b, err := exec.Command(demoBin).CombinedOutput()
+		if err != nil {
 			return fmt.Errorf("run %d: bin/demo: %v\n%s", i+1, err, tail(string(b), 30))
 		}
+		traffic = append(traffic, demoTraffic(string(b)))
 		s["make demo (fleet start, both stories, stop), s"] = time.Since(start).Seconds()
 		log.Printf("run %d: %v", i+1, s)
 		samples = append(samples, s)
 	}
-	return os.WriteFile(out, []byte(report(samples)), 0o644)
+	text := report(samples)
+	for i, t := range traffic {
+		text += fmt.Sprintf("\n## The demo's traffic, run %d\n\nAs bin/demo printed it: requests per phase and client, and its measurements.\n\n```\n%s\n```\n", i+1, t)
+	}
+	return os.WriteFile(out, []byte(text), 0o644)
+}
+
+// demoTraffic is the demo's closing report: its table of requests per phase and the measurements under it.
+func demoTraffic(out string) string {
+	const start, end = "==> Traffic from cluster-a", "Both stories told"
+	if i := strings.Index(out, start); i >= 0 {
+		out = out[i:]
+	}
+	if i := strings.Index(out, end); i >= 0 {
+		out = out[:i]
+	}
+	return strings.TrimSpace(out)
 }
 
 // measureFleet starts the default fleet, reads its figures and stops it.
