@@ -9,7 +9,7 @@ STATICCHECK    := $(TOOLS_CACHE)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # Integration tests start real control planes; on 2 cores a whole run takes several minutes.
 TEST_TIMEOUT   ?= 30m
 
-.PHONY: help tools build test lint fuzz generate up down demo bench-dns bench-sync manifests images conformance
+.PHONY: help tools build test lint fuzz generate up down demo bench-dns bench-sync bench-fleet manifests images conformance
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -17,10 +17,10 @@ help: ## list the targets
 tools: ## build etcd, kube-apiserver, kube-controller-manager and kubectl from source (cached); install dig and dnsperf
 	@bash build/tools.sh
 
-build: ## build every command into bin/, with the local clusterset's node agent and serve program
+build: ## build every command into bin/, with the local clusterset's test programs (serve, pause)
 	$(GO) build -o bin/ ./cmd/... ./test/cmd/...
 
-test: tools ## unit and integration tests against real control planes
+test: tools images ## unit and integration tests against real control planes, kubelets and our images
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 lint: ## gofmt, go vet and staticcheck
@@ -49,11 +49,11 @@ generate: ## regenerate the API types' DeepCopy methods with the pinned controll
 	@test -x $(CONTROLLER_GEN) || (cd build/tools/controller-gen && CGO_ENABLED=0 $(GO) build -trimpath -o $(CONTROLLER_GEN) sigs.k8s.io/controller-tools/cmd/controller-gen)
 	$(CONTROLLER_GEN) object paths=./api/...
 
-up: tools build ## start a local clusterset in the background (MEMBERS=3 members + broker); writes .fleet/
+up: tools build images ## start a local clusterset in the background (MEMBERS=3 members + broker); writes .fleet/
 	@bin/localfleet up -members $(MEMBERS) -nodes $(NODES)
 
-demo: tools build ## bring up a local fleet and walk both user stories; fails if any expectation fails
-	@bin/demo -bin bin
+demo: tools build images ## bring up a local fleet and walk both user stories; fails if any expectation fails
+	@bin/demo
 
 down: ## stop the local clusterset
 	@if [ -x bin/localfleet ]; then bin/localfleet down; else $(GO) run ./test/cmd/localfleet down; fi
@@ -76,6 +76,9 @@ else
 	$(GO) run ./test/bench/syncbench -out test/bench/results/sync.md
 endif
 
+bench-fleet: tools build images ## the local clusterset's cost: start, stop and demo times, memory per node and pod (3 runs): fleet.md
+	$(GO) run ./test/bench/fleetcost -out test/bench/results/fleet.md
+
 KUSTOMIZE := $(TOOLS_CACHE)/current/kustomize
 
 manifests: tools ## render the kustomize bases under build/deploy into bin/manifests/
@@ -84,7 +87,7 @@ manifests: tools ## render the kustomize bases under build/deploy into bin/manif
 	$(KUSTOMIZE) build build/deploy/broker > bin/manifests/broker.yaml
 	$(KUSTOMIZE) build build/deploy/member > bin/manifests/broker-member-example.yaml
 
-images: ## build the coredns and mcs-controller images (root: starts a private Docker engine under .cache/docker, stops it after)
+images: ## build the coredns and mcs-controller images into bin/images/*.tar (root: starts a private Docker engine under .cache/docker, stops it after)
 	@bash build/docker.sh run bash build/images/build.sh
 
 # The upstream MCS API conformance suite, kept unmodified outside the repository; a path relative to the repository's

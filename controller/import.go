@@ -173,7 +173,7 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 	if derivedErr != nil {
 		derived = got.derived
 	}
-	desiredSlices := imports.Slices(key, sources, merged.PortNames, imports.Owner(si, r.siAPI))
+	desiredSlices := imports.Slices(key, sources, merged.SlicePorts, imports.Owner(si, r.siAPI))
 	if holding {
 		desiredSlices = keepWithdrawn(desiredSlices, got.slices)
 	}

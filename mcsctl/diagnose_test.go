@@ -59,7 +59,7 @@ func fixture(t *testing.T) *Snapshot {
 		m := Member{
 			Context: name, ClusterID: name, ClusterSet: "set", Namespaces: []string{"default", "demo"},
 			Imports: []mcsv1beta1.ServiceImport{*si}, DerivedServices: []corev1.Service{*derived},
-			Slices: imports.Slices(web, []imports.Source{{Cluster: "cluster-a", Slice: *brokerSlice}}, nil, nil),
+			Slices: imports.Slices(web, []imports.Source{{Cluster: "cluster-a", Slice: *brokerSlice}}, merge.SlicePorts{}, nil),
 			DNS:    "127.0.0.1:53" + string(rune('1'+i)), DNSSource: "--dns",
 			DNSAnswers: map[string]DNSAnswer{
 				versionQuery:                 {Rcode: "NOERROR", Records: []string{"1.0.0"}},

@@ -2,7 +2,8 @@
 # Builds the coredns and mcs-controller images with a running engine (DOCKER_HOST; `make images` starts a private
 # one with build/docker.sh). The binaries are built here with the host's Go, static (CGO_ENABLED=0), stripped and
 # path-free, and the Dockerfiles put them FROM scratch: no base image is pulled. Prints each image's size, as the
-# engine stores it and compressed as a registry stores it.
+# engine stores it and compressed as a registry stores it, and saves each as a docker-archive,
+# bin/images/<name>.tar, which the local clusterset's kubelet nodes load.
 #
 # Environment: VERSION (default v0.1.0, the tag build/deploy uses), IMAGE_REPO (default ghcr.io/vksfleet),
 # IMAGE_SOURCE (the org.opencontainers.image.source label).
@@ -44,7 +45,10 @@ image() {
 		"$ctx/$name" >/dev/null
 	local size packed
 	size=$($docker image inspect -f '{{.Size}}' "$ref")
-	packed=$($docker save "$ref" | gzip | wc -c)
+	# The docker-archive the local clusterset's nodes load (no registry reachable): bin/images/NAME.tar.
+	$docker save -o "$ctx/$name.tar.tmp" "$ref"
+	mv "$ctx/$name.tar.tmp" "$ctx/$name.tar"
+	packed=$(gzip -c "$ctx/$name.tar" | wc -c)
 	awk -v r="$ref" -v s="$size" -v p="$packed" 'BEGIN { printf "images: %s  %.1f MB, %.1f MB compressed\n", r, s / 1e6, p / 1e6 }'
 }
 

@@ -234,18 +234,14 @@ func ClusterLocalCondition(si *mcsv1beta1.ServiceImport, nameInUse bool, generat
 }
 
 // Slices are the desired imported EndpointSlices, one per source slice, owned by owner (the ServiceImport), with
-// their ports named as the merged import names them (merge.Result.PortNames), so that kube-proxy matches them to
-// the derived Service's ports. The result is sorted by name.
-func Slices(svc types.NamespacedName, sources []Source, portNames map[string]map[string]string, owner []metav1.OwnerReference) []discoveryv1.EndpointSlice {
+// their ports as the merged import has them (merge.SlicePorts), so that kube-proxy matches them to the derived
+// Service's ports. The result is sorted by name.
+func Slices(svc types.NamespacedName, sources []Source, ports merge.SlicePorts, owner []metav1.OwnerReference) []discoveryv1.EndpointSlice {
 	derived := names.DerivedServiceName(svc.Namespace, svc.Name)
 	out := make([]discoveryv1.EndpointSlice, 0, len(sources))
 	for _, src := range sources {
 		s := src.Slice.DeepCopy()
-		for i, p := range s.Ports {
-			if to, ok := portNames[src.Cluster][ptr.Deref(p.Name, "")]; ok {
-				s.Ports[i].Name = ptr.To(to)
-			}
-		}
+		s.Ports = ports.Apply(src.Cluster, s.Ports)
 		out = append(out, discoveryv1.EndpointSlice{
 			ObjectMeta: metav1.ObjectMeta{
 				Namespace: svc.Namespace, Name: names.ImportedSliceName(svc.Name, src.Cluster, s.Name),

@@ -130,7 +130,7 @@ func TestSlices(t *testing.T) {
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}}},
 		Ports:       []discoveryv1.EndpointPort{{Port: ptr.To[int32](8080)}},
 	}
-	renames := map[string]map[string]string{"a": {"": "tcp-8080"}}
+	renames := merge.SlicePorts{Names: map[string]map[string]string{"a": {"": "tcp-8080"}}}
 	got := Slices(key, []Source{{Cluster: "b.east", Slice: src}, {Cluster: "a", Slice: src}}, renames, owner)
 	if len(got) != 2 || got[0].Name == got[1].Name {
 		t.Fatalf("Slices() = %+v", got)
@@ -170,7 +170,7 @@ func TestClusterLocal(t *testing.T) {
 		},
 		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
 	}
-	imported := Slices(key, []Source{{Cluster: "a", Slice: src}, {Cluster: "b.east", Slice: src}}, nil, owner)
+	imported := Slices(key, []Source{{Cluster: "a", Slice: src}, {Cluster: "b.east", Slice: src}}, merge.SlicePorts{}, owner)
 	type slice struct {
 		name      string
 		family    discoveryv1.AddressType

@@ -13,8 +13,10 @@ import (
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
@@ -53,10 +55,8 @@ type Result struct {
 	Labels, Annotations map[string]string
 	// Clusters are the exporting cluster ids, sorted.
 	Clusters []string
-	// PortNames maps an exporting cluster id to the names of its ports that the union calls otherwise: an unnamed
-	// port that the union names (see namePorts), or a port that merged into one of another name. That cluster's
-	// EndpointSlices must carry the union's names, which are the Service's, for kube-proxy to route to them.
-	PortNames map[string]map[string]string
+	// SlicePorts says how each exporting cluster's EndpointSlice ports become the union's.
+	SlicePorts SlicePorts
 	// Conflicts are the disagreements, in the order of the SPEC's reason list; empty when all agree.
 	Conflicts []Conflict
 }
@@ -100,7 +100,7 @@ func Merge(exports []Export) Result {
 	for _, m := range named {
 		res.Spec.Ports = append(res.Spec.Ports, m.port)
 	}
-	res.PortNames = renames(sorted, merged, named)
+	res.SlicePorts = SlicePorts{Names: renames(sorted, merged, named), Withheld: withheld(sorted, merged)}
 	families, famDisagree := intersectFamilies(sorted)
 	res.Spec.IPFamilies = families
 
@@ -272,6 +272,27 @@ func renames(sorted []Export, merged, named []mergedPort) map[string]map[string]
 	return out
 }
 
+// withheld lists, per export, its port names whose port in the union came from an older export with another
+// number or protocol (a PortConflict, with the port the oldest export's): that cluster's endpoints do not serve
+// the union's port of that name. nil when there are none.
+func withheld(sorted []Export, merged []mergedPort) map[string][]string {
+	var out map[string][]string
+	for _, e := range sorted {
+		for _, p := range e.Spec.Ports {
+			p = normalise(p)
+			i := match(merged, p)
+			if i < 0 || merged[i].port.Port == p.Port && merged[i].port.Protocol == p.Protocol {
+				continue
+			}
+			if out == nil {
+				out = map[string][]string{}
+			}
+			out[e.Cluster] = append(out[e.Cluster], p.Name)
+		}
+	}
+	return out
+}
+
 // maxListedPorts bounds the ports a PortConflict message names, so that a service with many ports keeps a
 // readable condition.
 const maxListedPorts = 4
@@ -391,4 +412,33 @@ func jsonOf(v any) string {
 		return "none"
 	}
 	return string(b)
+}
+
+// SlicePorts says how each exporting cluster's EndpointSlice ports become the union's ports, which are the derived
+// Service's: kube-proxy routes a Service port to the endpoints of the slices' ports of the same name.
+type SlicePorts struct {
+	// Names maps an exporting cluster id to the names of its ports that the union calls otherwise: an unnamed port
+	// that the union names (see namePorts), or a port that merged into one of another name.
+	Names map[string]map[string]string
+	// Withheld maps an exporting cluster id to the names of its ports that the union has with another number or
+	// protocol, from an older export (a PortConflict): the cluster's endpoints must get no traffic for that port,
+	// so its slices leave the port out.
+	Withheld map[string][]string
+}
+
+// Apply returns the ports of a slice of cluster as the union has them: renamed, and without the withheld ones.
+// It does not modify ports.
+func (sp SlicePorts) Apply(cluster string, ports []discoveryv1.EndpointPort) []discoveryv1.EndpointPort {
+	out := make([]discoveryv1.EndpointPort, 0, len(ports))
+	for _, p := range ports {
+		name := ptr.Deref(p.Name, "")
+		if slices.Contains(sp.Withheld[cluster], name) {
+			continue
+		}
+		if to, ok := sp.Names[cluster][name]; ok {
+			p.Name = ptr.To(to)
+		}
+		out = append(out, p)
+	}
+	return out
 }

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -376,6 +377,7 @@ func TestMergePortNames(t *testing.T) {
 		exports   []Export
 		wantPorts []mcsv1beta1.ServicePort
 		wantNames map[string]map[string]string
+		wantHeld  map[string][]string
 	}{{
 		name:      "one unnamed port stays unnamed",
 		exports:   []Export{exp("a", 0, ports(port("", tcp, 80))), exp("b", 1, ports(port("", tcp, 80)))},
@@ -403,6 +405,21 @@ func TestMergePortNames(t *testing.T) {
 		},
 		wantPorts: []mcsv1beta1.ServicePort{port("tcp-53", tcp, 5353), port("dns", udp, 53), port("tcp-53-2", tcp, 53)},
 		wantNames: map[string]map[string]string{"b": {"": "tcp-53-2"}},
+	}, {
+		// The conformance suite's "same port name but different port numbers": only a serves port 42.
+		name:      "a port of the union's name with another number is withheld",
+		exports:   []Export{exp("a", 0, ports(port("tcp", tcp, 42))), exp("b", 1, ports(port("tcp", tcp, 4242)))},
+		wantPorts: []mcsv1beta1.ServicePort{port("tcp", tcp, 42)},
+		wantHeld:  map[string][]string{"b": {"tcp"}},
+	}, {
+		name:      "a port of the union's name with another protocol is withheld",
+		exports:   []Export{exp("a", 0, ports(port("dns", udp, 53), port("web", tcp, 80))), exp("b", 1, ports(port("dns", tcp, 53), port("web", tcp, 80)))},
+		wantPorts: []mcsv1beta1.ServicePort{port("dns", udp, 53), port("web", tcp, 80)},
+		wantHeld:  map[string][]string{"b": {"dns"}},
+	}, {
+		name:      "different names for one port are no reason to withhold it",
+		exports:   []Export{exp("a", 0, ports(port("tcp", tcp, 42))), exp("b", 1, ports(port("tcp2", tcp, 4242)))},
+		wantPorts: []mcsv1beta1.ServicePort{port("tcp", tcp, 42), port("tcp2", tcp, 4242)},
 	}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -410,8 +427,11 @@ func TestMergePortNames(t *testing.T) {
 			if !reflect.DeepEqual(got.Spec.Ports, c.wantPorts) {
 				t.Errorf("ports = %+v, want %+v", got.Spec.Ports, c.wantPorts)
 			}
-			if !reflect.DeepEqual(got.PortNames, c.wantNames) {
-				t.Errorf("port names = %v, want %v", got.PortNames, c.wantNames)
+			if !reflect.DeepEqual(got.SlicePorts.Names, c.wantNames) {
+				t.Errorf("port names = %v, want %v", got.SlicePorts.Names, c.wantNames)
+			}
+			if !reflect.DeepEqual(got.SlicePorts.Withheld, c.wantHeld) {
+				t.Errorf("withheld ports = %v, want %v", got.SlicePorts.Withheld, c.wantHeld)
 			}
 			if len(got.Spec.Ports) > 1 {
 				seen := map[string]bool{}
@@ -439,5 +459,32 @@ func TestConflictMessageFitsTheCondition(t *testing.T) {
 	long := []Conflict{{Reason: "PortConflict", Message: strings.Repeat("é", MaxMessage)}}
 	if m := Condition(long, 1).Message; len(m) > MaxMessage || !utf8.ValidString(m) || !strings.HasSuffix(m, "[truncated]") {
 		t.Errorf("a long message is not cut to the limit: %d bytes", len(m))
+	}
+}
+
+func TestSlicePortsApply(t *testing.T) {
+	tcp := corev1.ProtocolTCP
+	ep := func(name string, n int32) discoveryv1.EndpointPort {
+		return discoveryv1.EndpointPort{Name: ptr.To(name), Protocol: ptr.To(tcp), Port: ptr.To(n)}
+	}
+	sp := SlicePorts{
+		Names:    map[string]map[string]string{"a": {"": "tcp-80"}, "b": {"web": "http"}},
+		Withheld: map[string][]string{"b": {"tcp"}},
+	}
+	in := []discoveryv1.EndpointPort{ep("", 80), ep("web", 80), ep("tcp", 42)}
+	for _, c := range []struct {
+		cluster string
+		want    []discoveryv1.EndpointPort
+	}{
+		{"a", []discoveryv1.EndpointPort{ep("tcp-80", 80), ep("web", 80), ep("tcp", 42)}},
+		{"b", []discoveryv1.EndpointPort{ep("", 80), ep("http", 80)}},
+		{"c", in},
+	} {
+		if got := sp.Apply(c.cluster, in); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("Apply(%s) = %v, want %v", c.cluster, got, c.want)
+		}
+	}
+	if *in[0].Name != "" || len(in) != 3 {
+		t.Errorf("Apply modified its input: %v", in)
 	}
 }

@@ -49,7 +49,7 @@ func TestClusterLocalServices(t *testing.T) {
 		t.Logf("no data plane, so no request through kube-proxy: %v", err)
 		nodes = 0
 	}
-	f, bin, logf := fleet.StartTest(t, 2, nodes)
+	f, _, logf := fleet.StartTest(t, 2, nodes)
 	a, b := f.Member("cluster-a"), f.Member("cluster-b")
 	for _, m := range f.Members {
 		if err := m.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
@@ -67,13 +67,12 @@ func TestClusterLocalServices(t *testing.T) {
 		t.Fatal(err)
 	}
 	// cluster-b exports a ClusterSetIP service, a headless StatefulSet and taken.
-	serve := filepath.Join(bin, "serve")
 	for _, svc := range []struct {
 		name     string
 		replicas int32
 		headless bool
 	}{{"api", 2, false}, {"db", 2, true}, {"taken", 1, false}} {
-		if err := workload.Deploy(ctx, b.Client, ns, svc.name, b.Name, serve, svc.replicas, svc.headless); err != nil {
+		if err := workload.Deploy(ctx, b.Client, ns, svc.name, b.Name, svc.replicas, svc.headless); err != nil {
 			t.Fatal(err)
 		}
 		if svc.name == "api" {

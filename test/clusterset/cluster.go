@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -73,8 +74,9 @@ type Cluster struct {
 	Region string
 	// Nodes are the member's nodes with a data plane (Options.Nodes).
 	Nodes []*Node
-	// DNSServiceIP is the address pods use as their nameserver: the cluster DNS Service's ClusterIP, which
-	// whoever runs the member's DNS server creates (test/fleet does).
+	// DNSServiceIP is the address pods use as their nameserver: the cluster DNS Service's ClusterIP. With kubelet
+	// nodes the member has the Service, kube-system/kube-dns, without a server behind it, as kubeadm leaves it
+	// before its DNS add-on is applied (test/fleet applies ours).
 	DNSServiceIP netip.Addr
 
 	member    bool
@@ -85,6 +87,8 @@ type Cluster struct {
 	pods      *podLoop
 	// kubeletPKI holds the kubelets' client CA and the API server's client certificate, with kubelet nodes.
 	kubeletPKI kubeletPKI
+	// rootCAFile is the API server's serving CA, which pods trust, with kubelet nodes.
+	rootCAFile string
 }
 
 // clusterSpec is what plan decided for one cluster.
@@ -95,12 +99,10 @@ type clusterSpec struct {
 	log               io.Writer
 	region            string
 	noKCM             bool // the member runs no kube-controller-manager
-	// With a data plane: the plane, the node count and the node agent binary, or kubelet nodes and their images.
-	plane     *dataplane.Plane
-	nodes     int
-	nodeAgent string
-	kubelet   bool
-	images    []string
+	// With a data plane: the plane, and for a member the node count and the images its nodes load.
+	plane  *dataplane.Plane
+	nodes  int
+	images []string
 }
 
 // startCluster starts one cluster. On error it stops whatever it started.
@@ -148,8 +150,11 @@ func startCluster(ctx context.Context, spec clusterSpec, assets string) (c *Clus
 		}
 		api.SecureServing.ListenAddr = envtest.ListenAddr{Address: host, Port: strconv.Itoa(port)}
 		api.Configure().Set("advertise-address", host)
-		if spec.kubelet {
+		if spec.nodes > 0 {
 			if err := c.configureKubeletAuth(api); err != nil {
+				return c, err
+			}
+			if c.rootCAFile, err = c.configureInCluster(api); err != nil {
 				return c, err
 			}
 		}
@@ -183,13 +188,18 @@ func startCluster(ctx context.Context, spec clusterSpec, assets string) (c *Clus
 		return c, err
 	}
 	if !spec.noKCM {
-		if c.kcm, err = startControllerManager(ctx, assets, c.dir, c.KubeconfigPath, spec.plane != nil && spec.kubelet, spec.log); err != nil {
+		if c.kcm, err = startControllerManager(ctx, assets, c.dir, c.KubeconfigPath, c.rootCAFile, spec.log); err != nil {
 			return c, err
 		}
 	}
 	if spec.plane != nil {
 		if c.scheduler, err = startScheduler(ctx, assets, c.dir, c.KubeconfigPath, spec.log); err != nil {
 			return c, err
+		}
+		if spec.nodes > 0 {
+			if err := c.createKubeDNSService(ctx); err != nil {
+				return c, err
+			}
 		}
 		return c, c.startNodes(ctx, spec, assets)
 	}
@@ -208,7 +218,7 @@ func (c *Cluster) stop() error {
 	if c.pods != nil {
 		c.pods.stop()
 	}
-	if c.hasKubeletNodes() {
+	if slices.ContainsFunc(c.Nodes, func(n *Node) bool { return n.kubelet != nil }) {
 		// Nothing may replace or reschedule the pods the kubelets are stopping.
 		for _, p := range []*proc.Process{c.kcm, c.scheduler} {
 			if p != nil {

@@ -44,16 +44,12 @@ type Options struct {
 	// Log receives the output of every control-plane process; default: discarded.
 	Log io.Writer
 	// Nodes, when positive, gives every member a data plane (package dataplane): kube-scheduler, and this many
-	// nodes, each a network namespace with kube-proxy and a node agent (NodeAgent) running pods as processes.
-	// It needs root. Zero keeps one virtual node whose pods are Running in the API only.
+	// nodes, each a network namespace with kube-proxy, Debian's containerd and the real kubelet (built by `make
+	// tools`), whose pods are containers of the images in Images. It needs root. Zero keeps one virtual node
+	// whose pods are Running in the API only.
 	Nodes int
-	// NodeAgent is the nodeagent binary (test/cmd/nodeagent); required with Nodes unless Kubelet is set.
-	NodeAgent string
-	// Kubelet makes every node run Debian's containerd and the real kubelet (built by `make tools`) instead of
-	// the node agent: pods are containers of the images in Images, which every node's containerd loads.
-	Kubelet bool
-	// Images are docker-archive tars (nodeimages.Build) loaded into every kubelet node; they must hold
-	// nodeimages.Pause, the sandbox image. Nothing is ever pulled.
+	// Images are docker-archive tars (nodeimages.Build) loaded into every node's containerd, required with
+	// Nodes; they must hold nodeimages.Pause, the sandbox image. Nothing is ever pulled.
 	Images []string
 	// Regions maps a member name to its region (its nodes' topology.kubernetes.io/region and its
 	// region.topology.k8s.io ClusterProperty); by default members share regions two by two, in order:
@@ -168,11 +164,10 @@ func plan(opts Options) ([]clusterSpec, string, error) {
 			region = r
 		}
 		specs = append(specs, clusterSpec{name: name, id: id, setName: setName, member: true, index: i, log: logw,
-			region: region, nodes: opts.Nodes, nodeAgent: opts.NodeAgent, noKCM: noKCM[name],
-			kubelet: opts.Kubelet, images: opts.Images})
+			region: region, nodes: opts.Nodes, noKCM: noKCM[name], images: opts.Images})
 	}
 	if !opts.NoBroker {
-		specs = append(specs, clusterSpec{name: BrokerName, index: maxMembers, log: logw, nodeAgent: opts.NodeAgent})
+		specs = append(specs, clusterSpec{name: BrokerName, index: maxMembers, log: logw})
 	}
 	return specs, assets, nil
 }
@@ -183,17 +178,8 @@ func dataPlaneReady(opts Options, assets string) error {
 	if err := dataplane.CheckHost(); err != nil {
 		return err
 	}
-	switch {
-	case opts.Kubelet:
-		if err := kubeletCheck(opts, assets); err != nil {
-			return err
-		}
-	case opts.NodeAgent == "":
-		return errors.New("clusterset: Options.NodeAgent (the nodeagent binary) is required with Nodes")
-	default:
-		if _, err := os.Stat(opts.NodeAgent); err != nil {
-			return fmt.Errorf("clusterset: node agent: %w (run `make build`)", err)
-		}
+	if err := kubeletCheck(opts, assets); err != nil {
+		return err
 	}
 	for _, b := range []string{"kube-scheduler", "kube-proxy"} {
 		if _, err := os.Stat(filepath.Join(assets, b)); err != nil {
@@ -235,7 +221,7 @@ func AssetsDir(dir string) (string, error) {
 		dir = os.Getenv("FLEET_ASSETS")
 	}
 	if dir == "" {
-		root, err := repoRoot()
+		root, err := RepoRoot()
 		if err != nil {
 			return "", err
 		}
@@ -249,8 +235,8 @@ func AssetsDir(dir string) (string, error) {
 	return dir, nil
 }
 
-// repoRoot walks up from the working directory to the folder holding the project's go.mod.
-func repoRoot() (string, error) {
+// RepoRoot walks up from the working directory to the folder holding the project's go.mod.
+func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err

@@ -24,17 +24,21 @@ var controllers = []string{
 }
 
 // kubeletControllers are added for kubelet nodes: a kubelet registers its Node with the not-ready taint, which
-// only the node lifecycle controller removes once the Node is Ready.
-var kubeletControllers = []string{"nodelifecycle"}
+// only the node lifecycle controller removes once the Node is Ready; pods get their ServiceAccount token only if
+// the ServiceAccount exists (every namespace's default one) and the kube-root-ca.crt ConfigMap their token volume
+// holds is published.
+var kubeletControllers = []string{"nodelifecycle", "serviceaccount", "root-ca-cert-publisher"}
 
-// startControllerManager starts kube-controller-manager, with kubeletControllers when the member's nodes are
-// kubelets, and waits until its /healthz answers.
-func startControllerManager(ctx context.Context, assets, dir, kubeconfig string, kubelets bool, log io.Writer) (*proc.Process, error) {
+// startControllerManager starts kube-controller-manager and waits until its /healthz answers. For a member with
+// kubelet nodes, rootCAFile is the API server's serving CA: kubeletControllers run too, and publish it.
+func startControllerManager(ctx context.Context, assets, dir, kubeconfig, rootCAFile string, log io.Writer) (*proc.Process, error) {
 	ctrls := controllers
-	if kubelets {
+	var extra []string
+	if rootCAFile != "" {
 		ctrls = append(slices.Clip(controllers), kubeletControllers...)
+		extra = append(extra, "--root-ca-file="+rootCAFile)
 	}
-	return startComponent(ctx, assets, "kube-controller-manager", dir, kubeconfig, log,
+	return startComponent(ctx, assets, "kube-controller-manager", dir, kubeconfig, log, append(extra,
 		"--controllers="+strings.Join(ctrls, ","),
 		"--use-service-account-credentials=false",
 		// Objects arrive by the thousand in benchmarks; the default 20 QPS would make kcm the bottleneck.
@@ -42,7 +46,7 @@ func startControllerManager(ctx context.Context, assets, dir, kubeconfig string,
 		"--kube-api-burst=2000",
 		"--concurrent-service-endpoint-syncs=10",
 		"--concurrent-gc-syncs=40",
-	)
+	)...)
 }
 
 // startScheduler starts kube-scheduler and waits until its /healthz answers.

@@ -2,20 +2,15 @@ package clusterset
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"vksfleet.dev/fleet/test/dataplane"
@@ -30,7 +26,7 @@ import (
 	"vksfleet.dev/fleet/test/poll"
 )
 
-// A kubelet node (Options.Kubelet) runs Debian's containerd 1.6 and the kubelet built from the pinned Kubernetes
+// A node runs Debian's containerd 1.6 and the kubelet built from the pinned Kubernetes
 // (build/tools.sh) in the node's network namespace (Node.start). Facts behind every setting:
 // ../shared/KUBELET-NOTES.md.
 
@@ -50,10 +46,29 @@ func kubeletCheck(opts Options, assets string) error {
 		}
 	}
 	if len(opts.Images) == 0 {
-		return errors.New("clusterset: Options.Images (nodeimages.Build) is required with Kubelet: nodes pull nothing")
+		return errors.New("clusterset: Options.Images (nodeimages.Build) is required with Nodes: nodes pull nothing")
 	}
-	if _, err := os.Stat(filepath.Join(dataplane.CgroupFS, "cgroup.controllers")); err == nil {
-		return errors.New("clusterset: kubelet nodes support only the cgroup v1 hierarchies this project's machines have")
+	return cgroupCheck(dataplane.CgroupFS)
+}
+
+// cgroupHierarchies are the cgroup v1 controllers the kubelet and runc use for pods.
+var cgroupHierarchies = []string{"cpu", "cpuacct", "cpuset", "memory", "pids", "devices"}
+
+// cgroupCheck says which cgroup hierarchy the kubelet needs is missing under root, where they are mounted.
+func cgroupCheck(root string) error {
+	if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err == nil {
+		return fmt.Errorf("clusterset: %s is a cgroup v2 hierarchy; the local clusterset's kubelets support only the "+
+			"cgroup v1 hierarchies this project's machines have", root)
+	}
+	var missing []string
+	for _, h := range cgroupHierarchies {
+		if _, err := os.Stat(filepath.Join(root, h, "cgroup.procs")); err != nil {
+			missing = append(missing, h)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("clusterset: the kubelet needs the cgroup v1 hierarchies %s mounted under %s; missing: %s",
+			strings.Join(cgroupHierarchies, ", "), root, strings.Join(missing, ", "))
 	}
 	return nil
 }
@@ -76,27 +91,23 @@ func (c *Cluster) configureKubeletAuth(api *envtest.APIServer) error {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return err
 	}
-	ca, caKey, err := newCert("kubelet-client-ca", nil, nil, nil)
+	ca, caKey, err := newCA("kubelet-client-ca")
 	if err != nil {
 		return err
 	}
-	cert, key, err := newCert("kube-apiserver-kubelet-client", []string{"system:masters"}, ca, caKey)
+	cert, key, err := newCert(certSpec{cn: "kube-apiserver-kubelet-client", orgs: []string{"system:masters"}}, ca, caKey)
 	if err != nil {
 		return err
 	}
 	c.kubeletPKI = kubeletPKI{
 		caFile: filepath.Join(dir, "ca.crt"), certFile: filepath.Join(dir, "client.crt"), keyFile: filepath.Join(dir, "client.key"),
 	}
-	for path, data := range map[string][]byte{c.kubeletPKI.caFile: ca.Raw, c.kubeletPKI.certFile: cert.Raw} {
-		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: data}), 0o600); err != nil {
+	for path, cert := range map[string]*x509.Certificate{c.kubeletPKI.caFile: ca, c.kubeletPKI.certFile: cert} {
+		if err := writeCert(path, cert); err != nil {
 			return err
 		}
 	}
-	der, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(c.kubeletPKI.keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+	if err := writeKey(c.kubeletPKI.keyFile, key); err != nil {
 		return err
 	}
 	args := api.Configure()
@@ -106,38 +117,6 @@ func (c *Cluster) configureKubeletAuth(api *envtest.APIServer) error {
 	args.Set("kubelet-client-key", c.kubeletPKI.keyFile)
 	args.Set("kubelet-preferred-address-types", "InternalIP")
 	return nil
-}
-
-// newCert makes an ECDSA P-256 certificate for a client, signed by parent, or a CA signing itself when parent
-// is nil.
-func newCert(cn string, orgs []string, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	if err != nil {
-		return nil, nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: cn, Organization: orgs},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(7 * 24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if parent == nil {
-		tmpl.IsCA, tmpl.BasicConstraintsValid = true, true
-		tmpl.KeyUsage, tmpl.ExtKeyUsage = x509.KeyUsageCertSign|x509.KeyUsageDigitalSignature, nil
-		parent, parentKey = tmpl, key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
-	if err != nil {
-		return nil, nil, err
-	}
-	cert, err := x509.ParseCertificate(der)
-	return cert, key, err
 }
 
 // startKubeletNode starts containerd, loads the images into it and starts the kubelet, in node n's namespace.
@@ -161,7 +140,11 @@ func (c *Cluster) startKubeletNode(ctx context.Context, spec clusterSpec, assets
 	files := map[string]string{
 		filepath.Join(run, "containerd.toml"):       containerdConfig(run, data, n.runtimeSocket),
 		filepath.Join(data, "cni", "pods.conflist"): cniConfig(filepath.Join(data, "ipam"), n.PodCIDRs),
-		filepath.Join(data, "resolv.conf"):          "nameserver " + c.DNSServiceIP.String() + "\n",
+		// The node's own resolver, which pods with dnsPolicy Default get: the cluster's DNS server among them, which
+		// forwards there what is outside its zones. The host link, where nothing serves DNS, refuses at once: no
+		// query leaves the machine, and the cluster DNS does not forward to itself (a loop its loop plugin stops
+		// it for).
+		filepath.Join(data, "resolv.conf"): "nameserver " + dataplane.HostV4.String() + "\n",
 	}
 	kubeconfig, err := c.nodeKubeconfig(n.Name)
 	if err != nil {
@@ -337,7 +320,7 @@ func kubeletConfig(c *Cluster, n *Node, data string) (string, error) {
 		"authorization": map[string]any{"mode": "Webhook"},
 		"clusterDNS":    []string{c.DNSServiceIP.String()},
 		"clusterDomain": "cluster.local",
-		// The host's resolv.conf is not the node's business: pods with dnsPolicy Default get the cluster DNS too.
+		// The host's resolv.conf is not the node's business.
 		"resolvConf": filepath.Join(data, "resolv.conf"),
 		// The default, /var/log/pods, is shared by every kubelet on the host.
 		"podLogsDir":          filepath.Join(data, "pods"),
@@ -432,4 +415,65 @@ func (c *Cluster) setPodCIDRs(ctx context.Context, n *Node) error {
 	}
 	_, err = c.Kube.CoreV1().Nodes().Patch(ctx, n.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
 	return err
+}
+
+// createKubeDNSService creates the cluster DNS Service, kube-system/kube-dns at DNSServiceIP, with kubeadm's
+// selector, ports and labels: the address every kubelet gives its pods exists from the start, and a DNS add-on
+// applied later (ours, from build/deploy) takes the Service over in place.
+func (c *Cluster) createKubeDNSService(ctx context.Context) error {
+	udp, tcp := corev1.ProtocolUDP, corev1.ProtocolTCP
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Namespace: metav1.NamespaceSystem, Labels: map[string]string{
+			"k8s-app": "kube-dns", "kubernetes.io/cluster-service": "true", "kubernetes.io/name": "CoreDNS",
+		}},
+		Spec: corev1.ServiceSpec{
+			ClusterIP: c.DNSServiceIP.String(),
+			Selector:  map[string]string{"k8s-app": "kube-dns"},
+			Ports: []corev1.ServicePort{
+				{Name: "dns", Protocol: udp, Port: 53, TargetPort: intstr.FromInt32(53)},
+				{Name: "dns-tcp", Protocol: tcp, Port: 53, TargetPort: intstr.FromInt32(53)},
+				{Name: "metrics", Protocol: tcp, Port: 9153, TargetPort: intstr.FromInt32(9153)},
+			},
+		},
+	}
+	if err := c.Client.Create(ctx, svc); err != nil {
+		return fmt.Errorf("creating the kube-dns Service: %w", err)
+	}
+	return nil
+}
+
+// PodsMemory is the memory the node's pods use: total_rss of the kubelet's kubepods cgroup under the node's
+// cgroupRoot, which holds every pod of the node.
+func (n *Node) PodsMemory() (int64, error) {
+	return cgroupRSS(filepath.Join(dataplane.CgroupFS, "memory", dataplane.NodeCgroupRoot(n.Name), "kubepods"))
+}
+
+// PodMemory is the memory of one pod of the member, by its UID: total_rss of its cgroup, in whichever QoS class
+// and node it runs.
+func (c *Cluster) PodMemory(uid types.UID) (int64, error) {
+	for _, n := range c.Nodes {
+		base := filepath.Join(dataplane.CgroupFS, "memory", dataplane.NodeCgroupRoot(n.Name), "kubepods")
+		for _, dir := range []string{base, filepath.Join(base, "burstable"), filepath.Join(base, "besteffort")} {
+			p := filepath.Join(dir, "pod"+string(uid))
+			if _, err := os.Stat(p); err == nil {
+				return cgroupRSS(p)
+			}
+		}
+	}
+	return 0, fmt.Errorf("clusterset: no cgroup for pod %s on %s's nodes", uid, c.Name)
+}
+
+// cgroupRSS reads total_rss from a cgroup v1 memory.stat: the anonymous memory of every process in the cgroup
+// and its children.
+func cgroupRSS(dir string) (int64, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "memory.stat"))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "total_rss "); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s/memory.stat has no total_rss", dir)
 }

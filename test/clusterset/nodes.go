@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/netip"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,8 +19,8 @@ import (
 	"vksfleet.dev/fleet/test/proc"
 )
 
-// Node is one node of a member with a data plane: a network namespace running kube-proxy and our node agent, or
-// containerd and the kubelet (Options.Kubelet).
+// Node is one node of a member with a data plane: a network namespace running kube-proxy, containerd and the
+// kubelet.
 type Node struct {
 	// Name is the Node's name.
 	Name string
@@ -33,25 +32,22 @@ type Node struct {
 	Addrs []netip.Addr
 	// PodCIDRs are the node's share of the member's pod CIDRs.
 	PodCIDRs []netip.Prefix
-	// ReadyAfter is how long the node took to be Ready from the start of its node agent or containerd, as Start
+	// ReadyAfter is how long the node took to be Ready from the start of its containerd, as Start
 	// saw it (to within 100 ms and the time the other nodes took to start).
 	ReadyAfter time.Duration
 
-	agent, proxy *proc.Process
-	started      time.Time
-	// With Options.Kubelet: containerd, the kubelet and containerd's socket.
-	containerd, kubelet *proc.Process
-	runtimeSocket       string
+	proxy, containerd, kubelet *proc.Process
+	started                    time.Time
+	runtimeSocket              string // containerd's
 }
 
-// kubeletPort is where every node agent or kubelet serves exec and logs; nodes have addresses of their own.
+// kubeletPort is where every kubelet serves exec and logs; nodes have addresses of their own.
 const kubeletPort = 10250
 
 // proxyHealthPort is kube-proxy's healthz port; it answers 200 once the first sync is done.
 const proxyHealthPort = 10256
 
-// startNodes creates the member's nodes in the data plane, each with a node agent, or containerd and a kubelet, and
-// kube-proxy, and waits until every Node is Ready and every kube-proxy has programmed its rules.
+// startNodes creates the member's nodes in the data plane, each with containerd, a kubelet and kube-proxy, and waits until every Node is Ready and every kube-proxy has programmed its rules.
 func (c *Cluster) startNodes(ctx context.Context, spec clusterSpec, assets string) error {
 	for j := range spec.nodes {
 		n := &Node{Name: fmt.Sprintf("%s-node-%d", c.Name, j), Zone: fmt.Sprintf("%s-zone-%d", c.Name, j), Region: c.Region}
@@ -62,21 +58,7 @@ func (c *Cluster) startNodes(ctx context.Context, spec clusterSpec, assets strin
 		n.NS, n.Addrs, n.PodCIDRs = dn.NS, dn.Addrs, dn.PodCIDRs
 		c.Nodes = append(c.Nodes, n)
 		n.started = time.Now()
-		if spec.kubelet {
-			err = c.startKubeletNode(ctx, spec, assets, n)
-		} else {
-			n.agent, err = n.start(spec.log, "nodeagent", spec.nodeAgent,
-				"-node-name="+n.Name,
-				"-kubeconfig="+c.KubeconfigPath,
-				"-addrs="+joinAddrs(n.Addrs),
-				"-pod-cidrs="+joinPrefixes(n.PodCIDRs),
-				"-cluster-dns="+c.DNSServiceIP.String(),
-				"-labels="+corev1.LabelTopologyZone+"="+n.Zone+","+corev1.LabelTopologyRegion+"="+n.Region,
-				"-port="+strconv.Itoa(kubeletPort),
-				"-state-dir="+filepath.Join(c.dir, n.Name),
-			)
-		}
-		if err != nil {
+		if err := c.startKubeletNode(ctx, spec, assets, n); err != nil {
 			return err
 		}
 		n.proxy, err = n.start(spec.log, "kube-proxy", filepath.Join(assets, "kube-proxy"),
@@ -99,12 +81,8 @@ func (c *Cluster) startNodes(ctx context.Context, spec clusterSpec, assets strin
 			return fmt.Errorf("kube-proxy of %s: %w", n.Name, err)
 		}
 	}
-	// A kubelet registers its Node itself, without pod CIDRs, and takes longer to be Ready than a node agent.
-	timeout := time.Minute
-	if spec.kubelet {
-		timeout = 2 * time.Minute
-	}
-	return poll.Until(ctx, 100*time.Millisecond, timeout, func() error {
+	// A kubelet registers its Node itself, without pod CIDRs.
+	return poll.Until(ctx, 100*time.Millisecond, 2*time.Minute, func() error {
 		var notReady []string
 		for _, n := range c.Nodes {
 			if n.ReadyAfter > 0 {
@@ -148,14 +126,8 @@ func nodeReady(n *corev1.Node) bool {
 	return false
 }
 
-// stopNodes stops the node agents first, so that they stop their pods, then the kube-proxies, then the kubelets
-// and containerds, whose pods drainKubeletNodes stopped.
+// stopNodes stops the kube-proxies, then the kubelets and containerds, whose pods drainKubeletNodes stopped.
 func (c *Cluster) stopNodes() error {
-	for _, n := range c.Nodes {
-		if n.agent != nil {
-			n.agent.Stop()
-		}
-	}
 	for _, n := range c.Nodes {
 		if n.proxy != nil {
 			n.proxy.Stop()
@@ -168,11 +140,11 @@ func (c *Cluster) stopNodes() error {
 	return errors.Join(errs...)
 }
 
-// Usage returns what the node's processes use, by name: kubelet, containerd and kube-proxy, or nodeagent and
-// kube-proxy. Pods' processes are not counted.
+// Usage returns what the node's processes use, by name: kubelet, containerd and kube-proxy. Pods' processes are
+// not counted.
 func (n *Node) Usage() (map[string]proc.Usage, error) {
 	usage := map[string]proc.Usage{}
-	for name, p := range map[string]*proc.Process{"nodeagent": n.agent, "kube-proxy": n.proxy, "kubelet": n.kubelet, "containerd": n.containerd} {
+	for name, p := range map[string]*proc.Process{"kube-proxy": n.proxy, "kubelet": n.kubelet, "containerd": n.containerd} {
 		if p == nil {
 			continue
 		}
@@ -183,11 +155,6 @@ func (n *Node) Usage() (map[string]proc.Usage, error) {
 		usage[name] = u
 	}
 	return usage, nil
-}
-
-// hasKubeletNodes says whether the member's nodes run kubelets.
-func (c *Cluster) hasKubeletNodes() bool {
-	return slices.ContainsFunc(c.Nodes, func(n *Node) bool { return n.containerd != nil })
 }
 
 // dnsServiceIP is the address the cluster DNS Service of a member gets: the tenth of its IPv4 Service range, as

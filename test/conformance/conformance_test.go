@@ -65,39 +65,9 @@ func TestConformance(t *testing.T) {
 	}
 	t.Logf("conformance suite from %s: %s, ready %s after the test started", src, suite, since(start))
 
-	start = time.Now()
-	bin := t.TempDir()
-	if err := fleet.Build(bin); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("fleet binaries built in %s", since(start))
-	start = time.Now()
-	imageDir := t.TempDir()
-	images, err := nodeimages.Build(ctx, imageDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	extra, err := nodeimages.BuildConformance(ctx, imageDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	images = append(images, extra...)
-	var sizes []string
-	for _, p := range images {
-		if fi, err := os.Stat(p); err == nil {
-			sizes = append(sizes, fmt.Sprintf("%s %.1f MiB", filepath.Base(p), float64(fi.Size())/(1<<20)))
-		}
-	}
-	t.Logf("node images written in %s: %s", since(start), strings.Join(sizes, ", "))
-
 	log := proc.TestLog(t)
 	start = time.Now()
-	f, err := fleet.Start(ctx, fleet.Options{
-		ClusterSet: clusterset.Options{
-			Members: clusterset.MemberNames(3), Nodes: 2, Kubelet: true, Images: images, Log: log,
-		},
-		BinDir: bin, Log: log,
-	})
+	f, err := fleet.Start(ctx, fleet.Options{ClusterSet: clusterset.Options{Members: clusterset.MemberNames(3), Nodes: 2, Log: log}, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}

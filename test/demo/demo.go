@@ -40,9 +40,6 @@ type Demo struct {
 	// Fleet needs members cluster-a, cluster-b and cluster-c, with nodes (clusterset.Options.Nodes), since the
 	// stories send traffic.
 	Fleet *fleet.Fleet
-	// Serve is the serve binary (test/cmd/serve): the command of every pod the demo runs, which the node agents
-	// start as a process of this machine.
-	Serve string
 	// Out receives the narration.
 	Out io.Writer
 	// Timeout bounds each expectation; it must exceed the fleet's lease grace.
@@ -64,12 +61,6 @@ func (d *Demo) Run(ctx context.Context) error {
 		}
 		d.Kubectl = filepath.Join(assets, "kubectl")
 	}
-	// Containers run with / as their working directory.
-	serve, err := filepath.Abs(d.Serve)
-	if err != nil {
-		return err
-	}
-	d.Serve = serve
 	for _, m := range d.Fleet.Members {
 		if err := m.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
@@ -213,7 +204,7 @@ func localPodIPs(ctx context.Context, m *fleet.Member, labels client.MatchingLab
 
 // deploy runs app as serve pods behind its Service in m, each pod answering with m's name.
 func (d *Demo) deploy(ctx context.Context, m *fleet.Member, app string, replicas int32, headless bool) error {
-	return workload.Deploy(ctx, m.Client, Namespace, app, m.Name, d.Serve, replicas, headless)
+	return workload.Deploy(ctx, m.Client, Namespace, app, m.Name, replicas, headless)
 }
 
 func export(ctx context.Context, m *fleet.Member, svc string) error {

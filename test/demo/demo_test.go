@@ -2,7 +2,6 @@ package demo
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,9 +24,9 @@ func TestStories(t *testing.T) {
 	if err := dataplane.CheckHost(); err != nil {
 		t.Skip(err)
 	}
-	f, bin, _ := fleet.StartTest(t, 3, 2)
+	f, _, _ := fleet.StartTest(t, 3, 2)
 	ctx := context.Background()
-	d := &Demo{Fleet: f, Serve: filepath.Join(bin, "serve"), Out: logWriter{t}, Timeout: time.Minute}
+	d := &Demo{Fleet: f, Out: logWriter{t}, Timeout: time.Minute}
 	if err := d.Run(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -214,7 +214,7 @@ func (d *Demo) deployNear(ctx context.Context, m *fleet.Member, placements ...st
 		return err
 	}
 	for i, zone := range placements {
-		tmpl := workload.ServePod("near", m.Name, d.Serve)
+		tmpl := workload.ServePod("near", m.Name)
 		name := "near"
 		if zone != "" {
 			tmpl.Spec.NodeSelector = map[string]string{corev1.LabelTopologyZone: zone}

@@ -146,7 +146,11 @@ func (d *Demo) storyMigration(ctx context.Context) error {
 	d.say("    ok: the ClusterSetIP %v did not change", vip)
 	d.kubectl(ctx, a, "get", "serviceimports", "-n", Namespace, "backend", "-o", "jsonpath={.status.clusters}{\"\\n\"}")
 	d.dig(ctx, a, name, "A")
-	return nil
+	// What an operator sees from a laptop: every member, its controller and DNS, and every check of backend.
+	if err := d.kubectlMCS(ctx, "status"); err != nil {
+		return err
+	}
+	return d.kubectlMCS(ctx, "diagnose", Namespace+"/backend")
 }
 
 // storySpread is the first part of story 2: one service in every cluster, a conflict, and a headless

@@ -34,7 +34,7 @@ const (
 // startLoop runs a client loop as pod name in m, on a node of zone unless it is empty, sending to target, and
 // follows its log until ctx ends.
 func (d *Demo) startLoop(ctx context.Context, m *fleet.Member, name, zone, target string) (*workload.Loop, error) {
-	pod := workload.LoopPod(name, Namespace, d.Serve, target, loopInterval, loopDuration)
+	pod := workload.LoopPod(name, Namespace, target, loopInterval, loopDuration)
 	where := m.Name
 	if zone != "" {
 		pod.Spec.NodeSelector = map[string]string{corev1.LabelTopologyZone: zone}

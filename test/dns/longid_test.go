@@ -15,6 +15,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/controller/imports"
+	"vksfleet.dev/fleet/controller/merge"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/plugin/mcstest"
 	"vksfleet.dev/fleet/test/poll"
@@ -46,7 +47,7 @@ func TestLongClusterID(t *testing.T) {
 			mcstest.Endpoint("10.4.0.3", "", true)},
 	}
 	si := mcstest.Import(ns, svc, mcsv1beta1.Headless, nil, mcstest.Port("http", corev1.ProtocolTCP, 8080))
-	imported := imports.Slices(types.NamespacedName{Namespace: ns, Name: svc}, []imports.Source{{Cluster: id, Slice: exported}}, nil, nil)
+	imported := imports.Slices(types.NamespacedName{Namespace: ns, Name: svc}, []imports.Source{{Cluster: id, Slice: exported}}, merge.SlicePorts{}, nil)
 	if len(imported) != 1 || imported[0].Labels[mcsv1beta1.LabelSourceCluster] != names.LabelValue(id) || names.LabelValue(id) == id {
 		t.Fatalf("the controller's slice for a 100-character id is not labelled with a shortened value: %v", imported)
 	}

@@ -12,13 +12,11 @@ import (
 	"vksfleet.dev/fleet/test/proc"
 )
 
-// Binaries are the programs a fleet runs, as module packages: ours to ship, and the local clusterset's node agent
-// and the serve program its test pods run.
+// Binaries are the programs a fleet without nodes runs as processes of this machine (with nodes, it runs them
+// from the images `make images` saves).
 var Binaries = []string{
 	"vksfleet.dev/fleet/cmd/coredns",
 	"vksfleet.dev/fleet/cmd/controller",
-	"vksfleet.dev/fleet/test/cmd/nodeagent",
-	"vksfleet.dev/fleet/test/cmd/serve",
 }
 
 // Build builds Binaries into dir, for a test that needs a BinDir; it must run inside the module.

@@ -1,6 +1,8 @@
-// Package fleet runs the whole project on a local clusterset: per member, one mcs-controller process and one of
-// our CoreDNS processes serving cluster.local and clusterset.local, as a real member would run them. `make up`,
-// `make demo` and the end-to-end tests share it.
+// Package fleet runs the whole project on a local clusterset, per member an mcs-controller and our CoreDNS
+// serving cluster.local and clusterset.local. With nodes (kubelets and containers), both are installed as a user
+// installs them, from the deploy manifests and our images (pods.go): `make up`, `make demo` and the traffic
+// tests. Without nodes, both run as processes of this machine, for tests of the control plane alone, which need
+// no pod: the end-to-end, DNS readiness, hostile-input and kubectl-mcs suites.
 package fleet
 
 import (
@@ -15,15 +17,8 @@ import (
 	"syscall"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/utils/ptr"
-
 	"vksfleet.dev/fleet/build/deploy/corefile"
 	"vksfleet.dev/fleet/test/clusterset"
-	"vksfleet.dev/fleet/test/dataplane"
 	"vksfleet.dev/fleet/test/proc"
 )
 
@@ -33,8 +28,11 @@ type Options struct {
 	ClusterSet clusterset.Options
 	// BinDir holds the `coredns` and `controller` binaries (make build puts them in bin/).
 	BinDir string
-	// LeaseGrace is the controllers' --lease-grace; default 30 s.
+	// LeaseGrace is the controllers' --lease-grace; default 30 s, the manifests' own.
 	LeaseGrace time.Duration
+	// ImagesDir holds coredns.tar and mcs-controller.tar, the images a fleet with nodes runs (`make images`);
+	// default the repository's bin/images.
+	ImagesDir string
 	// Log receives every process's output; default discarded.
 	Log io.Writer
 }
@@ -47,6 +45,7 @@ type Fleet struct {
 
 	opts     Options
 	dir      string
+	pods     bool // the product runs in pods, installed from the manifests
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -54,59 +53,70 @@ type Fleet struct {
 // Member is a member cluster with its processes.
 type Member struct {
 	*clusterset.Cluster
-	// DNS is the address (127.0.0.1:port) where the member's CoreDNS answers over UDP and TCP. With a data plane,
-	// pods reach the same server through the kube-dns Service (Cluster.DNSServiceIP port 53).
+	// DNS is the address where the member's CoreDNS answers over UDP and TCP: 127.0.0.1:port for a process, or
+	// one CoreDNS pod's address, port 53, with nodes, whose pods reach every replica through the kube-dns Service
+	// (Cluster.DNSServiceIP port 53).
 	DNS string
 
 	fleet          *Fleet
 	mu             sync.Mutex
-	controller     *proc.Process
 	controllerArgs []string
-	coredns        *proc.Process
-	dnsPort        int
-	metricsAddr    string // where the controller serves its metrics
+	// Without nodes: the processes, the DNS port and where the controller serves its metrics.
+	controller  *proc.Process
+	coredns     *proc.Process
+	dnsPort     int
+	metricsAddr string
+	// With nodes: the controller's arguments as the manifest has them.
+	baseArgs []string
 }
 
-// Start starts the clusterset, then every member's controller and CoreDNS, and returns once each CoreDNS reports
-// ready. On error, whatever was started is stopped.
+// Start starts the clusterset, then every member's controller and CoreDNS, and returns once each member's
+// CoreDNS is ready (and, with nodes, its controller Deployment available). On error, whatever was started is
+// stopped.
 func Start(ctx context.Context, opts Options) (*Fleet, error) {
-	for _, b := range []string{"coredns", "controller"} {
-		if _, err := os.Stat(filepath.Join(opts.BinDir, b)); err != nil {
-			return nil, fmt.Errorf("fleet: %s not found in %q: run `make build` first", b, opts.BinDir)
+	pods := opts.ClusterSet.Nodes > 0
+	if !pods {
+		for _, b := range []string{"coredns", "controller"} {
+			if _, err := os.Stat(filepath.Join(opts.BinDir, b)); err != nil {
+				return nil, fmt.Errorf("fleet: %s not found in %q: run `make build` first", b, opts.BinDir)
+			}
 		}
-	}
-	if opts.LeaseGrace == 0 {
-		opts.LeaseGrace = 30 * time.Second
 	}
 	if opts.Log == nil {
 		opts.Log = io.Discard
 	}
 	opts.ClusterSet.NoBroker = false
-	if opts.ClusterSet.Nodes > 0 && opts.ClusterSet.NodeAgent == "" {
-		opts.ClusterSet.NodeAgent = filepath.Join(opts.BinDir, "nodeagent")
-	}
 	dir, err := os.MkdirTemp("", "fleet-processes-")
 	if err != nil {
 		return nil, err
+	}
+	if pods {
+		if err := podsMode(ctx, &opts, dir); err != nil {
+			return nil, errors.Join(err, os.RemoveAll(dir))
+		}
 	}
 	cs, err := clusterset.Start(ctx, opts.ClusterSet)
 	if err != nil {
 		return nil, errors.Join(err, os.RemoveAll(dir))
 	}
-	f := &Fleet{ClusterSet: cs, opts: opts, dir: dir}
+	f := &Fleet{ClusterSet: cs, opts: opts, dir: dir, pods: pods}
 	for _, c := range cs.Members {
+		f.Members = append(f.Members, &Member{Cluster: c, fleet: f})
+	}
+	if pods {
+		if err := f.install(ctx); err != nil {
+			return nil, errors.Join(err, f.Stop())
+		}
+		return f, nil
+	}
+	for _, m := range f.Members {
 		// The DNS port is known before the controller starts: the controller asks that server before it says an
 		// import is Ready.
-		port, err := clusterset.FreePort()
+		ports, err := clusterset.FreePorts(2)
 		if err != nil {
 			return nil, errors.Join(err, f.Stop())
 		}
-		metricsPort, err := clusterset.FreePort()
-		if err != nil {
-			return nil, errors.Join(err, f.Stop())
-		}
-		f.Members = append(f.Members, &Member{Cluster: c, fleet: f, DNS: fmt.Sprintf("127.0.0.1:%d", port), dnsPort: port,
-			metricsAddr: fmt.Sprintf("127.0.0.1:%d", metricsPort)})
+		m.dnsPort, m.DNS, m.metricsAddr = ports[0], fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
 	}
 	errs := make([]error, len(f.Members))
 	var wg sync.WaitGroup
@@ -139,6 +149,13 @@ func (f *Fleet) Stop() error {
 	f.stopOnce.Do(func() {
 		var errs []error
 		for _, m := range f.Members {
+			if f.pods {
+				// The pods go with the nodes; their logs go with them unless kept.
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				m.writePodLogs(ctx, f.opts.Log)
+				cancel()
+				continue
+			}
 			m.StopController()
 			m.StopCoreDNS()
 		}
@@ -148,8 +165,12 @@ func (f *Fleet) Stop() error {
 	return f.stopErr
 }
 
-// StartController starts the member's mcs-controller, unless it is running.
+// StartController starts the member's mcs-controller, unless it is running: with nodes, it scales the
+// Deployment to its 2 replicas, with the arguments SetControllerArgs gave, and waits until both are available.
 func (m *Member) StartController() error {
+	if m.fleet.pods {
+		return m.scaleController(replicas)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.controller != nil {
@@ -159,11 +180,10 @@ func (m *Member) StartController() error {
 	args := append([]string{
 		"--kubeconfig=" + m.KubeconfigPath,
 		"--broker-kubeconfig=" + f.Broker.KubeconfigPath,
-		"--lease-grace=" + f.opts.LeaseGrace.String(),
 		"--health-probe-bind-address=0",
 		"--metrics-bind-address=" + m.metricsAddr,
 		"--dns-address=" + m.DNS,
-	}, m.controllerArgs...)
+	}, m.extraArgs()...)
 	p, err := proc.Start(f.opts.Log, m.Name+"/controller", filepath.Join(f.opts.BinDir, "controller"), args...)
 	if err != nil {
 		return err
@@ -172,8 +192,21 @@ func (m *Member) StartController() error {
 	return nil
 }
 
+// extraArgs are the controller flags the fleet adds to those of its deployment: --lease-grace, unless the
+// default, and the test's own.
+func (m *Member) extraArgs() []string {
+	var args []string
+	if g := m.fleet.opts.LeaseGrace; g != 0 {
+		args = append(args, "--lease-grace="+g.String())
+	}
+	return append(args, m.controllerArgs...)
+}
+
 // ControllerMetric adds up the member's controller metric name over the series whose labels include want.
 func (m *Member) ControllerMetric(name string, want map[string]string) (float64, error) {
+	if m.fleet.pods {
+		return m.podMetric(name, want)
+	}
 	families, err := proc.Scrape("http://" + m.metricsAddr + "/metrics")
 	if err != nil {
 		return 0, err
@@ -189,8 +222,15 @@ func (m *Member) SetControllerArgs(args ...string) {
 	m.controllerArgs = args
 }
 
-// StopController stops the member's mcs-controller, if it runs, as a crash or an upgrade would.
-func (m *Member) StopController() { m.stop(&m.controller) }
+// StopController stops the member's mcs-controller, if it runs, as a crash would; with nodes, it scales the
+// Deployment to zero and returns once no controller pod is left, or fails the same way StartController does.
+func (m *Member) StopController() error {
+	if m.fleet.pods {
+		return m.scaleController(0)
+	}
+	m.stop(&m.controller)
+	return nil
+}
 
 // startCoreDNS starts the member's CoreDNS on the member's DNS address, and returns once it reports ready.
 func (m *Member) startCoreDNS(ctx context.Context) error {
@@ -200,15 +240,11 @@ func (m *Member) startCoreDNS(ctx context.Context) error {
 		return err
 	}
 	path := filepath.Join(m.fleet.dir, "Corefile."+m.Name)
-	// The deployed Corefile's two plugins, on loopback ports, and with a data plane on the host link too, where
-	// kube-proxy sends the pods' queries.
+	// The deployed Corefile's two plugins, on loopback ports.
 	s := corefile.Server{
 		Port: dnsPort, Bind: []string{"127.0.0.1"}, Stock: corefile.Stock{Ready: true}, ReadyAddr: fmt.Sprintf("127.0.0.1:%d", readyPort),
 		Kubeconfig: m.KubeconfigPath, Context: m.Name,
 		Kubernetes: &corefile.Kubernetes{Reverse: true, Pods: true, LeaveImported: true}, Multicluster: &corefile.Multicluster{Reverse: true},
-	}
-	if len(m.Nodes) > 0 {
-		s.Bind = append(s.Bind, dataplane.HostV4.String())
 	}
 	if err := os.WriteFile(path, []byte(s.Render()), 0o644); err != nil {
 		return err
@@ -220,14 +256,7 @@ func (m *Member) startCoreDNS(ctx context.Context) error {
 	m.mu.Lock()
 	m.coredns = p
 	m.mu.Unlock()
-	hc := &http.Client{Timeout: time.Second}
-	if err := p.WaitHTTP(ctx, hc, "http://"+s.ReadyAddr+"/ready", 2*time.Minute); err != nil {
-		return err
-	}
-	if len(m.Nodes) == 0 {
-		return nil
-	}
-	return m.createDNSService(ctx, dnsPort)
+	return p.WaitHTTP(ctx, &http.Client{Timeout: time.Second}, "http://"+s.ReadyAddr+"/ready", 2*time.Minute)
 }
 
 // StopCoreDNS stops the member's CoreDNS, if it runs, as a crash would.
@@ -258,38 +287,4 @@ func (m *Member) stop(p **proc.Process) {
 		(*p).Stop()
 		*p = nil
 	}
-}
-
-// createDNSService publishes the member's CoreDNS to its pods as kube-system/kube-dns, as a cluster's DNS add-on
-// does: a Service at the address the node agents write into every pod's resolv.conf, whose one endpoint is
-// CoreDNS on the host link. The EndpointSlice is managed by us, not by the endpointslice controller, since the
-// Service has no selector.
-func (m *Member) createDNSService(ctx context.Context, port int) error {
-	ports := []corev1.ServicePort{
-		{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53, TargetPort: intstr.FromInt32(int32(port))},
-		{Name: "dns-tcp", Protocol: corev1.ProtocolTCP, Port: 53, TargetPort: intstr.FromInt32(int32(port))},
-	}
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Namespace: metav1.NamespaceSystem, Labels: map[string]string{"k8s-app": "kube-dns"}},
-		Spec:       corev1.ServiceSpec{ClusterIP: m.DNSServiceIP.String(), Ports: ports},
-	}
-	if err := m.Client.Create(ctx, svc); err != nil {
-		return fmt.Errorf("creating kube-dns Service: %w", err)
-	}
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "kube-dns-host", Namespace: metav1.NamespaceSystem, Labels: map[string]string{
-			discoveryv1.LabelServiceName: "kube-dns", discoveryv1.LabelManagedBy: "fleet.vksfleet.dev",
-		}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints: []discoveryv1.Endpoint{{
-			Addresses: []string{dataplane.HostV4.String()}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
-		}},
-	}
-	for _, p := range ports {
-		slice.Ports = append(slice.Ports, discoveryv1.EndpointPort{Name: ptr.To(p.Name), Protocol: ptr.To(p.Protocol), Port: ptr.To(int32(port))})
-	}
-	if err := m.Client.Create(ctx, slice); err != nil {
-		return fmt.Errorf("creating kube-dns EndpointSlice: %w", err)
-	}
-	return nil
 }

@@ -40,20 +40,14 @@ func TestKubeletNodes(t *testing.T) {
 		t.Skip(err)
 	}
 	ctx := context.Background()
-	imageDir := t.TempDir()
-	images, err := nodeimages.Build(ctx, imageDir)
+	images, err := nodeimages.Build(ctx, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	conformanceImages, err := nodeimages.BuildConformance(ctx, imageDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	images = append(images, conformanceImages...)
 	log := proc.TestLog(t)
 	start := time.Now()
 	cs, err := clusterset.Start(ctx, clusterset.Options{
-		Members: []string{"cluster-a"}, NoBroker: true, Nodes: 2, Kubelet: true, Images: images, Log: log,
+		Members: []string{"cluster-a"}, NoBroker: true, Nodes: 2, Images: images, Log: log,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +152,7 @@ func nodeReady(n *corev1.Node) bool {
 // their addresses come from their node's pod CIDRs.
 func testDeployment(t *testing.T, c *clusterset.Cluster) {
 	ctx := context.Background()
-	tmpl := workload.ServePod("web", c.Name, nodeimages.ServeBin)
+	tmpl := workload.ServePod("web", c.Name)
 	tmpl.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
 		RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
 			LabelSelector: &metav1.LabelSelector{MatchLabels: tmpl.Labels}, TopologyKey: corev1.LabelHostname,

@@ -73,12 +73,10 @@ var etcFiles = []File{
 // protocols from /etc/protocols.
 var hostDataFiles = []string{"/etc/services", "/etc/protocols"}
 
-// BuildConformance writes the two images of the MCS API conformance suite (Socat and Netshoot) into dir as
-// docker-archive tars, whose paths it returns. They are made from busybox and this machine's own programs with
-// the shared libraries ldd names for them (make tools installs the programs). It is separate from Build because
-// the libraries make Netshoot large (tens of MiB, a second or two to write) and only the conformance run and its
-// image test need them.
-func BuildConformance(ctx context.Context, dir string) ([]string, error) {
+// buildTools writes the two images of the MCS API conformance suite (Socat, and Netshoot, which is also our
+// tests' Client) into dir as docker-archive tars, whose paths it returns. They are made from busybox and this
+// machine's own programs with the shared libraries ldd names for them (make tools installs the programs).
+func buildTools(ctx context.Context, dir string) ([]string, error) {
 	box, err := busyboxFiles(ctx)
 	if err != nil {
 		return nil, err
@@ -103,7 +101,7 @@ func BuildConformance(ctx context.Context, dir string) ([]string, error) {
 		// nicolaka/netshoot's Dockerfile: no ENTRYPOINT, CMD ["zsh"]. No entrypoint matters: the suite's request
 		// pod sets only Args (/bin/sh -ec ...), which replace CMD and run as the command. CMD is sh, not zsh,
 		// which the image does not ship: it only starts an interactive shell of a pod that sets nothing.
-		{"netshoot.tar", netshootTools, Image{Tags: []string{Netshoot}, Cmd: []string{"sh"}, Env: []string{pathEnv}}},
+		{"netshoot.tar", netshootTools, Image{Tags: []string{Netshoot, Client}, Cmd: []string{"sh"}, Env: []string{pathEnv}}},
 	}
 	var paths []string
 	for _, spec := range images {

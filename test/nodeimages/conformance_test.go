@@ -69,17 +69,17 @@ func TestOverlay(t *testing.T) {
 	}
 }
 
-// TestBuildConformance builds the conformance images from this machine's tools and checks, without running
+// TestBuildTools builds the conformance images from this machine's tools and checks, without running
 // them, what a container needs to start each tool: the tool over busybox's applet, the dynamic loader each ELF
 // file names, and every library it needs (DT_NEEDED, recursively) in a directory the loader searches. Running
 // them on kubelet nodes is test/kubeletnodes's part.
-func TestBuildConformance(t *testing.T) {
+func TestBuildTools(t *testing.T) {
 	for _, tool := range append(slices.Clone(netshootTools), hostTool{src: busybox}) {
 		if _, err := os.Stat(tool.src); err != nil {
 			t.Skipf("%v: run `make tools`", err)
 		}
 	}
-	paths, err := BuildConformance(context.Background(), t.TempDir())
+	paths, err := buildTools(context.Background(), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

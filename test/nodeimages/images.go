@@ -16,9 +16,11 @@ import (
 const (
 	// Pause is every node's sandbox image (containerd's sandbox_image).
 	Pause = "vksfleet.dev/pause:1"
-	// Serve and Client name the workload image, under the names test/workload's pods use: serve at ServeBin and
-	// busybox with its applets (sh, nc, nslookup, wget, sleep, ...) in /bin, /sbin, /usr/bin and /usr/sbin.
-	Serve  = "vksfleet.dev/serve:latest"
+	// Serve names the workload image, under the name test/workload's pods use: serve at ServeBin and busybox
+	// with its applets (sh, nc, nslookup, wget, sleep, ...) in /bin, /sbin, /usr/bin and /usr/sbin.
+	Serve = "vksfleet.dev/serve:latest"
+	// Client names the image of test/workload's client pods: Netshoot, with real dig, curl, OpenBSD nc and socat
+	// beside busybox.
 	Client = "vksfleet.dev/client:latest"
 )
 
@@ -31,8 +33,8 @@ const busybox = "/bin/busybox"
 // pathEnv is the PATH of the workload image: the container runtime looks a command without a slash up there.
 const pathEnv = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// Build compiles pause and serve (static, from this module: it must run inside it) and writes the pause and the
-// workload images into dir as docker-archive tars, whose paths it returns.
+// Build compiles pause and serve (static, from this module: it must run inside it) and writes the pause, the
+// workload and the tool images (buildTools) into dir as docker-archive tars, whose paths it returns.
 func Build(ctx context.Context, dir string) ([]string, error) {
 	bin := filepath.Join(dir, "bin")
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin+"/",
@@ -57,7 +59,7 @@ func Build(ctx context.Context, dir string) ([]string, error) {
 	images := map[string]Image{
 		"pause.tar": {Tags: []string{Pause}, Entrypoint: []string{"/pause"},
 			Files: []File{{Path: "/pause", Mode: 0o755, Data: pause}}},
-		"workload.tar": {Tags: []string{Serve, Client}, Cmd: []string{ServeBin}, Env: []string{pathEnv},
+		"workload.tar": {Tags: []string{Serve}, Cmd: []string{ServeBin}, Env: []string{pathEnv},
 			Files: append(shell,
 				File{Path: ServeBin, Mode: 0o755, Data: serve},
 				File{Path: "/tmp", Mode: fs.ModeDir | fs.ModeSticky | 0o777},
@@ -75,7 +77,8 @@ func Build(ctx context.Context, dir string) ([]string, error) {
 		}
 		paths = append(paths, p)
 	}
-	return paths, nil
+	tools, err := buildTools(ctx, dir)
+	return append(paths, tools...), err
 }
 
 // busyboxFiles returns busybox and a symbolic link to it for each of its applets, where `busybox --list-full`

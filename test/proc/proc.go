@@ -25,7 +25,7 @@ type Process struct {
 // logs stay readable. The process gets SIGKILL if the starting process dies, even by SIGKILL itself.
 func Start(log io.Writer, name, bin string, args ...string) (*Process, error) {
 	cmd := exec.Command(bin, args...)
-	w := &prefixWriter{w: log, prefix: "[" + name + "] "}
+	w := PrefixWriter(log, name)
 	cmd.Stdout, cmd.Stderr = w, w
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -93,6 +93,12 @@ func (p *Process) Stop() {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	}
+}
+
+// PrefixWriter returns a writer to log that prefixes every complete line with "[name] ", as Start does to a
+// process's output: for output that comes from elsewhere, such as a pod's log.
+func PrefixWriter(log io.Writer, name string) io.Writer {
+	return &prefixWriter{w: log, prefix: "[" + name + "] "}
 }
 
 // prefixWriter prefixes every complete line written through it.

@@ -3,7 +3,6 @@ package traffic
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,7 +46,7 @@ func (e *env) nearPods(t *testing.T, m *fleet.Member, app string, headless bool,
 		t.Fatal(err)
 	}
 	for i, zone := range zones {
-		tmpl := workload.ServePod(app, m.Name, filepath.Join(e.bin, "serve"))
+		tmpl := workload.ServePod(app, m.Name)
 		name := app
 		if zone != "" {
 			tmpl.Spec.NodeSelector = map[string]string{corev1.LabelTopologyZone: zone}
@@ -124,7 +123,7 @@ func (e *env) testLocality(t *testing.T) {
 	e.nearPods(t, e.c, "near", false, td, "")
 	e.waitImportedEndpoints(t, e.a, "near", map[string]int{"cluster-a": 2, "cluster-b": 1, "cluster-c": 1})
 
-	pod := workload.LoopPod("near-client", ns, filepath.Join(e.bin, "serve"),
+	pod := workload.LoopPod("near-client", ns,
 		fmt.Sprintf("near.%s.svc.clusterset.local:%d", ns, workload.EchoPort), 50*time.Millisecond, 10*time.Minute)
 	pod.Spec.NodeSelector = map[string]string{corev1.LabelTopologyZone: zones[0]}
 	loopCtx, stop := context.WithCancel(ctx)

@@ -24,6 +24,7 @@ import (
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/dataplane"
 	"vksfleet.dev/fleet/test/fleet"
+	"vksfleet.dev/fleet/test/nodeimages"
 	"vksfleet.dev/fleet/test/poll"
 	"vksfleet.dev/fleet/test/workload"
 )
@@ -141,7 +142,7 @@ func (e *env) testSpread(t *testing.T) {
 	e.waitImportedEndpoints(t, e.a, "spread", map[string]int{"cluster-b": 2, "cluster-c": 2})
 	target := fmt.Sprintf("spread.%s.svc.clusterset.local:%d", ns, workload.EchoPort)
 	loop := func(n string) []workload.Request {
-		out := e.execOK(t, e.a, "client", filepath.Join(e.bin, "serve"), "loop", "-target", target, "-count", n, "-interval", "5ms")
+		out := e.execOK(t, e.a, "client", nodeimages.ServeBin, "loop", "-target", target, "-count", n, "-interval", "5ms")
 		return workload.ParseLoop(out)
 	}
 	// kube-proxy programs a new VIP and its endpoints within its sync period after the controller writes them:
@@ -167,7 +168,7 @@ func (e *env) testSpread(t *testing.T) {
 // member, not even at its own ClusterIP.
 func (e *env) testNotExported(t *testing.T) {
 	ctx := context.Background()
-	if err := workload.Deploy(ctx, e.b.Client, ns, "private", "cluster-b", filepath.Join(e.bin, "serve"), 1, false); err != nil {
+	if err := workload.Deploy(ctx, e.b.Client, ns, "private", "cluster-b", 1, false); err != nil {
 		t.Fatal(err)
 	}
 	e.waitReady(t, e.b, "app=private", 1)
@@ -241,7 +242,7 @@ func (e *env) testExposedPorts(t *testing.T) {
 	ctx := context.Background()
 	const app = "exposed"
 	for _, m := range []*fleet.Member{e.b, e.c} {
-		if err := workload.Deploy(ctx, m.Client, ns, app, m.Name, filepath.Join(e.bin, "serve"), 2, false); err != nil {
+		if err := workload.Deploy(ctx, m.Client, ns, app, m.Name, 2, false); err != nil {
 			t.Fatal(err)
 		}
 		// The user's own Service: `kubectl expose`, one unnamed port.
@@ -316,7 +317,7 @@ func (e *env) deployExported(t *testing.T, app string, headless bool, members ..
 	t.Helper()
 	ctx := context.Background()
 	for _, m := range members {
-		if err := workload.Deploy(ctx, m.Client, ns, app, m.Name, filepath.Join(e.bin, "serve"), 2, headless); err != nil {
+		if err := workload.Deploy(ctx, m.Client, ns, app, m.Name, 2, headless); err != nil {
 			t.Fatal(err)
 		}
 		if err := m.Client.Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: ns}}); err != nil {

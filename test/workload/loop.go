@@ -13,20 +13,21 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"vksfleet.dev/fleet/test/nodeimages"
 	"vksfleet.dev/fleet/test/poll"
 )
 
 // LoopPod is a pod that runs `serve loop` against target (host:port, resolved through the pod's DNS for every
 // request), one TCP request every interval, for at most duration.
-func LoopPod(name, namespace, serveBin, target string, interval, duration time.Duration) *corev1.Pod {
+func LoopPod(name, namespace, target string, interval, duration time.Duration) *corev1.Pod {
 	p := ClientPod(name, namespace)
-	p.Spec.Containers[0].Command = []string{serveBin, "loop", "-target", target, "-proto", "tcp",
+	p.Spec.Containers[0].Command = []string{nodeimages.ServeBin, "loop", "-target", target, "-proto", "tcp",
 		"-interval", interval.String(), "-timeout", "1s", "-duration", duration.String()}
 	return p
 }
 
 // Loop is a running loop pod whose requests are read from its log as they are made, through the API server and
-// the node agent, as `kubectl logs -f` does.
+// the kubelet, as `kubectl logs -f` does.
 type Loop struct {
 	// Name is the pod's.
 	Name string

@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"vksfleet.dev/fleet/test/nodeimages"
 )
 
 // Ports serve listens on in its pods, and the Service ports in front of them.
@@ -27,16 +29,16 @@ const (
 )
 
 // ServePod is the pod template of serve: it answers with the cluster name given here and its pod name, and is
-// Ready once its HTTP health check answers. Its image, like ClientPod's, is never pulled: a kubelet node has it
-// from test/nodeimages (serveBin is then nodeimages.ServeBin), a node agent runs serveBin from the host.
-func ServePod(app, cluster, serveBin string) corev1.PodTemplateSpec {
+// Ready once its HTTP health check answers. Its image, like ClientPod's, is never pulled: every node has it from
+// test/nodeimages.
+func ServePod(app, cluster string) corev1.PodTemplateSpec {
 	labels := map[string]string{"app": app}
 	return corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Labels: labels},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: ptr.To[int64](5),
 			Containers: []corev1.Container{{
-				Name: "serve", Image: "vksfleet.dev/serve", ImagePullPolicy: corev1.PullNever, Command: []string{serveBin},
+				Name: "serve", Image: "vksfleet.dev/serve", ImagePullPolicy: corev1.PullNever, Command: []string{nodeimages.ServeBin},
 				Env: []corev1.EnvVar{
 					{Name: "CLUSTER", Value: cluster},
 					{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
@@ -74,8 +76,8 @@ func ServiceFor(app, namespace string, headless bool) *corev1.Service {
 
 // Deploy creates app's Service and its serve pods in one cluster: a Deployment, or a StatefulSet whose pods get
 // stable hostnames when headless.
-func Deploy(ctx context.Context, c client.Client, namespace, app, cluster, serveBin string, replicas int32, headless bool) error {
-	tmpl := ServePod(app, cluster, serveBin)
+func Deploy(ctx context.Context, c client.Client, namespace, app, cluster string, replicas int32, headless bool) error {
+	tmpl := ServePod(app, cluster)
 	sel := &metav1.LabelSelector{MatchLabels: tmpl.Labels}
 	var w client.Object = &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: namespace},

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -20,18 +19,17 @@ import (
 )
 
 func main() {
-	bin := flag.String("bin", "bin", "folder with the coredns, controller, nodeagent and serve binaries (make build)")
 	grace := flag.Duration("lease-grace", 10*time.Second, "the controllers' --lease-grace")
 	timeout := flag.Duration("timeout", time.Minute, "how long each expectation may take to hold")
 	logPath := flag.String("log", ".fleet/demo.log", "where the fleet's processes log")
 	flag.Parse()
-	if err := run(*bin, *logPath, *grace, *timeout); err != nil {
+	if err := run(*logPath, *grace, *timeout); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bin, logPath string, grace, timeout time.Duration) error {
+func run(logPath string, grace, timeout time.Duration) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := os.MkdirAll(".fleet", 0o755); err != nil {
@@ -42,23 +40,18 @@ func run(bin, logPath string, grace, timeout time.Duration) error {
 		return err
 	}
 	defer logf.Close()
-	// The fleet checks for its own binaries; serve only runs in the stories' pods, so its absence would show late.
-	serve := filepath.Join(bin, "serve")
-	if _, err := os.Stat(serve); err != nil {
-		return fmt.Errorf("%w: run `make build` first", err)
-	}
 	fmt.Printf("Starting a local fleet: cluster-a, cluster-b, cluster-c + broker, 2 nodes each (logs: %s)\n", logPath)
 	start := time.Now()
 	f, err := fleet.Start(ctx, fleet.Options{
 		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(3), Nodes: 2},
-		BinDir:     bin, LeaseGrace: grace, Log: logf,
+		LeaseGrace: grace, Log: logf,
 	})
 	if err != nil {
 		return err
 	}
 	defer f.Stop()
 	fmt.Printf("Fleet up in %s.\n", time.Since(start).Round(100*time.Millisecond))
-	d := &demo.Demo{Fleet: f, Serve: serve, Out: os.Stdout, Timeout: timeout}
+	d := &demo.Demo{Fleet: f, Out: os.Stdout, Timeout: timeout}
 	if err := d.Run(ctx); err != nil {
 		return fmt.Errorf("%w (process logs: %s)", err, logPath)
 	}

@@ -42,8 +42,8 @@ func main() {
 	fs.Usage = func() { fmt.Fprint(os.Stderr, usage); fs.PrintDefaults() }
 	dir := fs.String("dir", ".fleet", "folder for the kubeconfig, env, pid and log files")
 	members := fs.Int("members", 3, "number of member clusters (1-100), named cluster-a, cluster-b, ...")
-	nodes := fs.Int("nodes", 2, "nodes per member, each a network namespace with kube-proxy and a node agent (needs root)")
-	timeout := fs.Duration("timeout", 3*time.Minute, "how long up waits for the clusterset to become usable")
+	nodes := fs.Int("nodes", 2, "nodes per member, each a network namespace with kube-proxy, containerd and a kubelet (needs root)")
+	timeout := fs.Duration("timeout", 5*time.Minute, "how long up waits for the clusterset to become usable")
 	bin := fs.String("bin", "bin", "folder with the coredns and controller binaries")
 	_ = fs.Parse(os.Args[2:])
 	if fs.NArg() > 0 {

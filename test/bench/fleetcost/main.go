@@ -1,0 +1,119 @@
+// Command fleetcost measures what the local clusterset costs on this machine, the way `make up` and `make demo`
+// run it: how long the default fleet (3 members x 2 kubelet nodes + broker, our product installed from the
+// manifests) takes to be usable and to stop, the memory of every node's own processes (kubelet, containerd,
+// kube-proxy) and of the pods on it (its cgroup), the memory of our controller and CoreDNS pods, and how long a
+// whole `bin/demo` takes. Each figure is the median of -runs runs, with the range, written as Markdown to -out.
+// `make bench-fleet` runs it; it needs `make build images` done.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"vksfleet.dev/fleet/test/clusterset"
+	"vksfleet.dev/fleet/test/dataplane"
+	"vksfleet.dev/fleet/test/fleet"
+)
+
+func main() {
+	runs := flag.Int("runs", 3, "runs of each measurement")
+	out := flag.String("out", "test/bench/results/fleet.md", "results file (Markdown)")
+	demo := flag.String("demo", "bin/demo", "the demo program (make build)")
+	flag.Parse()
+	if err := run(*runs, *out, *demo); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// sample is one run's figures, by name: seconds or MiB.
+type sample map[string]float64
+
+func run(runs int, out, demoBin string) error {
+	var samples []sample
+	for i := range runs {
+		s, err := measureFleet()
+		if err != nil {
+			return fmt.Errorf("run %d: %w", i+1, err)
+		}
+		start := time.Now()
+		if b, err := exec.Command(demoBin).CombinedOutput(); err != nil {
+			return fmt.Errorf("run %d: bin/demo: %v\n%s", i+1, err, tail(string(b), 30))
+		}
+		s["make demo (fleet start, both stories, stop), s"] = time.Since(start).Seconds()
+		log.Printf("run %d: %v", i+1, s)
+		samples = append(samples, s)
+	}
+	return os.WriteFile(out, []byte(report(samples)), 0o644)
+}
+
+// measureFleet starts the default fleet, reads its figures and stops it.
+func measureFleet() (sample, error) {
+	ctx := context.Background()
+	s := sample{}
+	start := time.Now()
+	f, err := fleet.Start(ctx, fleet.Options{ClusterSet: clusterset.Options{Members: clusterset.MemberNames(3), Nodes: 2}})
+	if err != nil {
+		return nil, err
+	}
+	s["fleet usable (make up), s"] = time.Since(start).Seconds()
+	err = f.Usage(ctx, func(name string, mib float64) { s[name] = max(s[name], mib) })
+	start = time.Now()
+	if stopErr := f.Stop(); err == nil {
+		err = stopErr
+	}
+	s["fleet stopped (make down), s"] = time.Since(start).Seconds()
+	if err != nil {
+		return nil, err
+	}
+	if left := dataplane.Leftovers(); len(left) > 0 {
+		return nil, fmt.Errorf("the stopped fleet left %s", strings.Join(left, ", "))
+	}
+	return s, nil
+}
+
+// report renders the samples: a row per figure, its median and range.
+func report(samples []sample) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# The local clusterset's cost (`make bench-fleet`)\n\n")
+	fmt.Fprintf(&b, "Written by test/bench/fleetcost on %s, %d runs on a %s machine; the default fleet: 3 members x 2 kubelet nodes\n"+
+		"+ broker, our controller (2 replicas) and CoreDNS (2 replicas) per member installed from the manifests. Memory\n"+
+		"is the largest of the fleet's nodes or pods, read once the fleet is usable: resident set size for processes,\n"+
+		"`total_rss` of the cgroup for the pods of a node.\n\n", time.Now().UTC().Format("2006-01-02"), len(samples), machine())
+	fmt.Fprintf(&b, "| figure | median | range |\n|---|---|---|\n")
+	var names []string
+	for n := range samples[0] {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		var vs []float64
+		for _, s := range samples {
+			vs = append(vs, s[n])
+		}
+		slices.Sort(vs)
+		fmt.Fprintf(&b, "| %s | %.1f | %.1f-%.1f |\n", n, vs[len(vs)/2], vs[0], vs[len(vs)-1])
+	}
+	return b.String()
+}
+
+// machine describes the CPU count, for the reader.
+func machine() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "Linux"
+	}
+	return strconv.Itoa(strings.Count(string(b), "\nprocessor")+1) + "-core"
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}

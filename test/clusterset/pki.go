@@ -1,0 +1,141 @@
+package clusterset
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"vksfleet.dev/fleet/test/dataplane"
+)
+
+// configureInCluster makes the API server of a member with kubelet nodes serve pods as a real cluster's does:
+//   - a serving certificate that in-cluster clients accept. envtest's own names only localhost and the listen
+//     address, while a pod reaches the API server at the kubernetes Service's ClusterIP, or by the names
+//     kubernetes.default.svc...; envtest generates no certificate where it finds one (apiserver.crt in CertDir),
+//     so this one is written there, with the service-account signing key envtest writes along with its own;
+//   - the ServiceAccount admission plugin, which envtest disables: it gives pods their ServiceAccount token.
+//
+// It returns the serving CA's file, which kube-controller-manager publishes as kube-root-ca.crt in every
+// namespace (pods verify the API server with it).
+func (c *Cluster) configureInCluster(api *envtest.APIServer) (string, error) {
+	ca, caKey, err := newCA("kube-apiserver-serving-ca")
+	if err != nil {
+		return "", err
+	}
+	spec := certSpec{cn: "kube-apiserver", server: true,
+		dns: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+		ips: []netip.Addr{netip.IPv6Loopback(), netip.MustParseAddr("127.0.0.1"), dataplane.HostV4}}
+	for _, p := range c.ServiceCIDRs {
+		// The kubernetes Service always gets the first address of each range.
+		spec.ips = append(spec.ips, p.Masked().Addr().Next())
+	}
+	cert, key, err := newCert(spec, ca, caKey)
+	if err != nil {
+		return "", err
+	}
+	saCA, saKey, err := newCA("service-account-signer")
+	if err != nil {
+		return "", err
+	}
+	caFile := filepath.Join(api.CertDir, "serving-ca.crt")
+	for path, crt := range map[string]*x509.Certificate{
+		caFile: ca, filepath.Join(api.CertDir, "apiserver.crt"): cert, filepath.Join(api.CertDir, "sa-signer.crt"): saCA,
+	} {
+		if err := writeCert(path, crt); err != nil {
+			return "", err
+		}
+	}
+	for path, k := range map[string]*ecdsa.PrivateKey{
+		filepath.Join(api.CertDir, "apiserver.key"): key, filepath.Join(api.CertDir, "sa-signer.key"): saKey,
+	} {
+		if err := writeKey(path, k); err != nil {
+			return "", err
+		}
+	}
+	api.SecureServing.CA = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw})
+	// envtest's default disables ServiceAccount; an empty list disables nothing.
+	api.Configure().Set("disable-admission-plugins", "")
+	return caFile, nil
+}
+
+// certSpec is what a certificate says: its subject, and for a server, its names.
+type certSpec struct {
+	cn     string
+	orgs   []string
+	server bool // a serving certificate (else a client's)
+	dns    []string
+	ips    []netip.Addr
+}
+
+// newCA makes a self-signed ECDSA P-256 CA.
+func newCA(cn string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	return sign(certSpec{cn: cn}, true, nil, nil)
+}
+
+// newCert makes an ECDSA P-256 certificate signed by the CA parent.
+func newCert(spec certSpec, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	return sign(spec, false, parent, parentKey)
+}
+
+// sign makes a key and its certificate, signed by parent, or by itself for a CA without a parent.
+func sign(spec certSpec, isCA bool, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: spec.cn, Organization: spec.orgs},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(7 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		DNSNames:     spec.dns,
+	}
+	for _, ip := range spec.ips {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, net.IP(ip.AsSlice()))
+	}
+	if spec.server {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	}
+	if isCA {
+		tmpl.IsCA, tmpl.BasicConstraintsValid = true, true
+		tmpl.KeyUsage, tmpl.ExtKeyUsage = x509.KeyUsageCertSign|x509.KeyUsageDigitalSignature, nil
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	return cert, key, err
+}
+
+// writeCert writes a certificate as PEM.
+func writeCert(path string, cert *x509.Certificate) error {
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), 0o600)
+}
+
+// writeKey writes an ECDSA private key as PEM.
+func writeKey(path string, key *ecdsa.PrivateKey) error {
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600)
+}

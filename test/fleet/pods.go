@@ -1,0 +1,373 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"vksfleet.dev/fleet/mcs/names"
+	"vksfleet.dev/fleet/test/clusterset"
+	"vksfleet.dev/fleet/test/nodeimages"
+	"vksfleet.dev/fleet/test/poll"
+	"vksfleet.dev/fleet/test/proc"
+)
+
+// With nodes, a fleet installs our product as a user does (README, "Fresh install"), with the manifests that
+// build/deploy renders, applied unmodified by kubectl: on the broker its roles and one identity per member; on
+// each member the CRDs, the admission policy, the mcs-controller Deployment (2 replicas, leader election) and
+// our CoreDNS taking over kube-dns, with the member's broker kubeconfig in the Secret the controller reads. The
+// kubelets run them from the images `make images` saved. Tuning a test asks for (--lease-grace, a test's own
+// flags) is a patch of the Deployment's arguments, as an operator would make it.
+
+// Where the installed parts live, as build/deploy names them.
+const (
+	controllerNamespace  = "mcs-system"
+	controllerDeployment = "mcs-controller"
+	brokerSecret         = "broker-kubeconfig"
+	dnsNamespace         = metav1.NamespaceSystem
+	dnsDeployment        = "coredns"
+	// installTimeout bounds each wait of the install: pods start in seconds once their images are loaded.
+	installTimeout = 3 * time.Minute
+	// replicas is what the manifests give both Deployments.
+	replicas = 2
+)
+
+// productImages are the docker-archives `make images` writes into bin/images.
+var productImages = []string{"coredns.tar", "mcs-controller.tar"}
+
+// podsMode prepares the clusterset options for a fleet whose product runs in pods: kubelet nodes, which load the
+// test images (built into dir) and our images.
+func podsMode(ctx context.Context, opts *Options, dir string) error {
+	imagesDir := opts.ImagesDir
+	if imagesDir == "" {
+		root, err := clusterset.RepoRoot()
+		if err != nil {
+			return err
+		}
+		imagesDir = filepath.Join(root, "bin", "images")
+	}
+	var archives []string
+	for _, name := range productImages {
+		p := filepath.Join(imagesDir, name)
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("fleet: image %s not found in %s: run `make images` first", name, imagesDir)
+		}
+		archives = append(archives, p)
+	}
+	test, err := nodeimages.Build(ctx, dir)
+	if err != nil {
+		return err
+	}
+	opts.ClusterSet.Images = append(append(opts.ClusterSet.Images, test...), archives...)
+	return nil
+}
+
+// tools are the programs of the tools cache that the install runs.
+type tools struct{ kubectl, kustomize, deploy string }
+
+func findTools() (tools, error) {
+	assets, err := clusterset.AssetsDir("")
+	if err != nil {
+		return tools{}, err
+	}
+	root, err := clusterset.RepoRoot()
+	if err != nil {
+		return tools{}, err
+	}
+	t := tools{kubectl: filepath.Join(assets, "kubectl"), kustomize: filepath.Join(assets, "kustomize"), deploy: filepath.Join(root, "build", "deploy")}
+	if _, err := os.Stat(t.kustomize); err != nil {
+		return t, fmt.Errorf("fleet: kustomize not found in %s: run `make tools` first", assets)
+	}
+	return t, nil
+}
+
+// render runs `kustomize build dir`.
+func (t tools) render(ctx context.Context, dir string) ([]byte, error) {
+	out, err := exec.CommandContext(ctx, t.kustomize, "build", dir).Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		return nil, fmt.Errorf("kustomize build %s: %v: %s", dir, err, stderr)
+	}
+	return out, nil
+}
+
+// apply applies manifests to the cluster with kubectl, server-side: the clusterset's bootstrap made some of the
+// objects already (CRDs, the admission policy, the kube-dns Service, as kubeadm does), and apply takes them over.
+func (t tools) apply(ctx context.Context, c *clusterset.Cluster, manifests []byte) error {
+	cmd := exec.CommandContext(ctx, t.kubectl, "--kubeconfig", c.KubeconfigPath, "apply", "--server-side", "--force-conflicts", "-f", "-")
+	cmd.Stdin = bytes.NewReader(manifests)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("kubectl apply on %s: %v\n%s", c.Name, err, out)
+	}
+	return nil
+}
+
+// install puts the product on the broker and every member, and waits until every member's controller and DNS
+// are available.
+func (f *Fleet) install(ctx context.Context) error {
+	t, err := findTools()
+	if err != nil {
+		return err
+	}
+	broker, err := t.render(ctx, filepath.Join(t.deploy, "broker"))
+	if err != nil {
+		return err
+	}
+	if err := t.apply(ctx, f.Broker, broker); err != nil {
+		return err
+	}
+	member, err := t.render(ctx, t.deploy)
+	if err != nil {
+		return err
+	}
+	errs := make([]error, len(f.Members))
+	var wg sync.WaitGroup
+	for i, m := range f.Members {
+		wg.Go(func() {
+			if errs[i] = m.join(ctx, t, member); errs[i] != nil {
+				errs[i] = fmt.Errorf("fleet: installing on %s: %w", m.Name, errs[i])
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// join gives the member its identity on the broker and installs the product on it.
+func (m *Member) join(ctx context.Context, t tools, manifests []byte) error {
+	kubeconfig, err := m.brokerIdentity(ctx, t)
+	if err != nil {
+		return err
+	}
+	if err := t.apply(ctx, m.Cluster, manifests); err != nil {
+		return err
+	}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: controllerNamespace, Name: brokerSecret},
+		Data:       map[string][]byte{"kubeconfig": kubeconfig},
+	}
+	if err := m.Client.Create(ctx, secret); err != nil {
+		return fmt.Errorf("creating the broker Secret: %w", err)
+	}
+	var d appsv1.Deployment
+	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: controllerNamespace, Name: controllerDeployment}, &d); err != nil {
+		return err
+	}
+	m.baseArgs = d.Spec.Template.Spec.Containers[0].Args
+	if err := m.StartController(); err != nil {
+		return err
+	}
+	if err := m.waitAvailable(ctx, dnsNamespace, dnsDeployment, replicas); err != nil {
+		return err
+	}
+	return m.findDNS(ctx)
+}
+
+// brokerIdentity applies the member's overlay of build/deploy/member on the broker (its broker namespace, its
+// ServiceAccount and bindings) and returns a kubeconfig with a token of that ServiceAccount.
+func (m *Member) brokerIdentity(ctx context.Context, t tools) ([]byte, error) {
+	dir, err := os.MkdirTemp(m.fleet.dir, "member-overlay-")
+	if err != nil {
+		return nil, err
+	}
+	// kustomize accepts only relative paths to bases.
+	base, err := filepath.Rel(dir, filepath.Join(t.deploy, "member"))
+	if err != nil {
+		return nil, err
+	}
+	ns := names.BrokerNamespace(m.ID)
+	kustomization := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n" +
+		"namespace: " + strconv.Quote(ns) + "\nnameSuffix: " + strconv.Quote("-"+m.Name) + "\n" +
+		"resources:\n  - " + strconv.Quote(filepath.ToSlash(base)) + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o600); err != nil {
+		return nil, err
+	}
+	overlay, err := t.render(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	b := m.fleet.Broker
+	if err := t.apply(ctx, b, overlay); err != nil {
+		return nil, err
+	}
+	// A month: the local clusterset lives for hours at most.
+	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(30 * 24 * 3600))}}
+	tok, err := b.Kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "member-"+m.Name, req, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("creating the broker token: %w", err)
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["broker"] = &clientcmdapi.Cluster{Server: b.Config.Host, CertificateAuthorityData: b.Config.CAData}
+	cfg.AuthInfos["member"] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
+	cfg.Contexts["broker"] = &clientcmdapi.Context{Cluster: "broker", AuthInfo: "member"}
+	cfg.CurrentContext = "broker"
+	return clientcmd.Write(*cfg)
+}
+
+// scaleController sets the controller Deployment's replicas and arguments (the manifest's, then --lease-grace
+// and the test's) and waits until that many replicas run the new arguments and are available, or none is left.
+func (m *Member) scaleController(n int32) error {
+	ctx, cancel := context.WithTimeout(context.Background(), installTimeout)
+	defer cancel()
+	args := append(slices.Clip(m.baseArgs), m.extraArgs()...)
+	var d appsv1.Deployment
+	key := client.ObjectKey{Namespace: controllerNamespace, Name: controllerDeployment}
+	err := poll.Until(ctx, 100*time.Millisecond, installTimeout, func() error {
+		if err := m.Client.Get(ctx, key, &d); err != nil {
+			return err
+		}
+		if *d.Spec.Replicas == n && slices.Equal(d.Spec.Template.Spec.Containers[0].Args, args) {
+			return nil
+		}
+		d.Spec.Replicas = ptr.To(n)
+		d.Spec.Template.Spec.Containers[0].Args = args
+		return m.Client.Update(ctx, &d) // a conflict is retried
+	})
+	if err != nil {
+		return fmt.Errorf("%s: scaling the controller to %d: %w", m.Name, n, err)
+	}
+	return m.waitAvailable(ctx, controllerNamespace, controllerDeployment, n)
+}
+
+// waitAvailable waits until the Deployment's rollout is complete with n available replicas and, for n = 0, until
+// none of its pods is left.
+func (m *Member) waitAvailable(ctx context.Context, namespace, name string, n int32) error {
+	key := client.ObjectKey{Namespace: namespace, Name: name}
+	return poll.Until(ctx, 100*time.Millisecond, installTimeout, func() error {
+		var d appsv1.Deployment
+		if err := m.Client.Get(ctx, key, &d); err != nil {
+			return err
+		}
+		s := d.Status
+		if s.ObservedGeneration < d.Generation || s.UpdatedReplicas != n || s.Replicas != n || s.AvailableReplicas != n {
+			return fmt.Errorf("%s/%s: %d replicas, %d updated, %d available, want %d", namespace, name, s.Replicas, s.UpdatedReplicas, s.AvailableReplicas, n)
+		}
+		if n > 0 {
+			return nil
+		}
+		var pods corev1.PodList
+		if err := m.Client.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels(d.Spec.Selector.MatchLabels)); err != nil {
+			return err
+		}
+		if len(pods.Items) > 0 {
+			return fmt.Errorf("%s/%s: %d pods still there", namespace, name, len(pods.Items))
+		}
+		return nil
+	})
+}
+
+// findDNS sets DNS to the IPv4 address of the member's first ready CoreDNS pod, by name: the host reaches pods
+// through the clusterset's routes, while ClusterIPs exist only inside the nodes.
+func (m *Member) findDNS(ctx context.Context) error {
+	var pods corev1.PodList
+	if err := m.Client.List(ctx, &pods, client.InNamespace(dnsNamespace), client.MatchingLabels{"k8s-app": "kube-dns"}); err != nil {
+		return err
+	}
+	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	for _, p := range pods.Items {
+		if !podReady(&p) {
+			continue
+		}
+		for _, ip := range p.Status.PodIPs {
+			if a, err := netip.ParseAddr(ip.IP); err == nil && a.Is4() {
+				m.DNS = netip.AddrPortFrom(a, 53).String()
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("%s: no ready CoreDNS pod with an IPv4 address", m.Name)
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// podAddrs returns the IPv4 addresses of the running pods of a Deployment, by its app label.
+func (m *Member) podAddrs(ctx context.Context, namespace string, labels map[string]string) ([]netip.Addr, error) {
+	var pods corev1.PodList
+	if err := m.Client.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels(labels)); err != nil {
+		return nil, err
+	}
+	var addrs []netip.Addr
+	for _, p := range pods.Items {
+		if a, err := netip.ParseAddr(p.Status.PodIP); err == nil && p.Status.Phase == corev1.PodRunning {
+			addrs = append(addrs, a.Unmap())
+		}
+	}
+	return addrs, nil
+}
+
+// podMetric adds up a controller metric over the member's running controller pods; only the leader's counts.
+func (m *Member) podMetric(name string, want map[string]string) (float64, error) {
+	addrs, err := m.podAddrs(context.Background(), controllerNamespace, map[string]string{"app.kubernetes.io/name": controllerDeployment})
+	if err != nil {
+		return 0, err
+	}
+	if len(addrs) == 0 {
+		return 0, fmt.Errorf("%s: no controller pod runs", m.Name)
+	}
+	var sum float64
+	for _, a := range addrs {
+		families, err := proc.Scrape("http://" + netip.AddrPortFrom(a, 8080).String() + "/metrics")
+		if err != nil {
+			return 0, err
+		}
+		sum += proc.Sum(families, name, want)
+	}
+	return sum, nil
+}
+
+// writePodLogs copies the logs of the member's controller and CoreDNS pods to w, each line prefixed as the host
+// processes' are.
+func (m *Member) writePodLogs(ctx context.Context, w io.Writer) {
+	for _, sel := range []struct {
+		namespace string
+		labels    map[string]string
+	}{
+		{controllerNamespace, map[string]string{"app.kubernetes.io/name": controllerDeployment}},
+		{dnsNamespace, map[string]string{"k8s-app": "kube-dns"}},
+	} {
+		var pods corev1.PodList
+		if err := m.Client.List(ctx, &pods, client.InNamespace(sel.namespace), client.MatchingLabels(sel.labels)); err != nil {
+			fmt.Fprintf(w, "[%s] listing pods: %v\n", m.Name, err)
+			continue
+		}
+		for _, p := range pods.Items {
+			b, err := m.Kube.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+			if err != nil {
+				fmt.Fprintf(w, "[%s/%s] logs: %v\n", m.Name, p.Name, err)
+				continue
+			}
+			pw := proc.PrefixWriter(w, m.Name+"/"+p.Name)
+			_, _ = pw.Write(b)
+		}
+	}
+}
