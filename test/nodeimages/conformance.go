@@ -76,7 +76,8 @@ var hostDataFiles = []string{"/etc/services", "/etc/protocols"}
 // buildTools writes the two images of the MCS API conformance suite (Socat, and Netshoot, which is also our
 // tests' Client) into dir as docker-archive tars, whose paths it returns. They are made from busybox and this
 // machine's own programs with the shared libraries ldd names for them (make tools installs the programs).
-func buildTools(ctx context.Context, dir string) ([]string, error) {
+// Netshoot also holds serve at ServeBin: the tests' client pods run its request loop (serve loop).
+func buildTools(ctx context.Context, dir string, serve []byte) ([]string, error) {
 	box, err := busyboxFiles(ctx)
 	if err != nil {
 		return nil, err
@@ -111,6 +112,9 @@ func buildTools(ctx context.Context, dir string) ([]string, error) {
 		}
 		im := spec.im
 		im.Files = overlay(box, append(tools, base...))
+		if spec.file == "netshoot.tar" {
+			im.Files = append(im.Files, File{Path: ServeBin, Mode: 0o755, Data: serve})
+		}
 		p := filepath.Join(dir, spec.file)
 		if err := writeImage(p, im); err != nil {
 			return nil, err

@@ -79,17 +79,17 @@ func TestBuildTools(t *testing.T) {
 			t.Skipf("%v: run `make tools`", err)
 		}
 	}
-	paths, err := buildTools(context.Background(), t.TempDir())
+	paths, err := buildTools(context.Background(), t.TempDir(), []byte("serve"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	wants := map[string]struct {
-		tag        string
+		tags       []string
 		entrypoint []string
 		tools      []string
 	}{
-		"socat.tar":    {Socat, []string{"socat"}, []string{"/usr/bin/socat", "/bin/sh", "/bin/grep", "/usr/bin/awk", "/usr/bin/tr"}},
-		"netshoot.tar": {Netshoot, nil, []string{"/usr/bin/socat", "/usr/bin/nc", "/usr/bin/nslookup", "/usr/bin/dig", "/usr/bin/curl", "/bin/sh", "/bin/sleep", "/usr/bin/tail"}},
+		"socat.tar":    {[]string{Socat}, []string{"socat"}, []string{"/usr/bin/socat", "/bin/sh", "/bin/grep", "/usr/bin/awk", "/usr/bin/tr"}},
+		"netshoot.tar": {[]string{Netshoot, Client}, nil, []string{ServeBin, "/usr/bin/socat", "/usr/bin/nc", "/usr/bin/nslookup", "/usr/bin/dig", "/usr/bin/curl", "/bin/sh", "/bin/sleep", "/usr/bin/tail"}},
 	}
 	if len(paths) != len(wants) {
 		t.Fatalf("images %v, want %d", paths, len(wants))
@@ -104,7 +104,7 @@ func TestBuildTools(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("%s: %d MiB", path.Base(p), len(archive)>>20)
-		im := Image{Tags: []string{want.tag}, Entrypoint: want.entrypoint, Env: []string{pathEnv}}
+		im := Image{Tags: want.tags, Entrypoint: want.entrypoint, Env: []string{pathEnv}}
 		if want.entrypoint == nil {
 			im.Cmd = []string{"sh"}
 		}
@@ -112,16 +112,16 @@ func TestBuildTools(t *testing.T) {
 		for _, tool := range want.tools {
 			f, ok := resolve(files, tool)
 			if !ok {
-				t.Errorf("%s: no %s", want.tag, tool)
+				t.Errorf("%s: no %s", want.tags[0], tool)
 				continue
 			}
 			if tool == "/usr/bin/nc" || tool == "/usr/bin/nslookup" || tool == "/bin/sh" {
 				if f.Link != "" || bytes.Equal(f.Data, files[busybox].Data) {
-					t.Errorf("%s: %s is busybox's; the suite needs the real tool, and a shell that runs it", want.tag, tool)
+					t.Errorf("%s: %s is busybox's; the suite needs the real tool, and a shell that runs it", want.tags[0], tool)
 				}
 			}
 		}
-		checkLibraries(t, want.tag, files)
+		checkLibraries(t, want.tags[0], files)
 	}
 }
 

@@ -77,7 +77,7 @@ func Build(ctx context.Context, dir string) ([]string, error) {
 		}
 		paths = append(paths, p)
 	}
-	tools, err := buildTools(ctx, dir)
+	tools, err := buildTools(ctx, dir, serve)
 	return append(paths, tools...), err
 }
 
