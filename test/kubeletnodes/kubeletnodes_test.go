@@ -80,6 +80,7 @@ func TestKubeletNodes(t *testing.T) {
 	}
 	t.Run("exec, resolv.conf and logs", func(t *testing.T) { testExecLogs(t, c, kubectl) })
 	t.Run("a ClusterIP Service reaches both pods from a pod", func(t *testing.T) { testService(t, c, kubectl) })
+	t.Run("the conformance suite's images run their tools", func(t *testing.T) { testConformanceImages(t, c, kubectl) })
 
 	for _, n := range c.Nodes {
 		u, err := n.Usage()
@@ -315,4 +316,107 @@ func testService(t *testing.T, c *clusterset.Cluster, kubectl func(...string) (s
 // answeredBy counts the answers of each pod.
 func answeredBy(reqs []workload.Request) map[string]int {
 	return workload.AnsweredBy(reqs, func(r workload.Request) string { return r.Pod })
+}
+
+// testConformanceImages runs pods of the MCS API conformance suite's two images as the suite writes them: a socat
+// listener of alpine/socat behind a dual-stack Service (Command and Args), and a netshoot pod on each node (Args
+// only, which run as the command because the image has no entrypoint), neither with imagePullPolicy, so the
+// kubelet must find each image under the name the pod gives. In the netshoot pods, each tool must run, through
+// sh -c too (a busybox sh would run its own nc), and the suite's nc commands must reach the listener through the
+// ClusterIP of each family. Name lookups need a cluster DNS server, which this clusterset has not: test/conformance
+// checks them in a fleet.
+func testConformanceImages(t *testing.T, c *clusterset.Cluster, kubectl func(...string) (string, int)) {
+	ctx := context.Background()
+	listener := `first_ip=$(echo "$MY_POD_IPS" | tr ',' ' ' | awk '{print $1}'); export first_ip; ` +
+		`exec socat -v TCP6-LISTEN:42,crlf,reuseaddr,fork,ipv6only=0 SYSTEM:'echo "pod ip $first_ip"'`
+	pods := []*corev1.Pod{{
+		ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: namespace, Labels: map[string]string{"app": "hello"}},
+		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptr.To[int64](1), Containers: []corev1.Container{{
+			Name: "hello", Image: nodeimages.Socat, Command: []string{"/bin/sh"}, Args: []string{"-c", listener},
+			Env: []corev1.EnvVar{{Name: "MY_POD_IPS", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIPs"}}}},
+		}}},
+	}}
+	want := map[string]string{"hello": "docker.io/" + nodeimages.Socat}
+	var requests []string
+	for _, n := range c.Nodes {
+		name := "request-" + n.Name
+		requests = append(requests, name)
+		want[name] = "docker.io/" + nodeimages.Netshoot
+		pods = append(pods, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+			Spec: corev1.PodSpec{NodeName: n.Name, TerminationGracePeriodSeconds: ptr.To[int64](1), Containers: []corev1.Container{{
+				Name: "request", Image: nodeimages.Netshoot, Args: []string{"/bin/sh", "-ec", "while :; do echo '.'; sleep 5 ; done"},
+			}}},
+		})
+	}
+	for _, p := range pods {
+		if _, err := c.Kube.CoreV1().Pods(namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	svc, err := c.Kube.CoreV1().Services(namespace).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: namespace},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": "hello"}, IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyPreferDualStack),
+			Ports: []corev1.ServicePort{{Name: "tcp", Port: 42, Protocol: corev1.ProtocolTCP}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(svc.Spec.ClusterIPs) != 2 {
+		t.Fatalf("Service hello has ClusterIPs %v, want one of each family", svc.Spec.ClusterIPs)
+	}
+	poll.T(t, 2*time.Minute, "the pods of both images running", func() error {
+		for name, image := range want {
+			p, err := c.Kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].State.Running == nil {
+				return fmt.Errorf("%s: %s: %s", name, p.Status.Phase, podStates([]corev1.Pod{*p}))
+			}
+			if got := p.Status.ContainerStatuses[0].Image; got != image {
+				return fmt.Errorf("%s runs image %q, want %q", name, got, image)
+			}
+		}
+		return nil
+	})
+	type check struct {
+		pod  string
+		cmd  []string
+		want string
+	}
+	checks := []check{
+		{"hello", []string{"socat", "-V"}, "socat version 1.7.4.4"},
+		{"hello", []string{"sh", "-c", "echo fd00::1 | grep -qE '[0-9a-fA-F]*:[0-9a-fA-F]*:[0-9a-fA-F:]*' && echo matched"}, "matched"},
+	}
+	for _, r := range requests {
+		checks = append(checks,
+			check{r, []string{"dig", "-v"}, "DiG 9."},
+			check{r, []string{"curl", "--version"}, "libcurl/"},
+			check{r, []string{"socat", "-V"}, "socat version"},
+			check{r, []string{"sh", "-c", "nc -h 2>&1"}, "OpenBSD netcat"},
+			check{r, []string{"sh", "-c", "nslookup -version 2>&1"}, "nslookup 9."},
+			// The suite's nc command (ncCommand) for each family, here to the ClusterIP rather than a name.
+			check{r, []string{"sh", "-c", "echo hi | nc -v -w 2 -4 " + svc.Spec.ClusterIPs[0] + " 42 2>&1"}, "pod ip "},
+			check{r, []string{"sh", "-c", "echo hi | nc -v -w 2 " + svc.Spec.ClusterIPs[1] + " 42 2>&1"}, "pod ip "},
+			check{r, []string{"curl", "-sS", "-m", "2", "--http0.9", "http://" + net.JoinHostPort(svc.Spec.ClusterIPs[1], "42") + "/"}, "pod ip "},
+		)
+	}
+	for _, ch := range checks {
+		var out string
+		// kube-proxy programs the Service a moment after the listener is Ready: poll each command.
+		err := poll.Until(ctx, time.Second, 30*time.Second, func() error {
+			var code int
+			out, code = kubectl(append([]string{"exec", ch.pod, "--"}, ch.cmd...)...)
+			if !strings.Contains(out, ch.want) {
+				return fmt.Errorf("exit %d, output %q", code, out)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Errorf("%s: %q: want output containing %q: %v", ch.pod, ch.cmd, ch.want, err)
+		}
+	}
 }
