@@ -30,13 +30,17 @@ build "$kube_dir" "$root/build/tools/kube" kube-proxy k8s.io/kubernetes/cmd/kube
 build "$kube_dir" "$root/build/tools/kube" kubelet k8s.io/kubernetes/cmd/kubelet
 build "$cache/kustomize-$kustomize_version" "$root/build/tools/kustomize" kustomize sigs.k8s.io/kustomize/kustomize/v5
 
-# envtest looks for etcd, kube-apiserver and kubectl in one folder: link them together.
-assets=$cache/assets-$kube_version-etcd-$etcd_version
+# envtest looks for etcd, kube-apiserver and kubectl in one folder: link them together. The links are relative,
+# within the cache, so that they hold wherever the cache is reached from (a git worktree may link to it).
+assets_name=assets-$kube_version-etcd-$etcd_version
+assets=$cache/$assets_name
 mkdir -p "$assets"
-for b in kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl; do ln -sf "$kube_dir/$b" "$assets/$b"; done
-ln -sf "$etcd_dir/etcd" "$assets/etcd"
-ln -sf "$cache/kustomize-$kustomize_version/kustomize" "$assets/kustomize"
-ln -sfn "$assets" "$cache/current"
+for b in kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl; do
+	ln -sfn "../$(basename "$kube_dir")/$b" "$assets/$b"
+done
+ln -sfn "../$(basename "$etcd_dir")/etcd" "$assets/etcd"
+ln -sfn "../kustomize-$kustomize_version/kustomize" "$assets/kustomize"
+ln -sfn "$assets_name" "$cache/current"
 
 # The Debian packages the tests use: dig and nslookup, dnsperf, and what the local clusterset's nodes and pods run
 # (nft for kube-proxy, ip and nsenter for namespaces, and the tools test workloads run: sh, socat, OpenBSD nc, curl),
