@@ -162,8 +162,11 @@ func (m *Member) join(ctx context.Context, t tools, manifests []byte) error {
 	if err != nil {
 		return err
 	}
-	if err := t.apply(ctx, m.Cluster, manifests); err != nil {
-		return err
+	// The Secret first, in the namespace the manifests then take over: the controller reads it once, at start,
+	// and a pod that found none would wait out its restart back-off.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: controllerNamespace}}
+	if err := m.Client.Create(ctx, ns); err != nil {
+		return fmt.Errorf("creating namespace %s: %w", controllerNamespace, err)
 	}
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: controllerNamespace, Name: brokerSecret},
@@ -171,6 +174,9 @@ func (m *Member) join(ctx context.Context, t tools, manifests []byte) error {
 	}
 	if err := m.Client.Create(ctx, secret); err != nil {
 		return fmt.Errorf("creating the broker Secret: %w", err)
+	}
+	if err := t.apply(ctx, m.Cluster, manifests); err != nil {
+		return err
 	}
 	var d appsv1.Deployment
 	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: controllerNamespace, Name: controllerDeployment}, &d); err != nil {
