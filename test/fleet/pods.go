@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -74,7 +75,11 @@ func podsMode(ctx context.Context, opts *Options, dir string) error {
 			return fmt.Errorf("fleet: image %s not found in %s: run `make images` first", name, imagesDir)
 		}
 		if opts.ImagesDir == "" {
-			if err := checkFresh(fi); err != nil {
+			root, err := clusterset.RepoRoot()
+			if err != nil {
+				return err
+			}
+			if err := checkFresh(root, fi); err != nil {
 				return err
 			}
 		}
@@ -93,14 +98,12 @@ var imageSources = []string{"api", "cmd/controller", "cmd/coredns", "controller"
 
 // checkFresh fails when an image archive is older than a source it is built from: a test would otherwise run
 // yesterday's controller without a word. `make test` builds the images first; `go test` alone does not.
-func checkFresh(image os.FileInfo) error {
-	root, err := clusterset.RepoRoot()
-	if err != nil {
-		return err
-	}
+func checkFresh(root string, image os.FileInfo) error {
 	for _, src := range imageSources {
 		err := filepath.WalkDir(filepath.Join(root, src), func(path string, d os.DirEntry, err error) error {
 			switch {
+			case errors.Is(err, fs.ErrNotExist) && path == filepath.Join(root, src):
+				return nil
 			case err != nil:
 				return err
 			case d.IsDir() && d.Name() == "testdata":
