@@ -18,6 +18,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/dataplane"
 	"vksfleet.dev/fleet/test/fleet"
@@ -28,6 +31,8 @@ func main() {
 	out := flag.String("out", "test/bench/results/fleet.md", "results file (Markdown)")
 	demo := flag.String("demo", "bin/demo", "the demo program (make build)")
 	flag.Parse()
+	// The clusterset's clients log nothing worth keeping here.
+	ctrl.SetLogger(logr.Discard())
 	if err := run(*runs, *out, *demo); err != nil {
 		log.Fatal(err)
 	}
@@ -105,7 +110,7 @@ func report(samples []sample) string {
 	fmt.Fprintf(&b, "Written by test/bench/fleetcost on %s, %d runs on a %s machine; the default fleet: 3 members x 2 kubelet nodes\n"+
 		"+ broker, our controller (2 replicas) and CoreDNS (2 replicas) per member installed from the manifests. Memory\n"+
 		"is the largest of the fleet's nodes or pods, read once the fleet is usable: resident set size for processes,\n"+
-		"`total_rss` of the cgroup for the pods of a node.\n\n", time.Now().UTC().Format("2006-01-02"), len(samples), machine())
+		"anonymous memory (`total_rss` of the memory cgroup) for pods, those of a node together.\n\n", time.Now().UTC().Format("2006-01-02"), len(samples), machine())
 	fmt.Fprintf(&b, "| figure | median | range |\n|---|---|---|\n")
 	var names []string
 	for n := range samples[0] {
