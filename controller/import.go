@@ -29,6 +29,7 @@ import (
 // clusters wrote on the broker enters here: it passes package admit's checks, or is left out and counted.
 func (r *reconciler) gather(ctx context.Context, key types.NamespacedName, own *merge.Export,
 	ownSlices []discoveryv1.EndpointSlice) ([]merge.Export, []imports.Source, error) {
+	defer r.reportRefusals(key)
 	var exports []merge.Export
 	var sources []imports.Source
 	if own != nil {
@@ -112,11 +113,20 @@ func (r *reconciler) admitSlice(key types.NamespacedName, cluster string, s *dis
 	return out, ok
 }
 
-// refuse reports a value left out of the service's import: in the refusal metric, by reason, and in the log with
-// the cluster that wrote it (its broker namespace when its id cannot be trusted).
+// refuse notes a value left out of the service's import, with the cluster that wrote it (its broker namespace
+// when its id cannot be trusted); reportRefusals reports it at the end of the gather.
 func (r *reconciler) refuse(key types.NamespacedName, from string, p admit.Problem) {
-	refusedTotal.WithLabelValues(r.id, p.Reason).Inc()
-	r.log.Info("leaving out of the import what a cluster published", "service", key, "from", from, "reason", p.Reason, "problem", p.Message)
+	r.refusals.add(key, refusal{from: from, problem: p})
+}
+
+// reportRefusals reports what the gather of key refused that the previous one did not (refusalLog): in the
+// refusal metric, by reason, and in the log.
+func (r *reconciler) reportRefusals(key types.NamespacedName) {
+	for _, f := range r.refusals.settle(key) {
+		refusedTotal.WithLabelValues(r.id, f.problem.Reason).Inc()
+		r.log.Info("leaving out of the import what a cluster published", "service", key, "from", f.from,
+			"reason", f.problem.Reason, "problem", f.problem.Message)
+	}
 }
 
 // importService writes the local import of the service: nothing when no cluster exports it or its namespace does

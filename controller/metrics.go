@@ -49,7 +49,8 @@ var (
 	refusedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "mcs_controller_refused_total",
 		Help: "Values another cluster or a namespace user wrote that the controller left out of an import, by reason " +
-			"(package admit): broker records, cluster ids, ports, exported labels and annotations, endpoints, slices.",
+			"(package admit): broker records, cluster ids, ports, exported labels and annotations, endpoints, slices. " +
+			"A refusal counts once, when it appears, however often its service is reconciled while it stands.",
 	}, []string{"cluster", "reason"})
 	failoversTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "mcs_controller_locality_failovers_total",

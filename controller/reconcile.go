@@ -28,11 +28,13 @@ const maxRetryDelay = 30 * time.Second
 // the service to the broker and writes the local import of the service from every cluster's export. Keeping both
 // in one reconcile gives each ServiceExport's status a single writer.
 type reconciler struct {
-	id     string
-	siAPI  string        // the local ServiceImport apiVersion, for owner references
-	local  client.Client // cached reads
-	broker client.Client // cached reads of the controller's broker objects
-	denied []string      // namespaces never exported from
+	// refusals keeps what each service's last gather left out, so that each refusal is reported once.
+	refusals refusalLog
+	id       string
+	siAPI    string        // the local ServiceImport apiVersion, for owner references
+	local    client.Client // cached reads
+	broker   client.Client // cached reads of the controller's broker objects
+	denied   []string      // namespaces never exported from
 	// clusterLocal reflects imports into cluster.local (Options.ClusterLocalServices).
 	clusterLocal bool
 	// localHost and brokerHost name the API servers in errors.

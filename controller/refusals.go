@@ -1,0 +1,61 @@
+package controller
+
+import (
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"vksfleet.dev/fleet/controller/admit"
+)
+
+// refusal is one value a service's import leaves out, with the cluster that wrote it.
+type refusal struct {
+	from    string
+	problem admit.Problem
+}
+
+// refusalLog remembers what each service's last gather refused, so that a refusal that stands across reconciles
+// is logged and counted once, when it appears, and again only if it goes away and comes back: a service
+// reconciled every few seconds would otherwise repeat the same line and inflate the counter. The zero value is
+// ready for use; services reconcile concurrently, one gather per service at a time.
+type refusalLog struct {
+	mu      sync.Mutex
+	pending map[types.NamespacedName][]refusal
+	last    map[types.NamespacedName]map[refusal]bool
+}
+
+// add records a refusal of the gather of key that is under way.
+func (l *refusalLog) add(key types.NamespacedName, r refusal) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.pending == nil {
+		l.pending = map[types.NamespacedName][]refusal{}
+	}
+	l.pending[key] = append(l.pending[key], r)
+}
+
+// settle ends the gather of key: it returns the refusals the previous gather of key did not have, in the order
+// they were added, and remembers this gather's.
+func (l *refusalLog) settle(key types.NamespacedName) []refusal {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.pending[key]
+	delete(l.pending, key)
+	var fresh []refusal
+	seen := map[refusal]bool{}
+	for _, r := range now {
+		if !l.last[key][r] && !seen[r] {
+			fresh = append(fresh, r)
+		}
+		seen[r] = true
+	}
+	if len(seen) == 0 {
+		delete(l.last, key)
+		return nil
+	}
+	if l.last == nil {
+		l.last = map[types.NamespacedName]map[refusal]bool{}
+	}
+	l.last[key] = seen
+	return fresh
+}
