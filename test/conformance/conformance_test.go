@@ -14,17 +14,10 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
-
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/dataplane"
 	"vksfleet.dev/fleet/test/fleet"
-	"vksfleet.dev/fleet/test/nodeimages"
-	"vksfleet.dev/fleet/test/poll"
 	"vksfleet.dev/fleet/test/proc"
-	"vksfleet.dev/fleet/test/workload"
 )
 
 // Environment of TestConformance; the Makefile's conformance target sets them.
@@ -35,9 +28,8 @@ const (
 	envSuite = "FLEET_CONFORMANCE_SUITE"
 )
 
-// TestConformance starts a fleet of the 3 default members with 2 kubelet nodes each, checks that the tools of
-// the suite's images run in pods there, then runs the unmodified upstream MCS API conformance suite against the
-// members and requires every spec to pass. The suite's reports are copied to results/.
+// TestConformance starts a fleet of the 3 default members with 2 kubelet nodes each, then runs the unmodified
+// upstream MCS API conformance suite against the members and requires every spec to pass. The suite's reports are copied to results/.
 func TestConformance(t *testing.T) {
 	if os.Getenv(envRun) == "" {
 		t.Skipf("the MCS API conformance suite runs for minutes: `make conformance`, or set %s=1", envRun)
@@ -91,10 +83,8 @@ func TestConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if !t.Run("the suite's images run their tools in pods", func(t *testing.T) { testImages(t, f.Members[0].Cluster) }) {
-		t.FailNow() // the suite's failures would only repeat this one
-	}
-	t.Run("suite", func(t *testing.T) { runSuite(t, repo, suite, kubeconfig, f) })
+	// test/kubeletnodes (in make test) checks every tool of the suite's images in pods, as the suite runs them.
+	runSuite(t, repo, suite, kubeconfig, f)
 }
 
 // runSuite runs the suite against the fleet's members, copies its reports to results/ and fails t unless every
@@ -217,142 +207,6 @@ func summarize(version string, elapsed string, specs specResults, report conform
 		}
 	}
 	return b.String()
-}
-
-// testImages runs a socat listener from the alpine/socat image behind a dual-stack Service, and a pod of the
-// netshoot image on each node, set as the suite sets its pods, and checks in them every tool the suite and its
-// readers use: the versions, name lookups through the member's DNS, and the suite's own nc commands for both
-// families.
-func testImages(t *testing.T, c *clusterset.Cluster) {
-	ctx := context.Background()
-	const ns = "images"
-	if _, err := c.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) })
-	assets, err := clusterset.AssetsDir("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubectl := func(args ...string) (string, int) {
-		stdout, stderr, code, err := workload.Kubectl(ctx, filepath.Join(assets, "kubectl"), c.KubeconfigPath, c.Name,
-			append([]string{"-n", ns}, args...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return stdout + stderr, code
-	}
-
-	// As the suite's hello pods: Command and Args set, no imagePullPolicy (IfNotPresent for a tag other than
-	// latest), so the kubelet must find the image under the name the pod gives.
-	listener := `first_ip=$(echo "$MY_POD_IPS" | tr ',' ' ' | awk '{print $1}'); export first_ip; ` +
-		`exec socat -v TCP6-LISTEN:42,crlf,reuseaddr,fork,ipv6only=0 SYSTEM:'echo "pod ip $first_ip"'`
-	pods := []*corev1.Pod{{
-		ObjectMeta: metav1.ObjectMeta{Name: "hello", Labels: map[string]string{"app": "hello"}},
-		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptr.To[int64](1), Containers: []corev1.Container{{
-			Name: "hello", Image: nodeimages.Socat, Command: []string{"/bin/sh"}, Args: []string{"-c", listener},
-			Env: []corev1.EnvVar{{Name: "MY_POD_IPS", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIPs"}}}},
-		}}},
-	}}
-	// As the suite's request pod: only Args, which run as the command because the image has no entrypoint.
-	var requests []string
-	for _, n := range c.Nodes {
-		name := "request-" + n.Name
-		requests = append(requests, name)
-		pods = append(pods, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: corev1.PodSpec{NodeName: n.Name, TerminationGracePeriodSeconds: ptr.To[int64](1), Containers: []corev1.Container{{
-				Name: "request", Image: nodeimages.Netshoot, Args: []string{"/bin/sh", "-ec", "while :; do echo '.'; sleep 5 ; done"},
-			}}},
-		})
-	}
-	for _, p := range pods {
-		if _, err := c.Kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "hello"},
-		Spec: corev1.ServiceSpec{
-			Selector: map[string]string{"app": "hello"}, IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyPreferDualStack),
-			Ports: []corev1.ServicePort{{Name: "tcp", Port: 42, Protocol: corev1.ProtocolTCP}},
-		},
-	}
-	svc, err = c.Kube.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantImage := map[string]string{"hello": "docker.io/" + nodeimages.Socat}
-	for _, r := range requests {
-		wantImage[r] = "docker.io/" + nodeimages.Netshoot
-	}
-	poll.T(t, 2*time.Minute, "the pods of both images running", func() error {
-		for name, image := range wantImage {
-			p, err := c.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].State.Running == nil {
-				return fmt.Errorf("%s: %s %+v", name, p.Status.Phase, p.Status.ContainerStatuses)
-			}
-			if got := p.Status.ContainerStatuses[0].Image; got != image {
-				return fmt.Errorf("%s runs image %q, want %q", name, got, image)
-			}
-		}
-		return nil
-	})
-	if len(svc.Spec.ClusterIPs) != 2 {
-		t.Fatalf("Service hello has ClusterIPs %v; the check wants both families, as the suite's dual-stack pods have", svc.Spec.ClusterIPs)
-	}
-	v4, v6 := svc.Spec.ClusterIPs[0], svc.Spec.ClusterIPs[1]
-	name := "hello." + ns + ".svc.cluster.local"
-	checks := []struct {
-		pod  string
-		cmd  []string
-		want string
-	}{
-		{"hello", []string{"socat", "-V"}, "socat version 1.7.4.4"},
-		{"hello", []string{"sh", "-c", "echo 10.1.2.3 | grep -qE '^[0-9]{1,3}(\\.[0-9]{1,3}){3}$' && echo matched"}, "matched"},
-	}
-	for _, r := range requests {
-		checks = append(checks, []struct {
-			pod  string
-			cmd  []string
-			want string
-		}{
-			{r, []string{"dig", "-v"}, "DiG 9."},
-			{r, []string{"curl", "--version"}, "libcurl/"},
-			{r, []string{"socat", "-V"}, "socat version"},
-			{r, []string{"nc", "-h"}, "OpenBSD netcat"},
-			// The suite runs its tools through sh -c: the shell must find them on PATH, not run busybox applets.
-			{r, []string{"sh", "-c", "nc -h 2>&1"}, "OpenBSD netcat"},
-			{r, []string{"sh", "-c", "nslookup -version"}, "nslookup 9."},
-			{r, []string{"nslookup", "-type=A", name + "."}, "Address: " + v4},
-			{r, []string{"nslookup", "-type=AAAA", name + "."}, "Address: " + v6},
-			{r, []string{"dig", "+short", "AAAA", name}, v6},
-			// The suite's commands, as its ncCommand writes them: a name for IPv4, an address nslookup found for IPv6.
-			{r, []string{"sh", "-c", "echo hi | nc -v -w 2 -4 " + name + " 42 2>&1"}, "pod ip "},
-			{r, []string{"sh", "-c", "addr=$(nslookup -type=AAAA " + name + ". 2>&1 | grep '^Address:' | grep -v '#' | tail -1 | awk '{print $2}'); " +
-				"if [ -z \"$addr\" ]; then echo 'No IPv6 address found'; exit 1; fi; echo hi | nc -v -w 2 $addr 42 2>&1"}, "pod ip "},
-			{r, []string{"curl", "-sS", "-m", "2", "--http0.9", "http://" + name + ":42/"}, "pod ip "},
-		}...)
-	}
-	for _, ch := range checks {
-		var out string
-		var code int
-		err := poll.Until(ctx, time.Second, 30*time.Second, func() error {
-			out, code = kubectl(append([]string{"exec", ch.pod, "--"}, ch.cmd...)...)
-			if !strings.Contains(out, ch.want) {
-				return fmt.Errorf("exit %d, output %q", code, out)
-			}
-			return nil
-		})
-		if err != nil {
-			t.Errorf("%s: %q: want output containing %q: %v", ch.pod, ch.cmd, ch.want, err)
-			continue
-		}
-		t.Logf("%s: %s: %s", ch.pod, strings.Join(ch.cmd, " "), firstLine(out))
-	}
 }
 
 func since(t time.Time) string { return time.Since(t).Round(100 * time.Millisecond).String() }

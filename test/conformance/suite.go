@@ -212,8 +212,3 @@ func compact(s string, n int) string {
 	}
 	return s
 }
-
-func firstLine(s string) string {
-	first, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
-	return first
-}
