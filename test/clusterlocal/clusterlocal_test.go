@@ -415,10 +415,8 @@ func podIPs(m *fleet.Member, app string) ([]string, error) {
 	}
 	var ips []string
 	for _, p := range pods.Items {
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && p.Status.PodIP != "" {
-				ips = append(ips, p.Status.PodIP)
-			}
+		if workload.PodReady(&p) && p.Status.PodIP != "" {
+			ips = append(ips, p.Status.PodIP)
 		}
 	}
 	if len(ips) != 2 {

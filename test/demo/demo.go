@@ -191,10 +191,7 @@ func localPodIPs(ctx context.Context, m *fleet.Member, labels client.MatchingLab
 	}
 	var ips []string
 	for _, p := range pods.Items {
-		ready := slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
-			return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
-		})
-		if ready && p.DeletionTimestamp == nil && p.Status.PodIP != "" {
+		if workload.PodReady(&p) && p.DeletionTimestamp == nil && p.Status.PodIP != "" {
 			ips = append(ips, p.Status.PodIP)
 		}
 	}

@@ -29,6 +29,7 @@ import (
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/poll"
 	"vksfleet.dev/fleet/test/proc"
+	"vksfleet.dev/fleet/test/workload"
 )
 
 // With nodes, a fleet installs our product as a user does (README, "Fresh install"), with the manifests that
@@ -50,6 +51,27 @@ const (
 	// replicas is what the manifests give both Deployments.
 	replicas = 2
 )
+
+// productPods selects the pods of one part of our product on a member, by the labels build/deploy gives them.
+type productPods struct {
+	namespace string
+	labels    client.MatchingLabels
+}
+
+// The product's pods: the controller's and CoreDNS's.
+var (
+	controllerPods = productPods{controllerNamespace, client.MatchingLabels{"app.kubernetes.io/name": controllerDeployment}}
+	dnsPods        = productPods{dnsNamespace, client.MatchingLabels{"k8s-app": "kube-dns"}}
+)
+
+// pods lists the member's pods of a part of the product.
+func (m *Member) pods(ctx context.Context, sel productPods) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := m.Client.List(ctx, &pods, client.InNamespace(sel.namespace), sel.labels); err != nil {
+		return nil, err
+	}
+	return pods.Items, nil
+}
 
 // tools are the programs of the tools cache that the install runs.
 type tools struct{ kubectl, kustomize, deploy string }
@@ -257,13 +279,13 @@ func (m *Member) waitAvailable(ctx context.Context, namespace, name string, n in
 // findDNS sets DNS to the IPv4 address of the member's first ready CoreDNS pod, by name: the host reaches pods
 // through the clusterset's routes, while ClusterIPs exist only inside the nodes.
 func (m *Member) findDNS(ctx context.Context) error {
-	var pods corev1.PodList
-	if err := m.Client.List(ctx, &pods, client.InNamespace(dnsNamespace), client.MatchingLabels{"k8s-app": "kube-dns"}); err != nil {
+	pods, err := m.pods(ctx, dnsPods)
+	if err != nil {
 		return err
 	}
-	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
-	for _, p := range pods.Items {
-		if !podReady(&p) {
+	slices.SortFunc(pods, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	for _, p := range pods {
+		if !workload.PodReady(&p) {
 			continue
 		}
 		for _, ip := range p.Status.PodIPs {
@@ -276,46 +298,28 @@ func (m *Member) findDNS(ctx context.Context) error {
 	return fmt.Errorf("%s: no ready CoreDNS pod with an IPv4 address", m.Name)
 }
 
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-// podAddrs returns the IPv4 addresses of the running pods of a Deployment, by its app label.
-func (m *Member) podAddrs(ctx context.Context, namespace string, labels map[string]string) ([]netip.Addr, error) {
-	var pods corev1.PodList
-	if err := m.Client.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels(labels)); err != nil {
-		return nil, err
-	}
-	var addrs []netip.Addr
-	for _, p := range pods.Items {
-		if a, err := netip.ParseAddr(p.Status.PodIP); err == nil && p.Status.Phase == corev1.PodRunning {
-			addrs = append(addrs, a.Unmap())
-		}
-	}
-	return addrs, nil
-}
-
 // podMetric adds up a controller metric over the member's running controller pods; only the leader's counts.
 func (m *Member) podMetric(name string, want map[string]string) (float64, error) {
-	addrs, err := m.podAddrs(context.Background(), controllerNamespace, map[string]string{"app.kubernetes.io/name": controllerDeployment})
+	pods, err := m.pods(context.Background(), controllerPods)
 	if err != nil {
 		return 0, err
 	}
-	if len(addrs) == 0 {
-		return 0, fmt.Errorf("%s: no controller pod runs", m.Name)
-	}
 	var sum float64
-	for _, a := range addrs {
+	running := 0
+	for _, p := range pods {
+		a, err := netip.ParseAddr(p.Status.PodIP)
+		if err != nil || p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		running++
 		families, err := proc.Scrape("http://" + netip.AddrPortFrom(a, 8080).String() + "/metrics")
 		if err != nil {
 			return 0, err
 		}
 		sum += proc.Sum(families, name, want)
+	}
+	if running == 0 {
+		return 0, fmt.Errorf("%s: no controller pod runs", m.Name)
 	}
 	return sum, nil
 }
@@ -323,19 +327,13 @@ func (m *Member) podMetric(name string, want map[string]string) (float64, error)
 // writePodLogs copies the logs of the member's controller and CoreDNS pods to w, each line prefixed as the host
 // processes' are.
 func (m *Member) writePodLogs(ctx context.Context, w io.Writer) {
-	for _, sel := range []struct {
-		namespace string
-		labels    map[string]string
-	}{
-		{controllerNamespace, map[string]string{"app.kubernetes.io/name": controllerDeployment}},
-		{dnsNamespace, map[string]string{"k8s-app": "kube-dns"}},
-	} {
-		var pods corev1.PodList
-		if err := m.Client.List(ctx, &pods, client.InNamespace(sel.namespace), client.MatchingLabels(sel.labels)); err != nil {
+	for _, sel := range []productPods{controllerPods, dnsPods} {
+		pods, err := m.pods(ctx, sel)
+		if err != nil {
 			fmt.Fprintf(w, "[%s] listing pods: %v\n", m.Name, err)
 			continue
 		}
-		for _, p := range pods.Items {
+		for _, p := range pods {
 			b, err := m.Kube.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 			if err != nil {
 				fmt.Fprintf(w, "[%s/%s] logs: %v\n", m.Name, p.Name, err)

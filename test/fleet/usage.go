@@ -1,11 +1,6 @@
 package fleet
 
-import (
-	"context"
-
-	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-)
+import "context"
 
 // mib is a mebibyte.
 const mib = 1 << 20
@@ -29,23 +24,20 @@ func (f *Fleet) Usage(ctx context.Context, report func(figure string, mib float6
 			}
 			report("node: all its pods, MiB", float64(pods)/mib)
 		}
-		for _, sel := range []struct {
-			figure, namespace string
-			labels            map[string]string
-		}{
-			{"pod: mcs-controller, MiB", controllerNamespace, map[string]string{"app.kubernetes.io/name": controllerDeployment}},
-			{"pod: coredns, MiB", dnsNamespace, map[string]string{"k8s-app": "kube-dns"}},
-		} {
-			var pods corev1.PodList
-			if err := m.Client.List(ctx, &pods, client.InNamespace(sel.namespace), client.MatchingLabels(sel.labels)); err != nil {
+		for _, part := range []struct {
+			figure string
+			pods   productPods
+		}{{"pod: mcs-controller, MiB", controllerPods}, {"pod: coredns, MiB", dnsPods}} {
+			pods, err := m.pods(ctx, part.pods)
+			if err != nil {
 				return err
 			}
-			for _, p := range pods.Items {
+			for _, p := range pods {
 				b, err := m.PodMemory(p.UID)
 				if err != nil {
 					return err
 				}
-				report(sel.figure, float64(b)/mib)
+				report(part.figure, float64(b)/mib)
 			}
 		}
 	}

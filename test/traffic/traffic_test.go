@@ -339,10 +339,8 @@ func (e *env) waitReady(t *testing.T, m *fleet.Member, selector string, n int) {
 		}
 		ready := 0
 		for _, p := range pods.Items {
-			for _, c := range p.Status.Conditions {
-				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-					ready++
-				}
+			if workload.PodReady(&p) {
+				ready++
 			}
 		}
 		if ready != n {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -96,6 +97,13 @@ func Deploy(ctx context.Context, c client.Client, namespace, app, cluster string
 		}
 	}
 	return nil
+}
+
+// PodReady says whether the pod's Ready condition is True.
+func PodReady(p *corev1.Pod) bool {
+	return slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+		return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+	})
 }
 
 // ClientPod is a pod that only waits, for tests to exec into; it ends by itself after an hour at most.
