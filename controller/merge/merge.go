@@ -100,7 +100,7 @@ func Merge(exports []Export) Result {
 	for _, m := range named {
 		res.Spec.Ports = append(res.Spec.Ports, m.port)
 	}
-	res.SlicePorts = SlicePorts{Names: renames(sorted, merged, named), Withheld: withheld(sorted, merged)}
+	res.SlicePorts = slicePorts(sorted, merged, named)
 	families, famDisagree := intersectFamilies(sorted)
 	res.Spec.IPFamilies = families
 
@@ -250,47 +250,35 @@ func namePorts(merged []mergedPort) []mergedPort {
 	return named
 }
 
-// renames lists, per export, its port names that the named union calls otherwise (Result.PortNames); nil when
-// there are none.
-func renames(sorted []Export, merged, named []mergedPort) map[string]map[string]string {
-	var out map[string]map[string]string
-	for _, e := range sorted {
-		for _, p := range e.Spec.Ports {
-			i := match(merged, normalise(p))
-			if i < 0 || named[i].port.Name == p.Name {
-				continue
-			}
-			if out == nil {
-				out = map[string]map[string]string{}
-			}
-			if out[e.Cluster] == nil {
-				out[e.Cluster] = map[string]string{}
-			}
-			out[e.Cluster][p.Name] = named[i].port.Name
-		}
-	}
-	return out
-}
-
-// withheld lists, per export, its port names whose port in the union came from an older export with another
-// number or protocol (a PortConflict, with the port the oldest export's): that cluster's endpoints do not serve
-// the union's port of that name. nil when there are none.
-func withheld(sorted []Export, merged []mergedPort) map[string][]string {
-	var out map[string][]string
+// slicePorts works out, per export, how its ports become the named union's (Result.SlicePorts): a port that
+// matched a union port of the same number and protocol takes the union's name where it differs; one that matched
+// by name a union port of another number or protocol (from an older export: a PortConflict) is withheld. Maps
+// without entries are nil.
+func slicePorts(sorted []Export, merged, named []mergedPort) SlicePorts {
+	var sp SlicePorts
 	for _, e := range sorted {
 		for _, p := range e.Spec.Ports {
 			p = normalise(p)
 			i := match(merged, p)
-			if i < 0 || merged[i].port.Port == p.Port && merged[i].port.Protocol == p.Protocol {
-				continue
+			switch {
+			case i < 0:
+			case merged[i].port.Port != p.Port || merged[i].port.Protocol != p.Protocol:
+				if sp.Withheld == nil {
+					sp.Withheld = map[string][]string{}
+				}
+				sp.Withheld[e.Cluster] = append(sp.Withheld[e.Cluster], p.Name)
+			case named[i].port.Name != p.Name:
+				if sp.Names == nil {
+					sp.Names = map[string]map[string]string{}
+				}
+				if sp.Names[e.Cluster] == nil {
+					sp.Names[e.Cluster] = map[string]string{}
+				}
+				sp.Names[e.Cluster][p.Name] = named[i].port.Name
 			}
-			if out == nil {
-				out = map[string][]string{}
-			}
-			out[e.Cluster] = append(out[e.Cluster], p.Name)
 		}
 	}
-	return out
+	return sp
 }
 
 // maxListedPorts bounds the ports a PortConflict message names, so that a service with many ports keeps a
