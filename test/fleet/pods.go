@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -25,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"vksfleet.dev/fleet/build/deploy/member"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/poll"
@@ -195,10 +195,7 @@ func (m *Member) brokerIdentity(ctx context.Context, t tools) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	ns := names.BrokerNamespace(m.ID)
-	kustomization := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n" +
-		"namespace: " + strconv.Quote(ns) + "\nnameSuffix: " + strconv.Quote("-"+m.Name) + "\n" +
-		"resources:\n  - " + strconv.Quote(filepath.ToSlash(base)) + "\n"
+	kustomization := member.Kustomization(base, m.ID, "-"+m.Name)
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o600); err != nil {
 		return nil, err
 	}
@@ -212,7 +209,7 @@ func (m *Member) brokerIdentity(ctx context.Context, t tools) ([]byte, error) {
 	}
 	// A month: the local clusterset lives for hours at most.
 	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(30 * 24 * 3600))}}
-	tok, err := b.Kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "member-"+m.Name, req, metav1.CreateOptions{})
+	tok, err := b.Kube.CoreV1().ServiceAccounts(names.BrokerNamespace(m.ID)).CreateToken(ctx, "member-"+m.Name, req, metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("creating the broker token: %w", err)
 	}

@@ -43,6 +43,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/build/deploy/member"
 	"vksfleet.dev/fleet/controller"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/clusterset"
@@ -464,9 +465,7 @@ func memberOverlay(t *testing.T, bin, clusterID string) ([]*unstructured.Unstruc
 		t.Fatal(err)
 	}
 	ns := names.BrokerNamespace(clusterID)
-	kustomization := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n" +
-		"namespace: " + strconv.Quote(ns) + "\nnameSuffix: " + strconv.Quote("-"+clusterID) + "\n" +
-		"resources:\n  - " + strconv.Quote(filepath.ToSlash(rel)) + "\n"
+	kustomization := member.Kustomization(rel, clusterID, "-"+clusterID)
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o600); err != nil {
 		t.Fatal(err)
 	}
