@@ -444,15 +444,18 @@ func (c *Cluster) createKubeDNSService(ctx context.Context) error {
 
 // PodsMemory is the memory the node's pods use: total_rss of the kubelet's kubepods cgroup under the node's
 // cgroupRoot, which holds every pod of the node.
-func (n *Node) PodsMemory() (int64, error) {
-	return cgroupRSS(filepath.Join(dataplane.CgroupFS, "memory", dataplane.NodeCgroupRoot(n.Name), "kubepods"))
+func (n *Node) PodsMemory() (int64, error) { return cgroupRSS(n.kubepods()) }
+
+// kubepods is the memory cgroup under which the node's kubelet puts every pod (cgroupsPerQOS).
+func (n *Node) kubepods() string {
+	return filepath.Join(dataplane.CgroupFS, "memory", dataplane.NodeCgroupRoot(n.Name), "kubepods")
 }
 
 // PodMemory is the memory of one pod of the member, by its UID: total_rss of its cgroup, in whichever QoS class
 // and node it runs.
 func (c *Cluster) PodMemory(uid types.UID) (int64, error) {
 	for _, n := range c.Nodes {
-		base := filepath.Join(dataplane.CgroupFS, "memory", dataplane.NodeCgroupRoot(n.Name), "kubepods")
+		base := n.kubepods()
 		for _, dir := range []string{base, filepath.Join(base, "burstable"), filepath.Join(base, "besteffort")} {
 			p := filepath.Join(dir, "pod"+string(uid))
 			if _, err := os.Stat(p); err == nil {

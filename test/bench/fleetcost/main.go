@@ -13,6 +13,7 @@ import (
 	"log"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -110,7 +111,7 @@ func report(samples []sample) string {
 	fmt.Fprintf(&b, "Written by test/bench/fleetcost on %s, %d runs on a %s machine; the default fleet: 3 members x 2 kubelet nodes\n"+
 		"+ broker, our controller (2 replicas) and CoreDNS (2 replicas) per member installed from the manifests. Memory\n"+
 		"is the largest of the fleet's nodes or pods, read once the fleet is usable: resident set size for processes,\n"+
-		"anonymous memory (`total_rss` of the memory cgroup) for pods, those of a node together.\n\n", time.Now().UTC().Format("2006-01-02"), len(samples), machine())
+		"anonymous memory (`total_rss` of the memory cgroup) for pods, those of a node together.\n\n", time.Now().UTC().Format("2006-01-02"), len(samples), strconv.Itoa(runtime.NumCPU())+"-core")
 	fmt.Fprintf(&b, "| figure | median | range |\n|---|---|---|\n")
 	var names []string
 	for n := range samples[0] {
@@ -126,15 +127,6 @@ func report(samples []sample) string {
 		fmt.Fprintf(&b, "| %s | %.1f | %.1f-%.1f |\n", n, vs[len(vs)/2], vs[0], vs[len(vs)-1])
 	}
 	return b.String()
-}
-
-// machine describes the CPU count, for the reader.
-func machine() string {
-	b, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return "Linux"
-	}
-	return strconv.Itoa(strings.Count(string(b), "\nprocessor")+1) + "-core"
 }
 
 func tail(s string, n int) string {
