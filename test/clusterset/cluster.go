@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -129,7 +130,15 @@ func startCluster(ctx context.Context, spec clusterSpec, assets string) (c *Clus
 		ControlPlaneStartTimeout: 90 * time.Second,
 		ControlPlaneStopTimeout:  20 * time.Second,
 	}
-	c.env.ControlPlane.Etcd = &envtest.Etcd{Out: spec.log, Err: spec.log}
+	// Our ports, not envtest's: envtest suggests ports from the ephemeral range, which an outgoing connection
+	// can take before the server binds them.
+	ports, err := FreePorts(3)
+	if err != nil {
+		return c, err
+	}
+	c.env.ControlPlane.Etcd = &envtest.Etcd{Out: spec.log, Err: spec.log,
+		URL: &url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))}}
+	c.env.ControlPlane.Etcd.Configure().Set("listen-peer-urls", "http://"+net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])))
 	// The etcd data is thrown away at stop: skipping fsync makes every write much faster on a shared disk.
 	c.env.ControlPlane.Etcd.Configure().Set("unsafe-no-fsync", "true")
 	api := c.env.ControlPlane.GetAPIServer()
@@ -141,6 +150,7 @@ func startCluster(ctx context.Context, spec clusterSpec, assets string) (c *Clus
 		return c, err
 	}
 	api.Configure().Set("service-cluster-ip-range", joinPrefixes(c.ServiceCIDRs))
+	api.SecureServing.ListenAddr = envtest.ListenAddr{Address: "127.0.0.1", Port: strconv.Itoa(ports[2])}
 	if spec.plane != nil {
 		// Node agents and kube-proxies reach the API server from their namespaces through the host link.
 		host := dataplane.HostV4.String()

@@ -5,12 +5,15 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"vksfleet.dev/fleet/test/proc"
@@ -92,35 +95,95 @@ var insecureLoopback = &http.Client{Timeout: 2 * time.Second, Transport: &http.T
 func FreePort() (int, error) { return freePortOn("127.0.0.1") }
 
 // FreePorts returns n distinct ports as FreePort does, for a server that listens on several (DNS, ready,
-// health, metrics): ports asked for one by one may repeat.
+// health, metrics).
 func FreePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
-	for len(ports) < n {
+	for range n {
 		p, err := FreePort()
 		if err != nil {
 			return nil, err
 		}
-		if !slices.Contains(ports, p) {
-			ports = append(ports, p)
-		}
+		ports = append(ports, p)
 	}
 	return ports, nil
 }
 
-// freePortOn returns a port free for TCP and UDP on the given local address.
+// handedOut holds the ports this process gave out, so that two servers it starts never get the same one.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// lowestPort is the bottom of the range freePortOn draws from: below it are well-known and registered services.
+const lowestPort = 10000
+
+// freePortOn returns a port free for TCP and UDP on the given local address. It draws at random below the
+// kernel's ephemeral range: a port from that range, free when asked, can be taken as the source port of any
+// outgoing connection before the server that was given it binds (CI saw a controller fail with "address
+// already in use" that way).
 func freePortOn(host string) (int, error) {
-	for range 50 {
-		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", net.JoinHostPort(host, strconv.Itoa(port)))
-		l.Close()
-		if err == nil {
-			u.Close()
-			return port, nil
+	top := ephemeralLow()
+	for range 200 {
+		port := lowestPort + rand.IntN(top-lowestPort)
+		if claim(port) {
+			if bindable(host, port) {
+				return port, nil
+			}
+			release(port)
 		}
 	}
-	return 0, fmt.Errorf("no port free for both TCP and UDP on %s after 50 tries", host)
+	return 0, fmt.Errorf("no port below %d free for both TCP and UDP on %s after 200 tries", top, host)
+}
+
+// claim records port as handed out, unless it already was.
+func claim(port int) bool {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports[port] {
+		return false
+	}
+	handedOut.ports[port] = true
+	return true
+}
+
+// release forgets a claimed port that turned out to be in use by another process.
+func release(port int) {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	delete(handedOut.ports, port)
+}
+
+// bindable reports whether port is free for both TCP and UDP on host.
+func bindable(host string, port int) bool {
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer l.Close()
+	u, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return false
+	}
+	u.Close()
+	return true
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (net.ipv4.ip_local_port_range), or Linux's
+// default if it cannot be read or leaves no room below it.
+func ephemeralLow() int {
+	const linuxDefault = 32768
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return linuxDefault
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) != 2 {
+		return linuxDefault
+	}
+	low, err := strconv.Atoi(fields[0])
+	if err != nil || low <= lowestPort+1000 {
+		return linuxDefault
+	}
+	return low
 }
