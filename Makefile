@@ -49,8 +49,8 @@ generate: ## regenerate the API types' DeepCopy methods with the pinned controll
 	@test -x $(CONTROLLER_GEN) || (cd build/tools/controller-gen && CGO_ENABLED=0 $(GO) build -trimpath -o $(CONTROLLER_GEN) sigs.k8s.io/controller-tools/cmd/controller-gen)
 	$(CONTROLLER_GEN) object paths=./api/...
 
-up: tools build images ## start a local clusterset in the background (MEMBERS=3 members + broker); writes .fleet/
-	@bin/localfleet up -members $(MEMBERS) -nodes $(NODES)
+up: tools build images ## start a local clusterset in the background (MEMBERS=3 members + broker; BARE=1: nothing of ours installed, join with kubectl mcs); writes .fleet/
+	@bin/localfleet up -members $(MEMBERS) -nodes $(NODES) -bare=$(if $(BARE),true,false)
 
 demo: tools build images ## bring up a local fleet and walk both user stories; fails if any expectation fails
 	@bin/demo

@@ -58,6 +58,7 @@ broker (--broker-context, default "broker"), and shows or diagnoses the clusters
 	pf.StringVar(&o.broker, "broker-context", "", `the broker's context; default "broker" when the kubeconfig has it`)
 	pf.StringArrayVar(&o.dns, "dns", nil, "a member's DNS server as member=host:port (repeatable); default $FLEET_DNS_<MEMBER>, else its kube-dns Service")
 	root.AddCommand(o.statusCommand(), o.servicesCommand(), o.diagnoseCommand(), o.exportCommand(), o.unexportCommand())
+	root.AddCommand(o.brokerCommand(), o.joinCommand(), o.unjoinCommand())
 	return root
 }
 

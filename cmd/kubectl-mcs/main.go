@@ -1,5 +1,6 @@
 // Command kubectl-mcs is a kubectl plugin (kubectl finds it on PATH as `kubectl mcs`) that shows and diagnoses
-// a whole Multi-Cluster Services clusterset from one kubeconfig: status, services, diagnose, export, unexport.
+// a whole Multi-Cluster Services clusterset from one kubeconfig: status, services, diagnose, export, unexport;
+// and it installs one: broker init, join, unjoin.
 package main
 
 import (
@@ -10,12 +11,17 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/go-logr/logr"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"vksfleet.dev/fleet/mcsctl"
 )
 
 func main() {
+	// Errors come back to the command, which prints them; controller-runtime's clients would otherwise warn, after
+	// 30 s of a long join, that nobody set their logger.
+	ctrl.SetLogger(logr.Discard())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cmd := mcsctl.NewCommand(genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})

@@ -78,6 +78,31 @@ func Resolve(ctx context.Context, dyn dynamic.Interface) (id, clusterSet string,
 	return id, clusterSet, nil
 }
 
+// Ensure makes the named ClusterProperty hold value: it creates it when absent, and refuses to change it when it
+// holds another value, since a published id or clusterset name must never change under a running member.
+func Ensure(ctx context.Context, dyn dynamic.Interface, name, value string) error {
+	have, err := property(ctx, dyn, name)
+	if err != nil {
+		return err
+	}
+	if have == value {
+		return nil
+	}
+	if have != "" {
+		return fmt.Errorf("ClusterProperty %s is %q, not %q: a member keeps its value for life (unjoin, then delete it, to change it)", name, have, value)
+	}
+	cp := &unstructured.Unstructured{}
+	cp.SetGroupVersionKind(aboutv1alpha1.GroupVersion.WithKind("ClusterProperty"))
+	cp.SetName(name)
+	if err := unstructured.SetNestedField(cp.Object, value, "spec", "value"); err != nil {
+		return err
+	}
+	if _, err := dyn.Resource(resource).Create(ctx, cp, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating ClusterProperty %s: %w", name, err)
+	}
+	return nil
+}
+
 // property returns the value of the named ClusterProperty; "" when it or its CRD is absent.
 func property(ctx context.Context, dyn dynamic.Interface, name string) (string, error) {
 	obj, err := dyn.Resource(resource).Get(ctx, name, metav1.GetOptions{})

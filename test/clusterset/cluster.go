@@ -55,6 +55,8 @@ type Cluster struct {
 	Name string
 	// ID is the member's cluster id (its cluster.clusterset.k8s.io ClusterProperty); empty for the broker.
 	ID string
+	// SetName is a member's clusterset name, its clusterset.k8s.io ClusterProperty's value.
+	SetName string
 	// Config reaches the API server as an administrator.
 	Config *rest.Config
 	// Client is a controller-runtime client using Scheme.
@@ -112,7 +114,7 @@ func startCluster(ctx context.Context, spec clusterSpec, assets string) (c *Clus
 	if err != nil {
 		return nil, err
 	}
-	c = &Cluster{Name: spec.name, ID: spec.id, member: spec.member, dir: dir, ServiceCIDRs: serviceCIDRs(spec.index)}
+	c = &Cluster{Name: spec.name, ID: spec.id, SetName: spec.setName, member: spec.member, dir: dir, ServiceCIDRs: serviceCIDRs(spec.index)}
 	defer func() {
 		if err != nil {
 			err = errors.Join(fmt.Errorf("clusterset: starting %s: %w", spec.name, err), c.stop())
@@ -160,7 +162,7 @@ func startCluster(ctx context.Context, spec clusterSpec, assets string) (c *Clus
 		}
 		api.SecureServing.ListenAddr = envtest.ListenAddr{Address: host, Port: strconv.Itoa(port)}
 		api.Configure().Set("advertise-address", host)
-		if spec.nodes > 0 {
+		if spec.member && spec.nodes > 0 {
 			if err := c.configureKubeletAuth(api); err != nil {
 				return c, err
 			}
@@ -186,7 +188,10 @@ func startCluster(ctx context.Context, spec clusterSpec, assets string) (c *Clus
 		return c, err
 	}
 	if !spec.member {
-		return c, nil
+		if spec.nodes > 0 {
+			c.kcm, err = startControllerManager(ctx, assets, c.dir, c.KubeconfigPath, "", brokerControllers, spec.log)
+		}
+		return c, err
 	}
 	c.PodCIDRs = podCIDRs(spec.index)
 	c.Region = spec.region
@@ -198,7 +203,7 @@ func startCluster(ctx context.Context, spec clusterSpec, assets string) (c *Clus
 		return c, err
 	}
 	if !spec.noKCM {
-		if c.kcm, err = startControllerManager(ctx, assets, c.dir, c.KubeconfigPath, c.rootCAFile, spec.log); err != nil {
+		if c.kcm, err = startControllerManager(ctx, assets, c.dir, c.KubeconfigPath, c.rootCAFile, controllers, spec.log); err != nil {
 			return c, err
 		}
 	}

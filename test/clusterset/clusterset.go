@@ -66,7 +66,8 @@ type Options struct {
 
 // ClusterSet is a running local clusterset.
 type ClusterSet struct {
-	// Broker is the broker API server, nil with Options.NoBroker. It runs no controller-manager.
+	// Broker is the broker API server, nil with Options.NoBroker. With kubelet nodes it runs the namespace and
+	// garbage collector controllers of kube-controller-manager, for members that join and leave.
 	Broker *Cluster
 	// Members are the member clusters, in Options.Members order.
 	Members []*Cluster
@@ -167,7 +168,7 @@ func plan(opts Options) ([]clusterSpec, string, error) {
 			region: region, nodes: opts.Nodes, noKCM: noKCM[name], images: opts.Images})
 	}
 	if !opts.NoBroker {
-		specs = append(specs, clusterSpec{name: BrokerName, index: maxMembers, log: logw})
+		specs = append(specs, clusterSpec{name: BrokerName, index: maxMembers, log: logw, nodes: opts.Nodes})
 	}
 	return specs, assets, nil
 }

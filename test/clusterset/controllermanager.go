@@ -32,13 +32,18 @@ var controllers = []string{
 // holds is published.
 var kubeletControllers = []string{"nodelifecycle", "serviceaccount", "root-ca-cert-publisher"}
 
-// startControllerManager starts kube-controller-manager and waits until its /healthz answers. For a member with
-// kubelet nodes, rootCAFile is the API server's serving CA: kubeletControllers run too, and publish it.
-func startControllerManager(ctx context.Context, assets, dir, kubeconfig, rootCAFile string, log io.Writer) (*proc.Process, error) {
-	ctrls := controllers
+// brokerControllers are what a broker with kubelet members runs: there, members join and leave with kubectl mcs,
+// and unjoin deletes a member's broker namespace, which only the namespace controller empties and removes, as on
+// any real API server.
+var brokerControllers = []string{"namespace", "garbagecollector"}
+
+// startControllerManager starts kube-controller-manager with the controllers ctrls and waits until its /healthz
+// answers. For a member with kubelet nodes, rootCAFile is the API server's serving CA: kubeletControllers run too,
+// and publish it.
+func startControllerManager(ctx context.Context, assets, dir, kubeconfig, rootCAFile string, ctrls []string, log io.Writer) (*proc.Process, error) {
 	var extra []string
 	if rootCAFile != "" {
-		ctrls = append(slices.Clip(controllers), kubeletControllers...)
+		ctrls = append(slices.Clip(ctrls), kubeletControllers...)
 		extra = append(extra, "--root-ca-file="+rootCAFile)
 	}
 	return startComponent(ctx, assets, "kube-controller-manager", dir, kubeconfig, log, append(extra,

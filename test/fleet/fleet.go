@@ -35,6 +35,9 @@ type Options struct {
 	ImagesDir string
 	// Log receives every process's output; default discarded.
 	Log io.Writer
+	// Bare, with nodes, leaves the product out: the broker is prepared (`kubectl mcs broker init`, which writes
+	// BrokerInfoPath) and each member waits for Member.Join, or an operator's `kubectl mcs join`.
+	Bare bool
 }
 
 // Fleet is a running local fleet.
@@ -42,6 +45,11 @@ type Fleet struct {
 	*clusterset.ClusterSet
 	// Members are the member clusters with their controller and DNS server, in clusterset order.
 	Members []*Member
+
+	// KubeconfigPath, with nodes, is a kubeconfig with every member's context and the broker's, by name.
+	KubeconfigPath string
+	// BrokerInfoPath, with nodes, is the broker-info file `kubectl mcs broker init` wrote.
+	BrokerInfoPath string
 
 	opts     Options
 	dir      string

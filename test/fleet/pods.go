@@ -8,36 +8,35 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"vksfleet.dev/fleet/build/deploy/member"
-	"vksfleet.dev/fleet/mcs/names"
+	"vksfleet.dev/fleet/mcsctl"
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/poll"
 	"vksfleet.dev/fleet/test/proc"
 	"vksfleet.dev/fleet/test/workload"
 )
 
-// With nodes, a fleet installs our product as a user does (README, "Fresh install"), with the manifests that
-// build/deploy renders, applied unmodified by kubectl: on the broker its roles and one identity per member; on
-// each member the CRDs, the admission policy, the mcs-controller Deployment (2 replicas, leader election) and
-// our CoreDNS taking over kube-dns, with the member's broker kubeconfig in the Secret the controller reads. The
-// kubelets run them from the images `make images` saved. Tuning a test asks for (--lease-grace, a test's own
-// flags) is a patch of the Deployment's arguments, as an operator would make it.
+// With nodes, a fleet installs our product as the README's install section does: `kubectl mcs broker init` on
+// the broker, then `kubectl mcs join` on each member, which apply build/deploy's manifests unmodified: on the
+// broker its roles and one identity per member; on each member the CRDs, the admission policy, the mcs-controller
+// Deployment (2 replicas, leader election) and our CoreDNS taking over kube-dns, with the member's broker
+// kubeconfig in the Secret the controller reads. The kubelets run them from the images `make images` saved.
+// Tuning a test asks for (--lease-grace, a test's own flags) is a patch of the Deployment's arguments, as an
+// operator would make it.
 
 // Where the installed parts live, as build/deploy names them.
 const (
@@ -73,72 +72,32 @@ func (m *Member) pods(ctx context.Context, sel productPods) ([]corev1.Pod, error
 	return pods.Items, nil
 }
 
-// tools are the programs of the tools cache that the install runs.
-type tools struct{ kubectl, kustomize, deploy string }
-
-func findTools() (tools, error) {
-	assets, err := clusterset.AssetsDir("")
-	if err != nil {
-		return tools{}, err
-	}
-	root, err := clusterset.RepoRoot()
-	if err != nil {
-		return tools{}, err
-	}
-	t := tools{kubectl: filepath.Join(assets, "kubectl"), kustomize: filepath.Join(assets, "kustomize"), deploy: filepath.Join(root, "build", "deploy")}
-	if _, err := os.Stat(t.kustomize); err != nil {
-		return t, fmt.Errorf("fleet: kustomize not found in %s: run `make tools` first", assets)
-	}
-	return t, nil
-}
-
-// render runs `kustomize build dir`.
-func (t tools) render(ctx context.Context, dir string) ([]byte, error) {
-	out, err := exec.CommandContext(ctx, t.kustomize, "build", dir).Output()
-	if err != nil {
-		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = ee.Stderr
-		}
-		return nil, fmt.Errorf("kustomize build %s: %v: %s", dir, err, stderr)
-	}
-	return out, nil
-}
-
-// apply applies manifests to the cluster with kubectl, server-side: the clusterset's bootstrap made some of the
-// objects already (CRDs, the admission policy, the kube-dns Service, as kubeadm does), and apply takes them over.
-func (t tools) apply(ctx context.Context, c *clusterset.Cluster, manifests []byte) error {
-	cmd := exec.CommandContext(ctx, t.kubectl, "--kubeconfig", c.KubeconfigPath, "apply", "--server-side", "--force-conflicts", "-f", "-")
-	cmd.Stdin = bytes.NewReader(manifests)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("kubectl apply on %s: %v\n%s", c.Name, err, out)
-	}
-	return nil
-}
-
-// install puts the product on the broker and every member, and waits until every member's controller and DNS
-// are available.
+// install puts the product on the broker and every member as the README's install section does, with the
+// kubectl-mcs command tree run in process: `kubectl mcs broker init` on the broker, then `kubectl mcs join` for
+// every member at once; it then waits until every member's controller and DNS are available.
 func (f *Fleet) install(ctx context.Context) error {
-	t, err := findTools()
+	// As cmd/kubectl-mcs does: its errors come back to us.
+	ctrl.SetLogger(logr.Discard())
+	kubeconfig, err := f.Kubeconfig()
 	if err != nil {
 		return err
 	}
-	broker, err := t.render(ctx, filepath.Join(t.deploy, "broker"))
-	if err != nil {
+	f.KubeconfigPath = filepath.Join(f.dir, "kubeconfig")
+	if err := os.WriteFile(f.KubeconfigPath, kubeconfig, 0o600); err != nil {
 		return err
 	}
-	if err := t.apply(ctx, f.Broker, broker); err != nil {
+	f.BrokerInfoPath = filepath.Join(f.dir, "broker-info.yaml")
+	if err := f.KubectlMCS(ctx, "--context", clusterset.BrokerName, "broker", "init", "--clusterset", f.Members[0].SetName, "--broker-info", f.BrokerInfoPath); err != nil {
 		return err
 	}
-	member, err := t.render(ctx, t.deploy)
-	if err != nil {
-		return err
+	if f.opts.Bare {
+		return nil
 	}
 	errs := make([]error, len(f.Members))
 	var wg sync.WaitGroup
 	for i, m := range f.Members {
 		wg.Go(func() {
-			if errs[i] = m.join(ctx, t, member); errs[i] != nil {
+			if errs[i] = m.Join(ctx); errs[i] != nil {
 				errs[i] = fmt.Errorf("fleet: installing on %s: %w", m.Name, errs[i])
 			}
 		})
@@ -147,26 +106,26 @@ func (f *Fleet) install(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// join gives the member its identity on the broker and installs the product on it.
-func (m *Member) join(ctx context.Context, t tools, manifests []byte) error {
-	kubeconfig, err := m.brokerIdentity(ctx, t)
+// KubectlMCS runs `kubectl mcs` in process on the fleet's kubeconfig (every member's context and the broker's, by
+// name), writing its output to the fleet's log, and returns its error with that output.
+func (f *Fleet) KubectlMCS(ctx context.Context, args ...string) error {
+	var out bytes.Buffer
+	cmd := mcsctl.NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &out})
+	cmd.SetArgs(append([]string{"--kubeconfig", f.KubeconfigPath}, args...))
+	err := cmd.ExecuteContext(ctx)
+	if f.opts.Log != nil {
+		fmt.Fprintf(f.opts.Log, "$ kubectl mcs %s\n%s", strings.Join(args, " "), out.String())
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("kubectl mcs %s: %w\n%s", strings.Join(args, " "), err, out.String())
 	}
-	// The Secret first, in the namespace the manifests then take over: the controller reads it once, at start,
-	// and a pod that found none would wait out its restart back-off.
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: controllerNamespace}}
-	if err := m.Client.Create(ctx, ns); err != nil {
-		return fmt.Errorf("creating namespace %s: %w", controllerNamespace, err)
-	}
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: controllerNamespace, Name: brokerSecret},
-		Data:       map[string][]byte{"kubeconfig": kubeconfig},
-	}
-	if err := m.Client.Create(ctx, secret); err != nil {
-		return fmt.Errorf("creating the broker Secret: %w", err)
-	}
-	if err := t.apply(ctx, m.Cluster, manifests); err != nil {
+	return nil
+}
+
+// Join runs `kubectl mcs join` for the member, with its cluster id and the images `make images` tagged, and
+// waits until its controller, with the fleet's flags, and its DNS are available.
+func (m *Member) Join(ctx context.Context) error {
+	if err := m.fleet.KubectlMCS(ctx, "--context", m.Name, "join", "--broker-info", m.fleet.BrokerInfoPath, "--cluster-id", m.ID, "--wait", installTimeout.String()); err != nil {
 		return err
 	}
 	var d appsv1.Deployment
@@ -181,44 +140,6 @@ func (m *Member) join(ctx context.Context, t tools, manifests []byte) error {
 		return err
 	}
 	return m.findDNS(ctx)
-}
-
-// brokerIdentity applies the member's overlay of build/deploy/member on the broker (its broker namespace, its
-// ServiceAccount and bindings) and returns a kubeconfig with a token of that ServiceAccount.
-func (m *Member) brokerIdentity(ctx context.Context, t tools) ([]byte, error) {
-	dir, err := os.MkdirTemp(m.fleet.dir, "member-overlay-")
-	if err != nil {
-		return nil, err
-	}
-	// kustomize accepts only relative paths to bases.
-	base, err := filepath.Rel(dir, filepath.Join(t.deploy, "member"))
-	if err != nil {
-		return nil, err
-	}
-	kustomization := member.Kustomization(base, m.ID, "-"+m.Name)
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o600); err != nil {
-		return nil, err
-	}
-	overlay, err := t.render(ctx, dir)
-	if err != nil {
-		return nil, err
-	}
-	b := m.fleet.Broker
-	if err := t.apply(ctx, b, overlay); err != nil {
-		return nil, err
-	}
-	// A month: the local clusterset lives for hours at most.
-	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(30 * 24 * 3600))}}
-	tok, err := b.Kube.CoreV1().ServiceAccounts(names.BrokerNamespace(m.ID)).CreateToken(ctx, "member-"+m.Name, req, metav1.CreateOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("creating the broker token: %w", err)
-	}
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["broker"] = &clientcmdapi.Cluster{Server: b.Config.Host, CertificateAuthorityData: b.Config.CAData}
-	cfg.AuthInfos["member"] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
-	cfg.Contexts["broker"] = &clientcmdapi.Context{Cluster: "broker", AuthInfo: "member"}
-	cfg.CurrentContext = "broker"
-	return clientcmd.Write(*cfg)
 }
 
 // scaleController sets the controller Deployment's replicas and arguments (the manifest's, then --lease-grace

@@ -45,6 +45,7 @@ func main() {
 	nodes := fs.Int("nodes", 2, "nodes per member, each a network namespace with kube-proxy, containerd and a kubelet (needs root)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "how long up waits for the clusterset to become usable")
 	bin := fs.String("bin", "bin", "folder with the coredns and controller binaries")
+	bare := fs.Bool("bare", false, "install nothing of ours on the members: the broker is prepared (broker-info.yaml in -dir), members wait for `kubectl mcs join`")
 	_ = fs.Parse(os.Args[2:])
 	if fs.NArg() > 0 {
 		fs.Usage()
@@ -53,11 +54,11 @@ func main() {
 	var err error
 	switch os.Args[1] {
 	case "up":
-		err = up(*dir, *bin, *members, *nodes, *timeout)
+		err = up(*dir, *bin, *members, *nodes, *bare, *timeout)
 	case "down":
 		err = down(*dir)
 	case "run":
-		err = run(*dir, *bin, *members, *nodes)
+		err = run(*dir, *bin, *members, *nodes, *bare)
 	default:
 		fs.Usage()
 		os.Exit(2)
@@ -75,6 +76,7 @@ func (f files) pid() string        { return filepath.Join(f.dir, "pid") }
 func (f files) env() string        { return filepath.Join(f.dir, "env") }
 func (f files) kubeconfig() string { return filepath.Join(f.dir, "kubeconfig") }
 func (f files) log() string        { return filepath.Join(f.dir, "log") }
+func (f files) brokerInfo() string { return filepath.Join(f.dir, "broker-info.yaml") }
 
 // running returns the pid of the clusterset process recorded in the state folder, or 0 if none is alive.
 func (f files) running() int {
@@ -89,7 +91,7 @@ func (f files) running() int {
 	return pid
 }
 
-func up(dir, bin string, members, nodes int, timeout time.Duration) error {
+func up(dir, bin string, members, nodes int, bare bool, timeout time.Duration) error {
 	if members < 1 {
 		return fmt.Errorf("-members must be at least 1, got %d", members)
 	}
@@ -119,7 +121,7 @@ func up(dir, bin string, members, nodes int, timeout time.Duration) error {
 		return err
 	}
 	start := time.Now()
-	cmd := exec.Command(self, "run", "-dir", dir, "-bin", bin, "-members", strconv.Itoa(members), "-nodes", strconv.Itoa(nodes))
+	cmd := exec.Command(self, "run", "-dir", dir, "-bin", bin, "-members", strconv.Itoa(members), "-nodes", strconv.Itoa(nodes), "-bare="+strconv.FormatBool(bare))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // outlives the shell that ran `make up`
 	if err := cmd.Start(); err != nil {
@@ -148,6 +150,17 @@ func up(dir, bin string, members, nodes int, timeout time.Duration) error {
 		}
 	}
 	abs, _ := filepath.Abs(f.env())
+	if bare {
+		info, _ := filepath.Abs(f.brokerInfo())
+		fmt.Printf(`Local clusterset up, bare, in %s: %s + broker, nothing of ours on the members (pid %d, log %s).
+The broker is prepared (kubectl mcs broker init wrote %s). Join each member with:
+  source %s
+  kubectl mcs --context %s join --broker-info %s
+Stop it with: make down
+`, time.Since(start).Round(100*time.Millisecond), strings.Join(clusterset.MemberNames(members), ", "), cmd.Process.Pid,
+			f.log(), info, abs, clusterset.MemberNames(members)[0], info)
+		return nil
+	}
 	fmt.Printf(`Local fleet up in %s: %s + broker, each member with an mcs-controller and CoreDNS (pid %d, log %s).
 Use it with:
   source %s
@@ -204,7 +217,7 @@ func sweep() error {
 	return nil
 }
 
-func run(dir, bin string, members, nodes int) error {
+func run(dir, bin string, members, nodes int, bare bool) error {
 	f := files{dir}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -216,6 +229,7 @@ func run(dir, bin string, members, nodes int) error {
 		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(members), Nodes: nodes, DataPlaneWait: time.Second},
 		BinDir:     bin,
 		Log:        os.Stderr,
+		Bare:       bare,
 	})
 	if err != nil {
 		return err
@@ -238,6 +252,15 @@ func writeState(f files, fl *fleet.Fleet) error {
 	}
 	if err := os.WriteFile(f.kubeconfig(), kc, 0o600); err != nil {
 		return err
+	}
+	if fl.BrokerInfoPath != "" {
+		info, err := os.ReadFile(fl.BrokerInfoPath)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(f.brokerInfo(), info, 0o600); err != nil {
+			return err
+		}
 	}
 	kcPath, _ := filepath.Abs(f.kubeconfig())
 	assets, err := clusterset.AssetsDir("")

@@ -1,0 +1,113 @@
+package install
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// fieldOwner is the field manager of everything kubectl mcs applies, as kubectl's is "kubectl".
+const fieldOwner = "kubectl-mcs"
+
+// decode splits rendered manifests into objects.
+func decode(manifests []byte) ([]*unstructured.Unstructured, error) {
+	d := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifests), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		u := &unstructured.Unstructured{}
+		err := d.Decode(&u.Object)
+		if errors.Is(err, io.EOF) {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("decoding manifests: %w", err)
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
+		}
+	}
+}
+
+// apply applies objects server-side, taking over fields another manager set (as `kubectl apply --server-side
+// --force-conflicts` does): what a cluster's bootstrap made, such as kubeadm's kube-dns Service, becomes ours.
+// CustomResourceDefinitions go first, and are waited for until established, so that objects of their kinds that
+// follow can be applied.
+func apply(ctx context.Context, c client.Client, objs []*unstructured.Unstructured) error {
+	var crds, rest []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == "CustomResourceDefinition" {
+			crds = append(crds, o)
+		} else {
+			rest = append(rest, o)
+		}
+	}
+	for _, o := range crds {
+		if err := applyOne(ctx, c, o); err != nil {
+			return err
+		}
+	}
+	for _, o := range crds {
+		if err := waitEstablished(ctx, c, o.GetName()); err != nil {
+			return err
+		}
+	}
+	for _, o := range rest {
+		if err := applyOne(ctx, c, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func applyOne(ctx context.Context, c client.Client, o *unstructured.Unstructured) error {
+	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying %s %s: %w", o.GetKind(), objectName(o), err)
+	}
+	return nil
+}
+
+// objectName is namespace/name, or name for a cluster-scoped object.
+func objectName(o client.Object) string {
+	if o.GetNamespace() == "" {
+		return o.GetName()
+	}
+	return o.GetNamespace() + "/" + o.GetName()
+}
+
+// waitEstablished waits until the CRD serves its kinds.
+func waitEstablished(ctx context.Context, c client.Client, name string) error {
+	return waitFor(ctx, time.Minute, func() error {
+		var crd apiextensionsv1.CustomResourceDefinition
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, &crd); err != nil {
+			return err
+		}
+		for _, cond := range crd.Status.Conditions {
+			if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+				return nil
+			}
+		}
+		return fmt.Errorf("CRD %s is not established", name)
+	})
+}
+
+// waitFor calls check every 200 ms until it returns nil, and fails with check's last error after timeout.
+func waitFor(ctx context.Context, timeout time.Duration, check func() error) error {
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		last = check()
+		return last == nil, nil
+	})
+	if err != nil && last != nil {
+		return fmt.Errorf("after %v: %w", timeout, last)
+	}
+	return err
+}

@@ -1,0 +1,237 @@
+package install
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
+	"vksfleet.dev/fleet/build/deploy"
+	"vksfleet.dev/fleet/build/deploy/member"
+	"vksfleet.dev/fleet/mcs/clusterid"
+	"vksfleet.dev/fleet/mcs/names"
+)
+
+// JoinOptions say how to join a member.
+type JoinOptions struct {
+	// ClusterID is the member's id; empty keeps the one its ClusterProperty holds, or makes one from the
+	// kube-system namespace's UID (KEP-2149's default) where there is none.
+	ClusterID string
+	// TokenExpiration is how long the member's broker token lasts; its controller renews it before it expires.
+	TokenExpiration time.Duration
+	// ControllerImage and DNSImage replace the manifests' images (ghcr.io/vksfleet/mcs-controller and coredns,
+	// at the release's tag) with full references, for a mirror or a build of one's own.
+	ControllerImage, DNSImage string
+	// Wait bounds the wait for the controller, DNS and the member's first Lease renewal.
+	Wait time.Duration
+}
+
+// The member's Deployments, as build/deploy names them.
+const (
+	controllerDeployment = "mcs-controller"
+	dnsNamespace         = metav1.NamespaceSystem
+	dnsDeployment        = "coredns"
+)
+
+// minCredentialLeft is how long a member's token must still last for join to keep it.
+const minCredentialLeft = time.Hour
+
+// Join makes the cluster memberCfg reaches a member of the broker's clusterset, in an order that works on a fresh
+// cluster: the CRDs, the cluster id and clusterset name, the member's identity on the broker, its broker
+// credentials, then the controller, the admission policy and DNS. Running it again changes nothing: objects are
+// applied server-side, and credentials the broker still accepts are kept.
+func Join(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts JoinOptions, out io.Writer) (string, error) {
+	s := steps{out}
+	m, err := newClient(memberCfg, "member")
+	if err != nil {
+		return "", err
+	}
+	b, err := newClient(info.Config(), "broker")
+	if err != nil {
+		return "", err
+	}
+	start := time.Now()
+	err = s.do("CRDs", func() (string, error) {
+		n, err := applyRendered(ctx, m, func() ([]byte, error) { return deploy.Render("crds") })
+		return fmt.Sprintf("applied %d", n), err
+	})
+	if err != nil {
+		return "", err
+	}
+	var id string
+	err = s.do("cluster id", func() (string, error) {
+		dyn, err := dynamic.NewForConfig(memberCfg)
+		if err != nil {
+			return "", err
+		}
+		if id, err = resolveID(ctx, dyn, opts.ClusterID); err != nil {
+			return "", err
+		}
+		if err := clusterid.Ensure(ctx, dyn, aboutv1alpha1.ClusterSetName, info.ClusterSet); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s in clusterset %s", id, info.ClusterSet), nil
+	})
+	if err != nil {
+		return "", err
+	}
+	err = s.do("broker identity", func() (string, error) {
+		overlay := member.Kustomization("../deploy/member", id, "-"+id)
+		if _, err := applyRendered(ctx, b, func() ([]byte, error) { return deploy.RenderOverlay(overlay) }); err != nil {
+			return "", fmt.Errorf("%w (is the broker-info's token still valid? `kubectl mcs broker init` writes a new one)", err)
+		}
+		return fmt.Sprintf("namespace %s, ServiceAccount %s, read access to every member's records", names.BrokerNamespace(id), memberServiceAccount(id)), nil
+	})
+	if err != nil {
+		return "", err
+	}
+	err = s.do("broker credentials", func() (string, error) {
+		current, err := readMemberKubeconfig(ctx, m)
+		if err != nil {
+			return "", err
+		}
+		why := "none yet"
+		if current != nil {
+			if why = "unusable"; usableCredential(ctx, current, info, minCredentialLeft) == nil {
+				return fmt.Sprintf("kept Secret %s/%s: the broker accepts its token", controllerNamespace, brokerSecret), nil
+			}
+		}
+		kubeconfig, anchor, err := mintCredential(ctx, b, info, id, opts.TokenExpiration)
+		if err != nil {
+			return "", err
+		}
+		if err := writeMemberKubeconfig(ctx, m, kubeconfig); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("wrote Secret %s/%s (%s before) with a token bound to %s/%s, for %v", controllerNamespace, brokerSecret, why, names.BrokerNamespace(id), anchor, opts.TokenExpiration), nil
+	})
+	if err != nil {
+		return "", err
+	}
+	err = s.do("controller, policy and DNS", func() (string, error) {
+		overlay := imagesOverlay(opts.ControllerImage, opts.DNSImage)
+		n, err := applyRendered(ctx, m, func() ([]byte, error) { return deploy.RenderOverlay(overlay) })
+		return fmt.Sprintf("applied %d objects (DNS replaces kube-dns in place)", n), err
+	})
+	if err != nil {
+		return "", err
+	}
+	for _, d := range []client.ObjectKey{{Namespace: controllerNamespace, Name: controllerDeployment}, {Namespace: dnsNamespace, Name: dnsDeployment}} {
+		err = s.do("rollout of "+d.String(), func() (string, error) {
+			return "available", waitFor(ctx, opts.Wait, func() error { return available(ctx, m, d) })
+		})
+		if err != nil {
+			return "", err
+		}
+	}
+	err = s.do("Lease on the broker", func() (string, error) {
+		key := client.ObjectKey{Namespace: names.BrokerNamespace(id), Name: names.LeaseName}
+		return "renewed by the controller", waitFor(ctx, opts.Wait, func() error {
+			var l coordinationv1.Lease
+			if err := b.Get(ctx, key, &l); err != nil {
+				return err
+			}
+			if l.Spec.RenewTime == nil || l.Spec.RenewTime.Time.Before(start.Add(-time.Second)) {
+				return fmt.Errorf("lease %s not renewed since join started: see `kubectl -n %s logs deploy/%s`", key, controllerNamespace, controllerDeployment)
+			}
+			return nil
+		})
+	})
+	return id, err
+}
+
+// resolveID returns the member's cluster id: the one asked for, written as its ClusterProperty (which must not
+// hold another), or the ClusterProperty's, made from the kube-system UID when absent.
+func resolveID(ctx context.Context, dyn dynamic.Interface, want string) (string, error) {
+	if want == "" {
+		id, _, err := clusterid.Resolve(ctx, dyn)
+		return id, err
+	}
+	if err := clusterid.Validate(want); err != nil {
+		return "", err
+	}
+	return want, clusterid.Ensure(ctx, dyn, aboutv1alpha1.ClusterIDName, want)
+}
+
+// The images build/deploy's kustomizations name.
+const (
+	controllerImage = "ghcr.io/vksfleet/mcs-controller"
+	dnsImage        = "ghcr.io/vksfleet/coredns"
+)
+
+// imagesOverlay is the kustomization of a member's manifests: the root base, with the images replaced that are
+// given.
+func imagesOverlay(controllerRef, dnsRef string) string {
+	var b strings.Builder
+	b.WriteString("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../deploy\n")
+	images := [][2]string{{controllerImage, controllerRef}, {dnsImage, dnsRef}}
+	if controllerRef != "" || dnsRef != "" {
+		b.WriteString("images:\n")
+	}
+	for _, img := range images {
+		if img[1] == "" {
+			continue
+		}
+		name, tag, digest := splitRef(img[1])
+		fmt.Fprintf(&b, "  - name: %q\n    newName: %q\n", img[0], name)
+		if tag != "" {
+			fmt.Fprintf(&b, "    newTag: %q\n", tag)
+		}
+		if digest != "" {
+			fmt.Fprintf(&b, "    digest: %q\n", digest)
+		}
+	}
+	return b.String()
+}
+
+// splitRef splits an image reference into its name, tag and digest; a port in the registry's host is not a tag.
+func splitRef(ref string) (name, tag, digest string) {
+	if at := strings.Index(ref, "@"); at >= 0 {
+		ref, digest = ref[:at], ref[at+1:]
+	}
+	i := strings.LastIndex(ref, ":")
+	if i < 0 || strings.Contains(ref[i:], "/") {
+		return ref, "", digest
+	}
+	return ref[:i], ref[i+1:], digest
+}
+
+// applyRendered applies what render renders, and returns the number of objects.
+func applyRendered(ctx context.Context, c client.Client, render func() ([]byte, error)) (int, error) {
+	manifests, err := render()
+	if err != nil {
+		return 0, err
+	}
+	objs, err := decode(manifests)
+	if err != nil {
+		return 0, err
+	}
+	return len(objs), apply(ctx, c, objs)
+}
+
+// available says why the Deployment has not rolled out yet.
+func available(ctx context.Context, c client.Client, key client.ObjectKey) error {
+	var d appsv1.Deployment
+	if err := c.Get(ctx, key, &d); err != nil {
+		return err
+	}
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	st := d.Status
+	if st.ObservedGeneration < d.Generation || st.UpdatedReplicas != want || st.AvailableReplicas != want {
+		return fmt.Errorf("%s: %d of %d replicas updated, %d available: see `kubectl -n %s describe deploy/%s`",
+			key, st.UpdatedReplicas, want, st.AvailableReplicas, key.Namespace, key.Name)
+	}
+	return nil
+}

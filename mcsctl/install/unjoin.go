@@ -1,0 +1,252 @@
+package install
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"vksfleet.dev/fleet/build/deploy"
+	"vksfleet.dev/fleet/mcs/clusterid"
+	"vksfleet.dev/fleet/mcs/names"
+)
+
+// UnjoinOptions say how to take a member out.
+type UnjoinOptions struct {
+	// ClusterID is the member's id; empty reads its ClusterProperty.
+	ClusterID string
+	// Wait bounds each wait: the controller's pods to go, the broker namespace to be emptied.
+	Wait time.Duration
+}
+
+// Unjoin takes the member out of the clusterset: it stops its controller, removes its identity and records from
+// the broker (other members then withdraw its endpoints), deletes what the controller imported into it, and the
+// controller's own objects; and it prints what it leaves, and why.
+func Unjoin(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts UnjoinOptions, out io.Writer) error {
+	s := steps{out}
+	m, err := newClient(memberCfg, "member")
+	if err != nil {
+		return err
+	}
+	b, err := newClient(info.Config(), "broker")
+	if err != nil {
+		return err
+	}
+	id := opts.ClusterID
+	err = s.do("cluster id", func() (string, error) {
+		if id != "" {
+			return id + ", as given", clusterid.Validate(id)
+		}
+		dyn, err := dynamic.NewForConfig(memberCfg)
+		if err != nil {
+			return "", err
+		}
+		if id, _, err = clusterid.Read(ctx, dyn); err != nil {
+			return "", err
+		}
+		if id == "" {
+			return "", fmt.Errorf("the member has no ClusterProperty %s: pass --cluster-id", "cluster.clusterset.k8s.io")
+		}
+		return id, clusterid.Validate(id)
+	})
+	if err != nil {
+		return err
+	}
+	// The controller goes first: running, it would publish its records and Lease again.
+	err = s.do("controller stopped", func() (string, error) {
+		d := &metav1.PartialObjectMetadata{}
+		d.SetGroupVersionKind(appsDeployment)
+		d.Namespace, d.Name = controllerNamespace, controllerDeployment
+		if err := m.Delete(ctx, d); client.IgnoreNotFound(err) != nil {
+			return "", err
+		}
+		return "Deployment deleted, no pod left", waitFor(ctx, opts.Wait, func() error {
+			var pods corev1.PodList
+			if err := m.List(ctx, &pods, client.InNamespace(controllerNamespace), client.MatchingLabels{"app.kubernetes.io/name": controllerDeployment}); err != nil {
+				return err
+			}
+			if len(pods.Items) > 0 {
+				return fmt.Errorf("%d controller pods still run", len(pods.Items))
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	err = s.do("broker identity and records", func() (string, error) {
+		ns := names.BrokerNamespace(id)
+		for _, o := range []client.Object{
+			&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "mcs-broker-reader-" + id}},
+			&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+		} {
+			if err := b.Delete(ctx, o); client.IgnoreNotFound(err) != nil {
+				return "", fmt.Errorf("deleting %T %s: %w", o, o.GetName(), err)
+			}
+		}
+		err := waitGone(ctx, b, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, opts.Wait)
+		if err != nil {
+			err = fmt.Errorf("%w: the broker's namespace controller empties it, then removes it", err)
+		}
+		return fmt.Sprintf("namespace %s (its records, Lease, ServiceAccount and credentials) and its read binding deleted", ns), err
+	})
+	if err != nil {
+		return err
+	}
+	err = s.do("imports in the member", func() (string, error) {
+		n, err := deleteImports(ctx, m)
+		return fmt.Sprintf("%d objects deleted (ServiceImports, derived Services, imported EndpointSlices)", n), err
+	})
+	if err != nil {
+		return err
+	}
+	err = s.do("controller and policy", func() (string, error) {
+		n := 0
+		for _, dir := range []string{"controller", "policy"} {
+			k, err := deleteRendered(ctx, m, dir, opts.Wait)
+			if err != nil {
+				return "", err
+			}
+			n += k
+		}
+		return fmt.Sprintf("%d objects deleted (namespace %s with its broker Secret, RBAC, admission policy)", n, controllerNamespace), nil
+	})
+	if err != nil {
+		return err
+	}
+	exports, err := countExports(ctx, m)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "left  the mcs-api CRDs, and %d ServiceExports in them: they are your objects; delete the CRDs with `kubectl delete -k build/deploy/crds` to remove both\n", exports)
+	fmt.Fprintf(out, "left  the ClusterProperties: the cluster keeps its id %s, so that joining again gives it back its records\n", id)
+	fmt.Fprintf(out, "left  our CoreDNS serving kube-dns in %s: the cluster's DNS depends on it; put your own CoreDNS image and Corefile back to stop serving clusterset.local\n", dnsNamespace)
+	return nil
+}
+
+// appsDeployment is the Deployment kind, deleted by metadata alone.
+var appsDeployment = appsv1.SchemeGroupVersion.WithKind("Deployment")
+
+// deleteImports deletes what the member's controller imported: ServiceImports, and the Services and
+// EndpointSlices it labels as its own.
+func deleteImports(ctx context.Context, c client.Client) (int, error) {
+	n := 0
+	var services corev1.ServiceList
+	if err := c.List(ctx, &services, client.MatchingLabels{names.LabelManagedBy: names.ManagedBy}); err != nil {
+		return n, err
+	}
+	for i := range services.Items {
+		if err := c.Delete(ctx, &services.Items[i]); client.IgnoreNotFound(err) != nil {
+			return n, err
+		}
+		n++
+	}
+	var slices discoveryv1.EndpointSliceList
+	if err := c.List(ctx, &slices, client.MatchingLabels{discoveryv1.LabelManagedBy: names.ManagedBy}); err != nil {
+		return n, err
+	}
+	for i := range slices.Items {
+		if err := c.Delete(ctx, &slices.Items[i]); client.IgnoreNotFound(err) != nil {
+			return n, err
+		}
+		n++
+	}
+	imports, err := listServed(ctx, c, "serviceimports.multicluster.x-k8s.io")
+	if err != nil {
+		return n, err
+	}
+	for i := range imports {
+		if err := c.Delete(ctx, &imports[i]); client.IgnoreNotFound(err) != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// countExports counts the member's ServiceExports.
+func countExports(ctx context.Context, c client.Client) (int, error) {
+	exports, err := listServed(ctx, c, "serviceexports.multicluster.x-k8s.io")
+	return len(exports), err
+}
+
+// listServed lists every object of a CRD's kind, at its storage version; none if the CRD is absent.
+func listServed(ctx context.Context, c client.Client, crdName string) ([]unstructured.Unstructured, error) {
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := c.Get(ctx, client.ObjectKey{Name: crdName}, &crd); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	for _, v := range crd.Spec.Versions {
+		if !v.Storage {
+			continue
+		}
+		list := &unstructured.UnstructuredList{}
+		list.SetAPIVersion(crd.Spec.Group + "/" + v.Name)
+		list.SetKind(crd.Spec.Names.ListKind)
+		if err := c.List(ctx, list); err != nil {
+			return nil, err
+		}
+		return list.Items, nil
+	}
+	return nil, fmt.Errorf("CRD %s has no storage version", crdName)
+}
+
+// deleteRendered deletes the objects a folder of build/deploy renders, and returns how many it found; it waits
+// until the namespaces among them are gone with what they held.
+func deleteRendered(ctx context.Context, c client.Client, dir string, wait time.Duration) (int, error) {
+	manifests, err := deploy.Render(dir)
+	if err != nil {
+		return 0, err
+	}
+	objs, err := decode(manifests)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var namespaces []string
+	for _, o := range objs {
+		err := c.Delete(ctx, o)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return n, fmt.Errorf("deleting %s %s: %w", o.GetKind(), objectName(o), err)
+		}
+		n++
+		if o.GetKind() == "Namespace" {
+			namespaces = append(namespaces, o.GetName())
+		}
+	}
+	for _, ns := range namespaces {
+		if err := waitGone(ctx, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, wait); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// waitGone waits until o no longer exists.
+func waitGone(ctx context.Context, c client.Client, o client.Object, wait time.Duration) error {
+	return waitFor(ctx, wait, func() error {
+		err := c.Get(ctx, client.ObjectKeyFromObject(o), o)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err == nil {
+			return fmt.Errorf("%s %s is still there (deleted at %v)", o.GetObjectKind().GroupVersionKind().Kind, objectName(o), o.GetDeletionTimestamp())
+		}
+		return err
+	})
+}

@@ -1,0 +1,116 @@
+package mcsctl
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"vksfleet.dev/fleet/mcsctl/install"
+)
+
+// defaultBrokerInfo is where broker init writes the broker-info file and join, unjoin read it.
+const defaultBrokerInfo = "broker-info.yaml"
+
+func (o *options) brokerCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "broker", Short: "Prepare the clusterset's broker"}
+	var opts install.InitOptions
+	var file string
+	initCmd := &cobra.Command{
+		Use:   "init --clusterset NAME [--context BROKER]",
+		Short: "Install the CRDs and roles members need on the broker (any API server), and write the broker-info file join reads",
+		Long: `init applies build/deploy/broker (the mcs-api CRDs, the members' reader and writer roles, and the joiner identity)
+to the API server of --context, and writes the broker-info file: the broker's URL and CA, the clusterset's name and
+the joiner's token. The file is a credential: join, unjoin and rotate use it to give members their identity on the
+broker, and take it away. Running init again changes nothing on the broker and writes a new token.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.ClusterSet == "" {
+				return fmt.Errorf("--clusterset is required: the name every member's clusterset.k8s.io ClusterProperty will hold")
+			}
+			cfg, err := o.config.ToRESTConfig()
+			if err != nil {
+				return err
+			}
+			info, err := install.BrokerInit(cmd.Context(), cfg, opts, o.streams.Out)
+			if err != nil {
+				return err
+			}
+			if err := info.Write(file); err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(o.streams.Out, "wrote %s: keep it like a kubeconfig; next, for each member: kubectl mcs join --context MEMBER --broker-info %s\n", file, file)
+			return err
+		},
+	}
+	f := initCmd.Flags()
+	f.StringVar(&opts.ClusterSet, "clusterset", "", "the clusterset's name")
+	f.StringVar(&opts.Server, "server", "", "the broker's URL as members reach it; default the kubeconfig's")
+	f.DurationVar(&opts.TokenExpiration, "token-expiration", 7*24*time.Hour, "how long the joiner's token lasts (run init again for a new one)")
+	f.StringVarP(&file, "broker-info", "f", defaultBrokerInfo, "the broker-info file to write")
+	cmd.AddCommand(initCmd)
+	return cmd
+}
+
+func (o *options) joinCommand() *cobra.Command {
+	var opts install.JoinOptions
+	var file string
+	cmd := &cobra.Command{
+		Use:   "join --broker-info FILE [--context MEMBER] [--cluster-id ID]",
+		Short: "Make the cluster of --context a member: cluster id, broker identity and credentials, CRDs, controller, admission policy, DNS",
+		Long: `join installs everything a member needs, in an order that works on a fresh cluster, and waits until the member's
+controller renews its Lease on the broker. Running it again changes nothing (objects are applied server-side and
+credentials the broker still accepts are kept). DNS: our CoreDNS replaces kube-dns in place, keeping its Service.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			info, err := install.ReadBrokerInfo(file)
+			if err != nil {
+				return err
+			}
+			cfg, err := o.config.ToRESTConfig()
+			if err != nil {
+				return err
+			}
+			id, err := install.Join(cmd.Context(), cfg, info, opts, o.streams.Out)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(o.streams.Out, "joined %s to clusterset %s\n", id, info.ClusterSet)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&file, "broker-info", "f", defaultBrokerInfo, "the file `kubectl mcs broker init` wrote")
+	f.StringVar(&opts.ClusterID, "cluster-id", "", "the member's cluster id; default its ClusterProperty's, else the kube-system namespace UID")
+	f.DurationVar(&opts.TokenExpiration, "token-expiration", 24*time.Hour, "how long the member's broker token lasts; its controller renews it before then")
+	f.StringVar(&opts.ControllerImage, "controller-image", "", "the mcs-controller image, for a mirror; default the release's")
+	f.StringVar(&opts.DNSImage, "dns-image", "", "our CoreDNS image, for a mirror; default the release's")
+	f.DurationVar(&opts.Wait, "wait", 5*time.Minute, "how long to wait for the controller, DNS and the first Lease renewal")
+	return cmd
+}
+
+func (o *options) unjoinCommand() *cobra.Command {
+	var opts install.UnjoinOptions
+	var file string
+	cmd := &cobra.Command{
+		Use:   "unjoin --broker-info FILE [--context MEMBER]",
+		Short: "Take the cluster of --context out of the clusterset, on the member and the broker, and say what is left",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			info, err := install.ReadBrokerInfo(file)
+			if err != nil {
+				return err
+			}
+			cfg, err := o.config.ToRESTConfig()
+			if err != nil {
+				return err
+			}
+			return install.Unjoin(cmd.Context(), cfg, info, opts, o.streams.Out)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&file, "broker-info", "f", defaultBrokerInfo, "the file `kubectl mcs broker init` wrote")
+	f.StringVar(&opts.ClusterID, "cluster-id", "", "the member's cluster id; default its ClusterProperty's")
+	f.DurationVar(&opts.Wait, "wait", 2*time.Minute, "how long to wait for the controller to stop and the broker namespace to go")
+	return cmd
+}

@@ -1,0 +1,280 @@
+// Package join proves the README's install section on a bare local clusterset (real kubelets, nothing of ours
+// installed): `kubectl mcs broker init`, then `kubectl mcs join` for each member, brings a service exported in
+// one member to the pods of another by its clusterset.local name, through kube-proxy; a second join changes
+// nothing; `kubectl mcs unjoin` removes the member from the broker and every other member, and leaves of ours
+// only what it says it leaves.
+package join
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
+	"vksfleet.dev/fleet/mcs/names"
+	"vksfleet.dev/fleet/test/clusterset"
+	"vksfleet.dev/fleet/test/dataplane"
+	"vksfleet.dev/fleet/test/fleet"
+	"vksfleet.dev/fleet/test/poll"
+	"vksfleet.dev/fleet/test/proc"
+	"vksfleet.dev/fleet/test/workload"
+)
+
+const (
+	ns      = "join"
+	timeout = 2 * time.Minute
+	// requests is how many requests the client pod sends once the name answers; every one must succeed.
+	requests = 20
+)
+
+func TestJoinAndUnjoin(t *testing.T) {
+	if err := dataplane.CheckHost(); err != nil {
+		t.Skipf("joining needs kubelet nodes: %v", err)
+	}
+	ctx := context.Background()
+	log := proc.TestLog(t)
+	f, err := fleet.Start(ctx, fleet.Options{
+		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(2), Nodes: 1},
+		// The manifests' own lease grace: the controllers run join's arguments unchanged, which a second join
+		// must leave as they are.
+		Log: log, Bare: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.Stop(); err != nil {
+			t.Errorf("stopping the fleet: %v", err)
+		}
+	})
+	a, b := f.Member("cluster-a"), f.Member("cluster-b")
+
+	start := time.Now()
+	errs := make(chan error, 2)
+	for _, m := range f.Members {
+		go func() { errs <- m.Join(ctx) }()
+	}
+	for range f.Members {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("both members joined in %v", time.Since(start).Round(time.Millisecond))
+
+	t.Run("a second join changes nothing", func(t *testing.T) { rejoin(t, f, a) })
+
+	for _, m := range f.Members {
+		if err := m.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := workload.Deploy(ctx, a.Client, ns, "web", a.Name, 2, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Client.Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("a pod of cluster-b reaches web by its clusterset.local name", func(t *testing.T) { reach(t, b) })
+
+	t.Run("unjoin leaves nothing of cluster-b", func(t *testing.T) { unjoin(t, f, a, b) })
+}
+
+// rejoin runs join again on m and checks that no object of ours changed on the member or the broker.
+func rejoin(t *testing.T, f *fleet.Fleet, m *fleet.Member) {
+	ctx := context.Background()
+	before := versions(t, f, m)
+	if err := f.KubectlMCS(ctx, "--context", m.Name, "join", "--broker-info", f.BrokerInfoPath, "--cluster-id", m.ID); err != nil {
+		t.Fatal(err)
+	}
+	after := versions(t, f, m)
+	for k, v := range before {
+		if after[k] != v {
+			t.Errorf("%s: resourceVersion %s before the second join, %s after", k, v, after[k])
+		}
+	}
+	if len(before) < 10 || len(after) != len(before) {
+		t.Errorf("%d objects before, %d after; want the same, at least 10", len(before), len(after))
+	}
+}
+
+// versions maps what join writes to resourceVersions: on the member, everything in mcs-system, our DNS in
+// kube-system, the ClusterProperties and CRDs; on the broker, the member's namespace and what is in it.
+func versions(t *testing.T, f *fleet.Fleet, m *fleet.Member) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]string{}
+	brokerNS := names.BrokerNamespace(m.ID)
+	for _, l := range []struct {
+		cluster *clusterset.Cluster
+		gvk     schema.GroupVersionKind
+		opts    []client.ListOption
+	}{
+		{m.Cluster, corev1.SchemeGroupVersion.WithKind("SecretList"), []client.ListOption{client.InNamespace("mcs-system")}},
+		{m.Cluster, corev1.SchemeGroupVersion.WithKind("ServiceAccountList"), []client.ListOption{client.InNamespace("mcs-system")}},
+		{m.Cluster, appsv1.SchemeGroupVersion.WithKind("DeploymentList"), []client.ListOption{client.InNamespace("mcs-system")}},
+		{m.Cluster, appsv1.SchemeGroupVersion.WithKind("DeploymentList"), []client.ListOption{client.InNamespace("kube-system")}},
+		{m.Cluster, corev1.SchemeGroupVersion.WithKind("ConfigMapList"), []client.ListOption{client.InNamespace("kube-system")}},
+		{m.Cluster, corev1.SchemeGroupVersion.WithKind("ServiceList"), []client.ListOption{client.InNamespace("kube-system")}},
+		{m.Cluster, rbacv1.SchemeGroupVersion.WithKind("ClusterRoleList"), nil},
+		{m.Cluster, rbacv1.SchemeGroupVersion.WithKind("ClusterRoleBindingList"), nil},
+		{m.Cluster, aboutv1alpha1.GroupVersion.WithKind("ClusterPropertyList"), nil},
+		{m.Cluster, apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinitionList"), nil},
+		{f.Broker, corev1.SchemeGroupVersion.WithKind("NamespaceList"), nil},
+		{f.Broker, corev1.SchemeGroupVersion.WithKind("ServiceAccountList"), []client.ListOption{client.InNamespace(brokerNS)}},
+		{f.Broker, corev1.SchemeGroupVersion.WithKind("SecretList"), []client.ListOption{client.InNamespace(brokerNS)}},
+		{f.Broker, rbacv1.SchemeGroupVersion.WithKind("RoleBindingList"), []client.ListOption{client.InNamespace(brokerNS)}},
+		{f.Broker, rbacv1.SchemeGroupVersion.WithKind("ClusterRoleBindingList"), nil},
+	} {
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(l.gvk)
+		if err := l.cluster.Client.List(ctx, list, l.opts...); err != nil {
+			t.Fatalf("listing %s on %s: %v", l.gvk.Kind, l.cluster.Name, err)
+		}
+		for _, o := range list.Items {
+			out[fmt.Sprintf("%s %s %s/%s", l.cluster.Name, l.gvk.Kind, o.Namespace, o.Name)] = o.ResourceVersion
+		}
+	}
+	return out
+}
+
+// reach sends requests from a pod of m to web.join.svc.clusterset.local through kube-proxy, once the name answers,
+// and requires every one answered by cluster-a.
+func reach(t *testing.T, m *fleet.Member) {
+	ctx := context.Background()
+	if err := m.Client.Create(ctx, workload.ClientPod("client", ns)); err != nil {
+		t.Fatal(err)
+	}
+	kubectl := kubectlPath(t)
+	url := fmt.Sprintf("http://web.%s.svc.clusterset.local:%d/", ns, workload.ServicePort)
+	exec := func(cmd string) (string, error) {
+		out, stderr, code, err := workload.Kubectl(ctx, kubectl, m.KubeconfigPath, m.Name, "exec", "-n", ns, "client", "--", "sh", "-c", cmd)
+		if err != nil || code != 0 {
+			return out, fmt.Errorf("exit %d %v: %q %q", code, err, out, stderr)
+		}
+		return out, nil
+	}
+	// Both of web's pods are ready, and imported as such.
+	poll.T(t, timeout, "web's 2 endpoints ready in "+m.Name, func() error {
+		var slices discoveryv1.EndpointSliceList
+		if err := m.Client.List(ctx, &slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelManagedBy: names.ManagedBy}); err != nil {
+			return err
+		}
+		ready := 0
+		for _, s := range slices.Items {
+			if s.AddressType != discoveryv1.AddressTypeIPv4 {
+				continue
+			}
+			for _, e := range s.Endpoints {
+				if e.Conditions.Ready != nil && *e.Conditions.Ready {
+					ready++
+				}
+			}
+		}
+		if ready != 2 {
+			return fmt.Errorf("%d ready IPv4 endpoints imported", ready)
+		}
+		return nil
+	})
+	// The client pod and kube-proxy's rules arrive on their own time: the first request is retried.
+	poll.T(t, timeout, "web answers in "+m.Name, func() error {
+		_, err := exec("curl -sS -m 3 " + url)
+		return err
+	})
+	out, err := exec(fmt.Sprintf("for i in $(seq %d); do curl -sS -m 3 %s 2>&1 || echo FAILED; done", requests, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	answered := 0
+	for _, l := range lines {
+		if strings.HasPrefix(l, "cluster=cluster-a ") && !strings.Contains(l, "FAILED") {
+			answered++
+		}
+	}
+	t.Logf("%d requests from %s, %d answered by cluster-a", len(lines), m.Name, answered)
+	if len(lines) != requests || answered != requests {
+		t.Errorf("want %d requests, all answered by cluster-a; got:\n%s", requests, out)
+	}
+}
+
+// unjoin takes b out and checks that nothing of b stays on the broker, that a no longer imports from it, and that
+// b holds nothing of ours but what unjoin says it leaves.
+func unjoin(t *testing.T, f *fleet.Fleet, a, b *fleet.Member) {
+	ctx := context.Background()
+	// b imports web before: unjoin must remove that import.
+	poll.T(t, timeout, "web imported in "+b.Name, func() error {
+		return b.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &mcsv1beta1.ServiceImport{})
+	})
+	if err := f.KubectlMCS(ctx, "--context", b.Name, "unjoin", "--broker-info", f.BrokerInfoPath); err != nil {
+		t.Fatal(err)
+	}
+	gone := func(c client.Client, o client.Object) error {
+		err := c.Get(ctx, client.ObjectKeyFromObject(o), o)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err == nil {
+			return fmt.Errorf("%T %s is still there", o, client.ObjectKeyFromObject(o))
+		}
+		return err
+	}
+	for what, check := range map[string]func() error{
+		"cluster-b's broker namespace": func() error {
+			return gone(f.Broker.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: names.BrokerNamespace(b.ID)}})
+		},
+		"cluster-b's read binding on the broker": func() error {
+			return gone(f.Broker.Client, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "mcs-broker-reader-" + b.ID}})
+		},
+		"mcs-system in cluster-b": func() error {
+			return gone(b.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "mcs-system"}})
+		},
+		"the controller's ClusterRole in cluster-b": func() error {
+			return gone(b.Client, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "mcs-controller"}})
+		},
+		"web's import in cluster-b": func() error {
+			return gone(b.Client, &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}})
+		},
+		"imported slices in cluster-b": func() error {
+			var slices discoveryv1.EndpointSliceList
+			if err := b.Client.List(ctx, &slices, client.MatchingLabels{discoveryv1.LabelManagedBy: names.ManagedBy}); err != nil {
+				return err
+			}
+			if len(slices.Items) > 0 {
+				return fmt.Errorf("%d imported slices left", len(slices.Items))
+			}
+			return nil
+		},
+	} {
+		// unjoin waited for what it deleted: each is gone at once.
+		if err := check(); err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+	// cluster-a still serves web; cluster-b's Lease is gone with its namespace, so nothing of it is imported.
+	if err := a.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &mcsv1beta1.ServiceImport{}); err != nil {
+		t.Errorf("cluster-a lost its own export's import: %v", err)
+	}
+}
+
+func kubectlPath(t *testing.T) string {
+	t.Helper()
+	assets, err := clusterset.AssetsDir("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(assets, "kubectl")
+}
