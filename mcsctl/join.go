@@ -2,6 +2,7 @@ package mcsctl
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -60,7 +61,12 @@ func (o *options) joinCommand() *cobra.Command {
 		Short: "Make the cluster of --context a member: cluster id, broker identity and credentials, CRDs, controller, admission policy, DNS",
 		Long: `join installs everything a member needs, in an order that works on a fresh cluster, and waits until the member's
 controller renews its Lease on the broker. Running it again changes nothing (objects are applied server-side and
-credentials the broker still accepts are kept). DNS: our CoreDNS replaces kube-dns in place, keeping its Service.`,
+credentials the broker still accepts are kept). DNS modes (--dns):
+  standalone     our CoreDNS as mcs-system/mcs-dns, serving clusterset.local only; the cluster's DNS forwards the
+                 zone to it: a server block appended to CoreDNS's Corefile (or a kube-dns stub domain), and one in
+                 NodeLocal DNSCache's where it runs. Nothing else of the cluster's DNS changes.
+  replace        our CoreDNS in place of kube-dns (build/deploy/coredns), keeping the kube-dns Service.
+  cluster-local  no DNS change: every import is also a cluster.local Service <svc>-clusterset.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			info, err := install.ReadBrokerInfo(file)
@@ -85,6 +91,7 @@ credentials the broker still accepts are kept). DNS: our CoreDNS replaces kube-d
 	f.DurationVar(&opts.TokenExpiration, "token-expiration", 24*time.Hour, "how long the member's broker token lasts; its controller renews it before then")
 	f.StringVar(&opts.ControllerImage, "controller-image", "", "the mcs-controller image, for a mirror; default the release's")
 	f.StringVar(&opts.DNSImage, "dns-image", "", "our CoreDNS image, for a mirror; default the release's")
+	f.StringVar(&opts.DNS, "dns", install.DNSStandalone, "DNS mode: "+strings.Join(install.DNSModes, ", ")+` (see Long)`)
 	f.DurationVar(&opts.Wait, "wait", 5*time.Minute, "how long to wait for the controller, DNS and the first Lease renewal")
 	return cmd
 }

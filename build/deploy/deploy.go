@@ -16,7 +16,7 @@ import (
 
 // bases are the folders of build/deploy and its root kustomization (every member's parts).
 //
-//go:embed kustomization.yaml broker controller coredns crds member nodelocaldns policy replace-kube-dns
+//go:embed kustomization.yaml broker controller coredns crds dns-standalone member nodelocaldns policy replace-kube-dns
 var bases embed.FS
 
 // root is where the bases sit in the in-memory filesystem renders use.
@@ -62,3 +62,6 @@ func build(dir, kustomization string) ([]byte, error) {
 	}
 	return resources.AsYaml()
 }
+
+// File returns one file of build/deploy by its path there, such as a Corefile block join appends.
+func File(p string) ([]byte, error) { return bases.ReadFile(p) }

@@ -2,10 +2,15 @@ package install
 
 import (
 	"encoding/base64"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"vksfleet.dev/fleet/build/deploy"
 )
@@ -68,17 +73,32 @@ func TestSplitRef(t *testing.T) {
 	}
 }
 
-// TestImagesOverlay renders a member's manifests with replaced images and checks every container uses them.
-func TestImagesOverlay(t *testing.T) {
+// TestMemberOverlay renders a member's manifests in each DNS mode, with and without replaced images, and checks
+// which DNS runs, with which image, and the controller's DNS flags.
+func TestMemberOverlay(t *testing.T) {
 	for _, tc := range []struct {
-		name, controller, dns string
-		want                  []string
+		name, mode, controller, dns string
+		// deployments maps each Deployment to its image.
+		deployments map[string]string
+		// args are the controller flags wanted, and noArgs those it must not have.
+		args, noArgs []string
 	}{
-		{"release images", "", "", []string{"ghcr.io/vksfleet/mcs-controller:v0.1.0", "ghcr.io/vksfleet/coredns:v0.1.0"}},
-		{"mirror", "mirror:5000/mcs/controller:v2", "mirror:5000/mcs/coredns@sha256:0123", []string{"mirror:5000/mcs/controller:v2", "mirror:5000/mcs/coredns@sha256:0123"}},
+		{name: "standalone", mode: DNSStandalone,
+			deployments: map[string]string{"mcs-system/mcs-controller": "ghcr.io/vksfleet/mcs-controller:v0.1.0", "mcs-system/mcs-dns": "ghcr.io/vksfleet/coredns:v0.1.0"},
+			args:        []string{"--dns-address=kube-dns.kube-system.svc.cluster.local.:53"}, noArgs: []string{"--cluster-local-services"}},
+		{name: "replace, mirrored", mode: DNSReplace, controller: "mirror:5000/mcs/controller:v2", dns: "mirror:5000/mcs/coredns@sha256:0123",
+			deployments: map[string]string{"mcs-system/mcs-controller": "mirror:5000/mcs/controller:v2", "kube-system/coredns": "mirror:5000/mcs/coredns@sha256:0123"},
+			args:        []string{"--dns-address=kube-dns.kube-system.svc.cluster.local.:53"}},
+		{name: "cluster-local", mode: DNSClusterLocal,
+			deployments: map[string]string{"mcs-system/mcs-controller": "ghcr.io/vksfleet/mcs-controller:v0.1.0"},
+			args:        []string{"--cluster-local-services", "--broker-secret=mcs-system/broker-kubeconfig"}, noArgs: []string{"--dns-address=kube-dns.kube-system.svc.cluster.local.:53"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			manifests, err := deploy.RenderOverlay(imagesOverlay(tc.controller, tc.dns))
+			overlay, err := memberOverlay(tc.mode, tc.controller, tc.dns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			manifests, err := deploy.RenderOverlay(overlay)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,27 +106,38 @@ func TestImagesOverlay(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var images []string
+			got := map[string]string{}
+			var args []string
 			for _, o := range objs {
 				if o.GetKind() != "Deployment" {
 					continue
 				}
-				containers, _, _ := unstructuredContainers(o.Object)
-				images = append(images, containers...)
-			}
-			for _, w := range tc.want {
-				found := false
-				for _, img := range images {
-					found = found || img == w
+				var d appsv1.Deployment
+				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &d); err != nil {
+					t.Fatal(err)
 				}
-				if !found {
-					t.Errorf("no container runs %s; images %v", w, images)
+				got[objectName(o)] = d.Spec.Template.Spec.Containers[0].Image
+				if d.Name == "mcs-controller" {
+					args = d.Spec.Template.Spec.Containers[0].Args
 				}
 			}
-			if len(images) != 2 {
-				t.Errorf("images %v, want the controller's and DNS's", images)
+			if !maps.Equal(got, tc.deployments) {
+				t.Errorf("deployments and images %v, want %v", got, tc.deployments)
+			}
+			for _, a := range tc.args {
+				if !slices.Contains(args, a) {
+					t.Errorf("controller args %v lack %s", args, a)
+				}
+			}
+			for _, a := range tc.noArgs {
+				if slices.Contains(args, a) {
+					t.Errorf("controller args %v have %s", args, a)
+				}
 			}
 		})
+	}
+	if _, err := memberOverlay("coredns", "", ""); err == nil || !strings.Contains(err.Error(), "standalone, replace, cluster-local") {
+		t.Errorf("an unknown mode gives %v", err)
 	}
 }
 
@@ -132,21 +163,4 @@ func TestTokenExpiry(t *testing.T) {
 			}
 		})
 	}
-}
-
-// unstructuredContainers returns the images of a Deployment's containers.
-func unstructuredContainers(obj map[string]any) ([]string, bool, error) {
-	spec, _ := obj["spec"].(map[string]any)
-	tmpl, _ := spec["template"].(map[string]any)
-	pod, _ := tmpl["spec"].(map[string]any)
-	cs, _ := pod["containers"].([]any)
-	var out []string
-	for _, c := range cs {
-		if m, ok := c.(map[string]any); ok {
-			if img, ok := m["image"].(string); ok {
-				out = append(out, img)
-			}
-		}
-	}
-	return out, len(out) > 0, nil
 }

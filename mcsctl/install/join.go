@@ -9,8 +9,10 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -31,6 +33,8 @@ type JoinOptions struct {
 	// ControllerImage and DNSImage replace the manifests' images (ghcr.io/vksfleet/mcs-controller and coredns,
 	// at the release's tag) with full references, for a mirror or a build of one's own.
 	ControllerImage, DNSImage string
+	// DNS is the DNS mode, one of DNSModes; default DNSStandalone.
+	DNS string
 	// Wait bounds the wait for the controller, DNS and the member's first Lease renewal.
 	Wait time.Duration
 }
@@ -47,7 +51,7 @@ const minCredentialLeft = time.Hour
 
 // Join makes the cluster memberCfg reaches a member of the broker's clusterset, in an order that works on a fresh
 // cluster: the CRDs, the cluster id and clusterset name, the member's identity on the broker, its broker
-// credentials, then the controller, the admission policy and DNS. Running it again changes nothing: objects are
+// credentials, then the controller, the admission policy and DNS in the mode asked for. Running it again changes nothing: objects are
 // applied server-side, and credentials the broker still accepts are kept.
 func Join(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts JoinOptions, out io.Writer) (string, error) {
 	s := steps{out}
@@ -117,19 +121,37 @@ func Join(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts Joi
 	if err != nil {
 		return "", err
 	}
+	if opts.DNS == "" {
+		opts.DNS = DNSStandalone
+	}
 	err = s.do("controller, policy and DNS", func() (string, error) {
-		overlay := imagesOverlay(opts.ControllerImage, opts.DNSImage)
+		overlay, err := memberOverlay(opts.DNS, opts.ControllerImage, opts.DNSImage)
+		if err != nil {
+			return "", err
+		}
 		n, err := applyRendered(ctx, m, func() ([]byte, error) { return deploy.RenderOverlay(overlay) })
-		return fmt.Sprintf("applied %d objects (DNS replaces kube-dns in place)", n), err
+		return fmt.Sprintf("applied %d objects, DNS mode %s", n, opts.DNS), err
 	})
 	if err != nil {
 		return "", err
 	}
-	for _, d := range []client.ObjectKey{{Namespace: controllerNamespace, Name: controllerDeployment}, {Namespace: dnsNamespace, Name: dnsDeployment}} {
+	rollouts := []client.ObjectKey{{Namespace: controllerNamespace, Name: controllerDeployment}}
+	switch opts.DNS {
+	case DNSStandalone:
+		rollouts = append(rollouts, client.ObjectKey{Namespace: controllerNamespace, Name: standaloneDNS})
+	case DNSReplace:
+		rollouts = append(rollouts, client.ObjectKey{Namespace: dnsNamespace, Name: dnsDeployment})
+	}
+	for _, d := range rollouts {
 		err = s.do("rollout of "+d.String(), func() (string, error) {
 			return "available", waitFor(ctx, opts.Wait, func() error { return available(ctx, m, d) })
 		})
 		if err != nil {
+			return "", err
+		}
+	}
+	if opts.DNS == DNSStandalone {
+		if err := forward(ctx, s, memberCfg, m, opts.Wait); err != nil {
 			return "", err
 		}
 	}
@@ -147,6 +169,33 @@ func Join(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts Joi
 		})
 	})
 	return id, err
+}
+
+// forward makes the cluster's DNS forward clusterset.local to the standalone DNS, and waits until every CoreDNS
+// replica that ran before runs the new Corefile.
+func forward(ctx context.Context, s steps, cfg *rest.Config, m client.Client, wait time.Duration) error {
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	before, err := dnsReplicas(ctx, kube, m)
+	if err != nil {
+		return err
+	}
+	var changed bool
+	err = s.do("cluster DNS forwards "+zone, func() (string, error) {
+		var svc corev1.Service
+		if err := m.Get(ctx, client.ObjectKey{Namespace: controllerNamespace, Name: standaloneDNS}, &svc); err != nil {
+			return "", err
+		}
+		did, c, err := forwardToStandalone(ctx, m, svc.Spec.ClusterIP)
+		changed = c
+		return did, err
+	})
+	if err != nil || !changed {
+		return err
+	}
+	return s.do("cluster DNS replicas reloaded", func() (string, error) { return waitReloaded(ctx, kube, m, before, wait) })
 }
 
 // resolveID returns the member's cluster id: the one asked for, written as its ClusterProperty (which must not
@@ -167,31 +216,6 @@ const (
 	controllerImage = "ghcr.io/vksfleet/mcs-controller"
 	dnsImage        = "ghcr.io/vksfleet/coredns"
 )
-
-// imagesOverlay is the kustomization of a member's manifests: the root base, with the images replaced that are
-// given.
-func imagesOverlay(controllerRef, dnsRef string) string {
-	var b strings.Builder
-	b.WriteString("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../deploy\n")
-	images := [][2]string{{controllerImage, controllerRef}, {dnsImage, dnsRef}}
-	if controllerRef != "" || dnsRef != "" {
-		b.WriteString("images:\n")
-	}
-	for _, img := range images {
-		if img[1] == "" {
-			continue
-		}
-		name, tag, digest := splitRef(img[1])
-		fmt.Fprintf(&b, "  - name: %q\n    newName: %q\n", img[0], name)
-		if tag != "" {
-			fmt.Fprintf(&b, "    newTag: %q\n", tag)
-		}
-		if digest != "" {
-			fmt.Fprintf(&b, "    digest: %q\n", digest)
-		}
-	}
-	return b.String()
-}
 
 // splitRef splits an image reference into its name, tag and digest; a port in the registry's host is not a tag.
 func splitRef(ref string) (name, tag, digest string) {

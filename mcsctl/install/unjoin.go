@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -112,16 +113,20 @@ func Unjoin(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts U
 	if err != nil {
 		return err
 	}
-	err = s.do("controller and policy", func() (string, error) {
+	err = s.do("cluster DNS", func() (string, error) { return stopForwarding(ctx, m) })
+	if err != nil {
+		return err
+	}
+	err = s.do("controller, policy and standalone DNS", func() (string, error) {
 		n := 0
-		for _, dir := range []string{"controller", "policy"} {
+		for _, dir := range []string{"controller", "policy", "dns-standalone"} {
 			k, err := deleteRendered(ctx, m, dir, opts.Wait)
 			if err != nil {
 				return "", err
 			}
 			n += k
 		}
-		return fmt.Sprintf("%d objects deleted (namespace %s with its broker Secret, RBAC, admission policy)", n, controllerNamespace), nil
+		return fmt.Sprintf("%d objects deleted (namespace %s with its broker Secret and DNS, RBAC, admission policy)", n, controllerNamespace), nil
 	})
 	if err != nil {
 		return err
@@ -132,7 +137,14 @@ func Unjoin(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts U
 	}
 	fmt.Fprintf(out, "left  the mcs-api CRDs, and %d ServiceExports in them: they are your objects; delete the CRDs with `kubectl delete -k build/deploy/crds` to remove both\n", exports)
 	fmt.Fprintf(out, "left  the ClusterProperties: the cluster keeps its id %s, so that joining again gives it back its records\n", id)
-	fmt.Fprintf(out, "left  our CoreDNS serving kube-dns in %s: the cluster's DNS depends on it; put your own CoreDNS image and Corefile back to stop serving clusterset.local\n", dnsNamespace)
+	var cm corev1.ConfigMap
+	err = m.Get(ctx, client.ObjectKey{Namespace: dnsNamespace, Name: coreDNSConfigMap}, &cm)
+	if client.IgnoreNotFound(err) != nil {
+		return err
+	}
+	if strings.Contains(cm.Data[corefileKey], "multicluster") {
+		fmt.Fprintf(out, "left  our CoreDNS serving kube-dns in %s (DNS mode replace): the cluster's DNS depends on it; put your own CoreDNS image and Corefile back to stop serving clusterset.local\n", dnsNamespace)
+	}
 	return nil
 }
 

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"vksfleet.dev/fleet/mcsctl"
+	"vksfleet.dev/fleet/mcsctl/install"
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/poll"
 	"vksfleet.dev/fleet/test/proc"
@@ -49,6 +50,9 @@ const (
 	installTimeout = 3 * time.Minute
 	// replicas is what the manifests give both Deployments.
 	replicas = 2
+	// kubeadmDNSImage runs a bare member's kubeadm DNS: our image, which every node holds, is stock CoreDNS with
+	// one plugin more, which kubeadm's Corefile does not load.
+	kubeadmDNSImage = "ghcr.io/vksfleet/coredns:v0.1.0"
 )
 
 // productPods selects the pods of one part of our product on a member, by the labels build/deploy gives them.
@@ -87,17 +91,29 @@ func (f *Fleet) install(ctx context.Context) error {
 		return err
 	}
 	f.BrokerInfoPath = filepath.Join(f.dir, "broker-info.yaml")
-	if err := f.KubectlMCS(ctx, "--context", clusterset.BrokerName, "broker", "init", "--clusterset", f.Members[0].SetName, "--broker-info", f.BrokerInfoPath); err != nil {
+	if _, err := f.KubectlMCS(ctx, "--context", clusterset.BrokerName, "broker", "init", "--clusterset", f.Members[0].SetName, "--broker-info", f.BrokerInfoPath); err != nil {
 		return err
 	}
 	if f.opts.Bare {
+		// What kubeadm leaves: its CoreDNS running behind the kube-dns Service, which join's standalone mode
+		// forwards from.
+		for _, m := range f.Members {
+			if err := clusterset.InstallKubeadmDNS(ctx, m.Client, kubeadmDNSImage); err != nil {
+				return fmt.Errorf("fleet: %s: %w", m.Name, err)
+			}
+		}
+		for _, m := range f.Members {
+			if err := m.waitAvailable(ctx, dnsNamespace, dnsDeployment, replicas); err != nil {
+				return err
+			}
+		}
 		return nil
 	}
 	errs := make([]error, len(f.Members))
 	var wg sync.WaitGroup
 	for i, m := range f.Members {
 		wg.Go(func() {
-			if errs[i] = m.Join(ctx); errs[i] != nil {
+			if _, errs[i] = m.Join(ctx, install.DNSReplace); errs[i] != nil {
 				errs[i] = fmt.Errorf("fleet: installing on %s: %w", m.Name, errs[i])
 			}
 		})
@@ -107,8 +123,8 @@ func (f *Fleet) install(ctx context.Context) error {
 }
 
 // KubectlMCS runs `kubectl mcs` in process on the fleet's kubeconfig (every member's context and the broker's, by
-// name), writing its output to the fleet's log, and returns its error with that output.
-func (f *Fleet) KubectlMCS(ctx context.Context, args ...string) error {
+// name), writing its output to the fleet's log, and returns that output, and its error with the output.
+func (f *Fleet) KubectlMCS(ctx context.Context, args ...string) (string, error) {
 	var out bytes.Buffer
 	cmd := mcsctl.NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &out})
 	cmd.SetArgs(append([]string{"--kubeconfig", f.KubeconfigPath}, args...))
@@ -117,17 +133,25 @@ func (f *Fleet) KubectlMCS(ctx context.Context, args ...string) error {
 		fmt.Fprintf(f.opts.Log, "$ kubectl mcs %s\n%s", strings.Join(args, " "), out.String())
 	}
 	if err != nil {
-		return fmt.Errorf("kubectl mcs %s: %w\n%s", strings.Join(args, " "), err, out.String())
+		return out.String(), fmt.Errorf("kubectl mcs %s: %w\n%s", strings.Join(args, " "), err, out.String())
 	}
-	return nil
+	return out.String(), nil
 }
 
-// Join runs `kubectl mcs join` for the member, with its cluster id and the images `make images` tagged, and
-// waits until its controller, with the fleet's flags, and its DNS are available.
-func (m *Member) Join(ctx context.Context) error {
-	if err := m.fleet.KubectlMCS(ctx, "--context", m.Name, "join", "--broker-info", m.fleet.BrokerInfoPath, "--cluster-id", m.ID, "--wait", installTimeout.String()); err != nil {
-		return err
+// Join runs `kubectl mcs join` for the member in a DNS mode, with its cluster id, waits until its controller,
+// with the fleet's flags, and its DNS are available, and returns join's output.
+func (m *Member) Join(ctx context.Context, dnsMode string) (string, error) {
+	out, err := m.fleet.KubectlMCS(ctx, "--context", m.Name, "join", "--broker-info", m.fleet.BrokerInfoPath, "--cluster-id", m.ID,
+		"--dns", dnsMode, "--wait", installTimeout.String())
+	if err != nil {
+		return out, err
 	}
+	return out, m.started(ctx)
+}
+
+// started takes the controller Deployment's arguments as join left them, restarts the controller with the
+// fleet's, and waits until it and the member's DNS are available.
+func (m *Member) started(ctx context.Context) error {
 	var d appsv1.Deployment
 	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: controllerNamespace, Name: controllerDeployment}, &d); err != nil {
 		return err

@@ -19,7 +19,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/plugin/mcstest"
@@ -28,79 +27,14 @@ import (
 	"vksfleet.dev/fleet/test/proc"
 )
 
-// stockCorefile is kubeadm's default Corefile, as kubeadm writes it into the ConfigMap kube-system/coredns.
-const stockCorefile = `.:53 {
-    errors
-    health {
-       lameduck 5s
-    }
-    ready
-    kubernetes cluster.local in-addr.arpa ip6.arpa {
-       pods insecure
-       fallthrough in-addr.arpa ip6.arpa
-       ttl 30
-    }
-    prometheus :9153
-    forward . /etc/resolv.conf {
-       max_concurrent 1000
-    }
-    cache 30 {
-       disable success cluster.local
-       disable denial cluster.local
-    }
-    loop
-    reload
-    loadbalance
-}
-`
-
 const stockImage = "registry.k8s.io/coredns/coredns:v1.12.0"
 
-// installStockKubeDNS creates what kubeadm creates for kube-dns: the ServiceAccount, ClusterRole and binding
-// system:coredns, the ConfigMap with the default Corefile, and the Deployment.
+// installStockKubeDNS creates what kubeadm creates for kube-dns, with the stock image's name.
 func installStockKubeDNS(ctx context.Context, t *testing.T, c *clusterset.Cluster) {
 	t.Helper()
-	labels := map[string]string{"k8s-app": "kube-dns"}
-	create := func(o interface{ GetName() string }, err error) {
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("creating stock kube-dns %s: %v", o.GetName(), err)
-		}
+	if err := clusterset.InstallKubeadmDNS(ctx, c.Client, stockImage); err != nil {
+		t.Fatal(err)
 	}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "coredns"}}
-	create(sa, c.Client.Create(ctx, sa))
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "system:coredns"}, Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"endpoints", "services", "pods", "namespaces"}, Verbs: []string{"list", "watch"}},
-		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
-	}}
-	create(role, c.Client.Create(ctx, role))
-	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "system:coredns"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "system:coredns"},
-		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "coredns", Namespace: "kube-system"}}}
-	create(binding, c.Client.Create(ctx, binding))
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "coredns"}, Data: map[string]string{"Corefile": stockCorefile}}
-	create(cm, c.Client.Create(ctx, cm))
-	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "coredns", Labels: labels},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](2),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
-				ServiceAccountName: "coredns",
-				DNSPolicy:          corev1.DNSDefault,
-				Containers: []corev1.Container{{
-					Name: "coredns", Image: stockImage, Args: []string{"-conf", "/etc/coredns/Corefile"},
-					SecurityContext: &corev1.SecurityContext{
-						AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
-						Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_BIND_SERVICE"}, Drop: []corev1.Capability{"ALL"}},
-					},
-					VolumeMounts: []corev1.VolumeMount{{Name: "config-volume", MountPath: "/etc/coredns", ReadOnly: true}},
-				}},
-				Volumes: []corev1.Volume{{Name: "config-volume", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-					LocalObjectReference: corev1.LocalObjectReference{Name: "coredns"},
-					Items:                []corev1.KeyToPath{{Key: "Corefile", Path: "Corefile"}},
-				}}}},
-			}},
-		}}
-	create(d, c.Client.Create(ctx, d))
 }
 
 // replaceKubeDNS runs build/deploy/replace-kube-dns/replace-kube-dns.sh against c with the kubectl `make tools`
@@ -216,7 +150,7 @@ func TestReplaceKubeDNS(t *testing.T) {
 	installStockKubeDNS(ctx, t, b)
 	importService(ctx, t, b, "kubedns", "backend", "10.99.0.10")
 
-	stockDNS := runCorefile(ctx, t, b, stockCorefile)
+	stockDNS := runCorefile(ctx, t, b, clusterset.KubeadmCorefile)
 	clusterLocal := []struct{ name, qtype string }{
 		{"kubernetes.default.svc.cluster.local", "A"},
 		{"_https._tcp.kubernetes.default.svc.cluster.local", "SRV"},
@@ -238,10 +172,10 @@ func TestReplaceKubeDNS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if corefile != stockCorefile+string(block) {
+	if corefile != clusterset.KubeadmCorefile+string(block) {
 		t.Errorf("the Corefile is not the stock one followed by clusterset.server:\n%s", corefile)
 	}
-	if !strings.HasPrefix(corefile, stockCorefile) {
+	if !strings.HasPrefix(corefile, clusterset.KubeadmCorefile) {
 		t.Error("the stock Corefile's lines changed")
 	}
 	if !strings.Contains(corefile, "\n    multicluster clusterset.local {\n") {
@@ -284,7 +218,7 @@ func TestReplaceKubeDNS(t *testing.T) {
 
 	replaceKubeDNS(t, b, "uninstall")
 	corefile, image = corefileAndImage(ctx, t, b)
-	if corefile != stockCorefile || image != stockImage {
+	if corefile != clusterset.KubeadmCorefile || image != stockImage {
 		t.Errorf("after uninstall: image %s and Corefile\n%s\nwant the originals", image, corefile)
 	}
 	for _, name := range []string{"system:coredns-multicluster"} {

@@ -20,6 +20,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/plugin/mcstest"
+	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/poll"
 )
 
@@ -60,7 +61,7 @@ func TestNodeLocalDNSCache(t *testing.T) {
 		return string(bs)
 	}
 	stanza := read("nodelocaldns", "clusterset.server")
-	kubeDNS := runCorefile(ctx, t, b, stockCorefile+read("replace-kube-dns", "clusterset.server"))
+	kubeDNS := runCorefile(ctx, t, b, clusterset.KubeadmCorefile+read("replace-kube-dns", "clusterset.server"))
 	deployed := runCorefile(ctx, t, b, read("coredns", "Corefile"))
 	paths := []dnsPath{
 		{"kube-dns", kubeDNS, 0},

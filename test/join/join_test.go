@@ -1,8 +1,9 @@
-// Package join proves the README's install section on a bare local clusterset (real kubelets, nothing of ours
-// installed): `kubectl mcs broker init`, then `kubectl mcs join` for each member, brings a service exported in
-// one member to the pods of another by its clusterset.local name, through kube-proxy; a second join changes
-// nothing; `kubectl mcs unjoin` removes the member from the broker and every other member, and leaves of ours
-// only what it says it leaves.
+// Package join proves the README's install section on a bare local clusterset (real kubelets, kubeadm's DNS,
+// nothing of ours installed): `kubectl mcs broker init`, then `kubectl mcs join` for each member, one with our DNS
+// in place of kube-dns and one with our DNS standalone behind kubeadm's, brings a service exported in one member
+// to the pods of the other by its clusterset.local name, through kube-proxy; a second join changes nothing;
+// `kubectl mcs unjoin` removes the member from the broker and the other member, restores its Corefile, and leaves
+// of ours only what it says it leaves.
 package join
 
 import (
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +28,7 @@ import (
 
 	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
 	"vksfleet.dev/fleet/mcs/names"
+	"vksfleet.dev/fleet/mcsctl/install"
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/dataplane"
 	"vksfleet.dev/fleet/test/fleet"
@@ -63,19 +66,33 @@ func TestJoinAndUnjoin(t *testing.T) {
 	})
 	a, b := f.Member("cluster-a"), f.Member("cluster-b")
 
+	// cluster-a's DNS is ours in place of kube-dns; cluster-b keeps kubeadm's, which forwards clusterset.local to ours.
+	modes := map[*fleet.Member]string{a: install.DNSReplace, b: install.DNSStandalone}
 	start := time.Now()
+	outs := map[*fleet.Member]string{}
+	var mu sync.Mutex
 	errs := make(chan error, 2)
 	for _, m := range f.Members {
-		go func() { errs <- m.Join(ctx) }()
+		go func() {
+			out, err := m.Join(ctx, modes[m])
+			mu.Lock()
+			outs[m] = out
+			mu.Unlock()
+			errs <- err
+		}()
 	}
 	for range f.Members {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
 	}
+	// Join waited for kubeadm's CoreDNS replicas to run the Corefile that forwards the zone to ours.
+	if want := "all 2 replicas run the new Corefile"; !strings.Contains(outs[b], want) {
+		t.Errorf("cluster-b's join does not say %q:\n%s", want, outs[b])
+	}
 	t.Logf("both members joined in %v", time.Since(start).Round(time.Millisecond))
 
-	t.Run("a second join changes nothing", func(t *testing.T) { rejoin(t, f, a) })
+	t.Run("a second join changes nothing", func(t *testing.T) { rejoin(t, f, b) })
 
 	for _, m := range f.Members {
 		if err := m.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
@@ -97,7 +114,7 @@ func TestJoinAndUnjoin(t *testing.T) {
 func rejoin(t *testing.T, f *fleet.Fleet, m *fleet.Member) {
 	ctx := context.Background()
 	before := versions(t, f, m)
-	if err := f.KubectlMCS(ctx, "--context", m.Name, "join", "--broker-info", f.BrokerInfoPath, "--cluster-id", m.ID); err != nil {
+	if _, err := f.KubectlMCS(ctx, "--context", m.Name, "join", "--broker-info", f.BrokerInfoPath, "--cluster-id", m.ID, "--dns", install.DNSStandalone); err != nil {
 		t.Fatal(err)
 	}
 	after := versions(t, f, m)
@@ -189,6 +206,28 @@ func reach(t *testing.T, m *fleet.Member) {
 		}
 		return nil
 	})
+	// Each replica of the cluster's DNS reloads its Corefile on its own time (kubeadm's reload plugin checks every
+	// 30 s, after the kubelet updated the mounted ConfigMap): wait until every one answers the name.
+	name := fmt.Sprintf("web.%s.svc.clusterset.local", ns)
+	poll.T(t, timeout, "every DNS replica of "+m.Name+" answers "+name, func() error {
+		var pods corev1.PodList
+		if err := m.Client.List(ctx, &pods, client.InNamespace("kube-system"), client.MatchingLabels{"k8s-app": "kube-dns"}); err != nil {
+			return err
+		}
+		if len(pods.Items) == 0 {
+			return fmt.Errorf("no DNS pod")
+		}
+		for _, p := range pods.Items {
+			out, err := exec(fmt.Sprintf("dig +short +time=2 +tries=1 @%s %s A", p.Status.PodIP, name))
+			if err != nil {
+				return err
+			}
+			if strings.TrimSpace(out) == "" {
+				return fmt.Errorf("%s (%s) has no answer yet", p.Name, p.Status.PodIP)
+			}
+		}
+		return nil
+	})
 	// The client pod and kube-proxy's rules arrive on their own time: the first request is retried.
 	poll.T(t, timeout, "web answers in "+m.Name, func() error {
 		_, err := exec("curl -sS -m 3 " + url)
@@ -219,7 +258,7 @@ func unjoin(t *testing.T, f *fleet.Fleet, a, b *fleet.Member) {
 	poll.T(t, timeout, "web imported in "+b.Name, func() error {
 		return b.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &mcsv1beta1.ServiceImport{})
 	})
-	if err := f.KubectlMCS(ctx, "--context", b.Name, "unjoin", "--broker-info", f.BrokerInfoPath); err != nil {
+	if _, err := f.KubectlMCS(ctx, "--context", b.Name, "unjoin", "--broker-info", f.BrokerInfoPath); err != nil {
 		t.Fatal(err)
 	}
 	gone := func(c client.Client, o client.Object) error {
@@ -247,6 +286,19 @@ func unjoin(t *testing.T, f *fleet.Fleet, a, b *fleet.Member) {
 		},
 		"web's import in cluster-b": func() error {
 			return gone(b.Client, &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}})
+		},
+		"the standalone DNS in cluster-b": func() error {
+			return gone(b.Client, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "mcs-dns"}})
+		},
+		"the forward in cluster-b's Corefile": func() error {
+			var cm corev1.ConfigMap
+			if err := b.Client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "coredns"}, &cm); err != nil {
+				return err
+			}
+			if cm.Data["Corefile"] != clusterset.KubeadmCorefile {
+				return fmt.Errorf("the Corefile is not kubeadm's again:\n%s", cm.Data["Corefile"])
+			}
+			return nil
 		},
 		"imported slices in cluster-b": func() error {
 			var slices discoveryv1.EndpointSliceList
