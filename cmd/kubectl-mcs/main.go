@@ -1,5 +1,6 @@
 // Command kubectl-mcs is a kubectl plugin (kubectl finds it on PATH as `kubectl mcs`) that shows and diagnoses
-// a whole Multi-Cluster Services clusterset from one kubeconfig: status, services, diagnose, export, unexport.
+// a whole Multi-Cluster Services clusterset from one kubeconfig: status, services, diagnose, export, unexport,
+// version. It exits 0 when healthy, 1 when unhealthy (a diagnose check failed), 2 when it could not run.
 package main
 
 import (
@@ -17,15 +18,12 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	cmd := mcsctl.NewCommand(genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})
 	err := cmd.ExecuteContext(ctx)
-	switch {
-	case err == nil:
-	case errors.Is(err, mcsctl.ErrChecksFailed):
-		os.Exit(1)
-	default:
+	// diagnose printed its failed checks already.
+	if err != nil && !errors.Is(err, mcsctl.ErrChecksFailed) {
 		fmt.Fprintln(os.Stderr, "error:", err)
-		os.Exit(1)
 	}
+	stop()
+	os.Exit(mcsctl.ExitCode(err))
 }
