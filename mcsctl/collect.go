@@ -313,7 +313,17 @@ func readBroker(ctx context.Context, context string, cfg *rest.Config, now func(
 		return b, err
 	}
 	b.Records, b.Slices, b.Leases = records.Items, slices.Items, leases.Items
-	b.Members = memberIDs(namespaces.Items, leases.Items)
+	var objects []metav1.Object
+	for i := range b.Leases {
+		objects = append(objects, &b.Leases[i])
+	}
+	for i := range b.Records {
+		objects = append(objects, &b.Records[i])
+	}
+	for i := range b.Slices {
+		objects = append(objects, &b.Slices[i])
+	}
+	b.Members = memberIDs(namespaces.Items, objects)
 	return b, nil
 }
 

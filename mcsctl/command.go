@@ -273,6 +273,9 @@ func (o *options) unexportCommand() *cobra.Command {
 // exportTarget is a client of --context (default the current one) and the service in -n (default the context's
 // namespace), as kubectl resolves them.
 func (o *options) exportTarget(name string) (client.Client, types.NamespacedName, error) {
+	if o.broker != "" {
+		return nil, types.NamespacedName{}, fmt.Errorf("--broker-context names the broker, and export talks to the member: name it with --context")
+	}
 	loader := o.config.ToRawKubeConfigLoader()
 	ns, _, err := loader.Namespace()
 	if err != nil {

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"strings"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/mcs/names"
@@ -43,18 +43,19 @@ func brokerContext(all []string, current, contextFlag, brokerFlag string) (strin
 }
 
 // memberIDs are the cluster ids the broker knows as members: each member's controller creates its namespace
-// (names.BrokerNamespace, annotated with the id) and renews its Lease there. Either counts, so that a member
-// whose Lease expired or was deleted is still seen, and reported. Only objects in the namespace their id names
-// count: any member could write an annotation naming another.
-func memberIDs(namespaces []corev1.Namespace, leases []coordinationv1.Lease) []string {
+// (names.BrokerNamespace, annotated with the id, though one the manifests created has no annotation), renews its
+// Lease there and writes its export records and slices there, each annotated with the id. Any of them counts, so
+// that a member whose Lease expired or was deleted is still seen, and reported. Only objects in the namespace
+// their id names count: any member could write an annotation naming another.
+func memberIDs(namespaces []corev1.Namespace, objects []metav1.Object) []string {
 	var ids []string
 	for i := range namespaces {
 		if id := broker.ClusterOf(&namespaces[i]); id != "" && namespaces[i].Name == names.BrokerNamespace(id) {
 			ids = append(ids, id)
 		}
 	}
-	for i := range leases {
-		if id := broker.LeaseOf(&leases[i]); id != "" {
+	for _, obj := range objects {
+		if id := broker.ClusterOf(obj); id != "" && obj.GetNamespace() == names.BrokerNamespace(id) {
 			ids = append(ids, id)
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -59,11 +58,13 @@ func TestMemberIDs(t *testing.T) {
 		ns("cluster-x", names.BrokerNamespace("cluster-a")), // claims another's namespace
 		{ObjectMeta: metav1.ObjectMeta{Name: "kube-system"}},
 	}
-	leases := []coordinationv1.Lease{lease("cluster-a", 0), lease("cluster-c", 0)}
-	forged := lease("cluster-y", 0)
+	a, c, forged := lease("cluster-a", 0), lease("cluster-c", 0), lease("cluster-y", 0)
 	forged.Namespace = names.BrokerNamespace("cluster-a")
-	leases = append(leases, forged)
-	if got, want := memberIDs(namespaces, leases), []string{"cluster-a", "cluster-b", "cluster-c"}; !slices.Equal(got, want) {
+	// cluster-d's Lease is gone, but its export record remains.
+	record := fixture(t).Broker.Records[0].DeepCopy()
+	record.Annotations[names.AnnotationClusterID], record.Namespace = "cluster-d", names.BrokerNamespace("cluster-d")
+	objects := []metav1.Object{&a, &c, &forged, record}
+	if got, want := memberIDs(namespaces, objects), []string{"cluster-a", "cluster-b", "cluster-c", "cluster-d"}; !slices.Equal(got, want) {
 		t.Errorf("memberIDs = %v, want %v", got, want)
 	}
 }
