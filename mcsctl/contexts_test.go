@@ -177,7 +177,7 @@ func TestExitCode(t *testing.T) {
 		{ErrChecksFailed, ExitUnhealthy},
 		{fmt.Errorf("ServiceExport demo/web is not valid (%w)", ErrUnhealthy), ExitUnhealthy},
 		{errors.New("unknown flag: --bogus"), ExitCouldNotRun},
-		{fmt.Errorf("reading the broker (context hub): %w", refusedErr), ExitCouldNotRun},
+		{fmt.Errorf("reading the broker (context hub): %w", errRefused), ExitCouldNotRun},
 	} {
 		if got := ExitCode(c.err); got != c.want {
 			t.Errorf("ExitCode(%v) = %d, want %d", c.err, got, c.want)
@@ -185,4 +185,4 @@ func TestExitCode(t *testing.T) {
 	}
 }
 
-var refusedErr = errors.New("connection refused")
+var errRefused = errors.New("connection refused")
