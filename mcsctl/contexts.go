@@ -100,7 +100,7 @@ func matchContexts(ids []string, probes []contextProbe, explicit bool) ([]member
 		case p.err != nil && explicit:
 			out = append(out, memberMatch{context: p.context, err: p.err})
 		case p.err != nil:
-			notes = append(notes, fmt.Sprintf("context %s ignored: unreachable (%v); name it in --contexts to see it as a member", p.context, p.err))
+			notes = append(notes, fmt.Sprintf("context %s ignored: its cluster id could not be read (%v); name it in --contexts to see it as a member", p.context, p.err))
 		case !slices.Contains(ids, p.clusterID):
 			what := fmt.Sprintf("cluster id %q", p.clusterID)
 			if p.clusterID == "" {

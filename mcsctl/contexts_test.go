@@ -101,7 +101,7 @@ func TestMatchContexts(t *testing.T) {
 	}{
 		{name: "every context, matched by cluster id", probes: probes,
 			want: "east@admin@east west@prod-west north@",
-			wantNotes: []string{"context gone ignored: unreachable", "context kind-dev ignored: cluster id \"dev\"",
+			wantNotes: []string{"context gone ignored: its cluster id could not be read", "context kind-dev ignored: cluster id \"dev\"",
 				"context no-id ignored: no cluster id", "context readonly@east ignored: it reaches member east, read through context admin@east"}},
 		{name: "--contexts keeps an unreachable context", probes: []contextProbe{probes[0], probes[5]}, explicit: true,
 			want: "@gone!connection refused west@prod-west"},

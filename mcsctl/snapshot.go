@@ -28,7 +28,7 @@ type Member struct {
 	// Context is the kubeconfig context, the member's name in every output; "" when no context of the
 	// kubeconfig reaches the member, which is then known only by its cluster id on the broker.
 	Context string
-	// Error says why the member could not be read; the other fields but Context are then empty.
+	// Error says why the member could not be read; the fields read from it are then empty.
 	Error string
 	// ClusterID and ClusterSet are the values of the KEP-2149 ClusterProperties.
 	ClusterID, ClusterSet string

@@ -127,7 +127,7 @@ func TestKubectlMCS(t *testing.T) {
 		if !d.Passed || d.code != mcsctl.ExitHealthy || len(d.find(mcsctl.CheckReachable, "unrelated", "")) > 0 {
 			t.Errorf("diagnose on renamed contexts: exit %d: %v", d.code, failures(d))
 		}
-		if r := mcs(t, "--kubeconfig", path, "--context", "hub", "-v", "status"); r.code != 0 || !strings.Contains(r.stderr, "context unrelated ignored: unreachable") {
+		if r := mcs(t, "--kubeconfig", path, "--context", "hub", "-v", "status"); r.code != 0 || !strings.Contains(r.stderr, "context unrelated ignored: its cluster id could not be read") {
 			t.Errorf("status -v: exit %d, stderr %q", r.code, r.stderr)
 		}
 		// Named in --contexts, the unreachable context is a member that fails; the members not named are left out.
