@@ -311,7 +311,7 @@ func serviceChecks(s *Snapshot, m *Member, svc types.NamespacedName) []Check {
 		out = append(out, importConsistentCheck(s, m, svc, exports, si))
 	}
 	if len(m.DNSAnswers) > 0 && len(exports) > 0 {
-		out = append(out, serviceDNSCheck(m, svc, si))
+		out = append(out, serviceDNSCheck(m, svc, si, exports))
 	}
 	return out
 }
@@ -480,8 +480,9 @@ func endpointKeys(in []discoveryv1.EndpointSlice) []string {
 
 // serviceDNSCheck asks whether the member's DNS answers the service's name as its import says: a ClusterSetIP
 // import's IPs exactly; for a headless one a non-empty subset of the ready endpoints (locality may narrow it),
-// or NXDOMAIN when none is ready.
-func serviceDNSCheck(m *Member, svc types.NamespacedName, si *mcsv1beta1.ServiceImport) Check {
+// or NXDOMAIN when none is ready; and `<clusterid>.<svc>.<ns>` NXDOMAIN for every exporter's id, as SPEC section 4
+// requires of both types (only `<hostname>.<clusterid>.<svc>.<ns>` names exist below a service).
+func serviceDNSCheck(m *Member, svc types.NamespacedName, si *mcsv1beta1.ServiceImport, exports []merge.Export) Check {
 	c := newCheck(CheckDNS, m, svc)
 	qs := serviceQueries(svc)
 	name := strings.TrimSuffix(qs[0].name, ".")
@@ -524,6 +525,18 @@ func serviceDNSCheck(m *Member, svc types.NamespacedName, si *mcsv1beta1.Service
 			}
 		case !slices.Equal(records, family):
 			problems = append(problems, fmt.Sprintf("%s answered %v (%s), the ClusterSetIPs are %v", dns.TypeToString[q.qtype], records, a.Rcode, family))
+		}
+	}
+	for _, e := range exports {
+		q := clusterIDQuery(svc, e.Cluster)
+		switch a, ok := m.DNSAnswers[q.key()]; {
+		case !ok:
+			c.Result, c.Message, c.Hint = Unknown, "not asked", dnsHint(m)
+			return c
+		case a.Error != "":
+			return dnsErrorCheck(c, m, a)
+		case a.Rcode != "NXDOMAIN":
+			problems = append(problems, fmt.Sprintf("%s answered %v (%s), want NXDOMAIN: no name exists at a cluster id", strings.TrimSuffix(q.name, "."), a.Records, a.Rcode))
 		}
 	}
 	if len(problems) > 0 {

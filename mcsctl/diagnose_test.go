@@ -63,9 +63,10 @@ func fixture(t *testing.T) *Snapshot {
 			Slices: imports.Slices(web, []imports.Source{{Cluster: "cluster-a", Slice: *brokerSlice}}, merge.SlicePorts{}, nil),
 			DNS:    "127.0.0.1:53" + string(rune('1'+i)), DNSSource: "--dns",
 			DNSAnswers: map[string]DNSAnswer{
-				versionQuery:                 {Rcode: "NOERROR", Records: []string{"1.0.0"}},
-				serviceQueries(web)[0].key(): {Rcode: "NOERROR", Records: derived.Spec.ClusterIPs},
-				serviceQueries(web)[1].key(): {Rcode: "NOERROR"},
+				versionQuery:                           {Rcode: "NOERROR", Records: []string{"1.0.0"}},
+				serviceQueries(web)[0].key():           {Rcode: "NOERROR", Records: derived.Spec.ClusterIPs},
+				serviceQueries(web)[1].key():           {Rcode: "NOERROR"},
+				clusterIDQuery(web, "cluster-a").key(): {Rcode: "NXDOMAIN"},
 			},
 		}
 		s.Members = append(s.Members, m)
@@ -173,6 +174,9 @@ func diagnoseCases() []diagnoseCase {
 		{"DNS answers another IP", func(s *Snapshot) {
 			s.Members[1].DNSAnswers[serviceQueries(web)[0].key()] = DNSAnswer{Rcode: "NOERROR", Records: []string{"10.9.9.9"}}
 		}, CheckDNS, "cluster-b", "demo/web", Fail, "10.9.9.9"},
+		{"DNS answers a name at a cluster id", func(s *Snapshot) {
+			s.Members[1].DNSAnswers[clusterIDQuery(web, "cluster-a").key()] = DNSAnswer{Rcode: "NOERROR", Records: []string{"10.1.0.1"}}
+		}, CheckDNS, "cluster-b", "demo/web", Fail, "cluster-a.web.demo.svc.clusterset.local answered [10.1.0.1] (NOERROR), want NXDOMAIN"},
 		{"DNS NXDOMAIN for the service", func(s *Snapshot) {
 			s.Members[1].DNSAnswers[serviceQueries(web)[0].key()] = DNSAnswer{Rcode: "NXDOMAIN"}
 		}, CheckDNS, "cluster-b", "demo/web", Fail, "NXDOMAIN"},

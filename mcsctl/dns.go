@@ -37,6 +37,11 @@ func serviceQueries(svc types.NamespacedName) []query {
 	return []query{{name, dns.TypeA}, {name, dns.TypeAAAA}}
 }
 
+// clusterIDQuery is the A question for `<clusterid>.<svc>.<ns>.svc.clusterset.local`, which must not exist.
+func clusterIDQuery(svc types.NamespacedName, clusterID string) query {
+	return query{strings.ToLower(clusterID + "." + svc.Name + "." + svc.Namespace + ".svc." + clustersetZone), dns.TypeA}
+}
+
 // A resolver asks one member's DNS server the questions, and returns an answer for each, by key; an error when
 // it could not ask at all.
 type resolver func(ctx context.Context, qs []query) (map[string]DNSAnswer, error)
@@ -61,12 +66,15 @@ func addressResolver(addr string) resolver {
 }
 
 // probeDNS asks every reachable member's DNS dns-version and the names of the services, concurrently, storing the
-// answers in the snapshot. Every service is asked, also where its namespace is absent (which must answer
-// NXDOMAIN). resolverOf returns nil for a member whose DNS cannot be asked; it then gets no answers.
+// answers in the snapshot: each service's name, also where its namespace is absent (which must answer NXDOMAIN),
+// and the name at each exporter's cluster id (which must not exist). resolverOf returns nil for a member whose DNS cannot be asked; it then gets no answers.
 func probeDNS(ctx context.Context, s *Snapshot, services []types.NamespacedName, resolverOf func(*Member) resolver) {
 	qs := []query{versionQ}
 	for _, svc := range services {
 		qs = append(qs, serviceQueries(svc)...)
+		for _, e := range s.exports(svc) {
+			qs = append(qs, clusterIDQuery(svc, e.Cluster))
+		}
 	}
 	var wg sync.WaitGroup
 	for i := range s.Members {

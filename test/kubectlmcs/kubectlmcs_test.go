@@ -51,6 +51,12 @@ func TestKubectlMCS(t *testing.T) {
 
 	t.Run("healthy", func(t *testing.T) {
 		waitPassed(t)
+		// Every DNS check, the service's NXDOMAIN at each exporter's cluster id included, was asked and passed.
+		for _, c := range diagnose(t).Checks {
+			if c.Check == mcsctl.CheckDNS && c.Result != mcsctl.Pass {
+				t.Errorf("dns %s %s: %s (%s)", c.Cluster, c.Service, c.Result, c.Message)
+			}
+		}
 		var status struct{ Members []mcsctl.StatusRow }
 		decode(t, mcs(t, "status", "-o", "json"), &status)
 		if len(status.Members) != 3 {
