@@ -171,7 +171,7 @@ func (o *options) diagnoseCommand() *cobra.Command {
 its DNS serves clusterset.local, that its broker Lease is fresh and its clock agrees with the broker's, that it
 holds no slices of a cluster that left; and per service: the ServiceExport is Valid, Ready and without Conflict,
 the import exists wherever the namespace does, matches the broker, and the member's DNS resolves it (NXDOMAIN
-where the namespace is absent).
+where the namespace is absent, and for <clusterid>.<svc>.<ns>).
 It exits 0 when no check fails, 1 when one does; UNKNOWN (something the plugin cannot see, such as a DNS
 server it cannot reach: see --dns and --in-cluster) does not fail.`,
 		Args: cobra.MaximumNArgs(1),
