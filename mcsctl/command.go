@@ -100,7 +100,8 @@ Exit codes: 0 healthy, 1 unhealthy (a diagnose check failed), 2 could not run.`,
 	pf.StringVar(&o.image, "image", defaultProbeImage, "the --in-cluster pod's image, which must have dig (e.g. nicolaka/netshoot)")
 	pf.IntVarP(&o.verbose, "v", "v", 0, "verbosity: 1 says which contexts were left out and why")
 	pf.Lookup("v").NoOptDefVal = "1"
-	root.AddCommand(o.statusCommand(), o.servicesCommand(), o.diagnoseCommand(), o.exportCommand(), o.unexportCommand(), o.versionCommand())
+	root.AddCommand(o.versionCommand())
+	root.AddCommand(o.statusCommand(), o.servicesCommand(), o.diagnoseCommand(), o.exportCommand(), o.unexportCommand())
 	return root
 }
 

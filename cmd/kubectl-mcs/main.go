@@ -1,6 +1,5 @@
 // Command kubectl-mcs is a kubectl plugin (kubectl finds it on PATH as `kubectl mcs`) that shows and diagnoses
-// a whole Multi-Cluster Services clusterset from one kubeconfig: status, services, diagnose, export, unexport,
-// version. It exits 0 when healthy, 1 when unhealthy (a diagnose check failed), 2 when it could not run.
+// a whole Multi-Cluster Services clusterset from one kubeconfig: status, services, diagnose, export, unexport.
 package main
 
 import (
@@ -16,6 +15,8 @@ import (
 	"vksfleet.dev/fleet/mcsctl"
 )
 
+// main exits as mcsctl.ExitCode says, for scripts: 0 healthy, 1 unhealthy (a diagnose check failed), 2 could not
+// run.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	cmd := mcsctl.NewCommand(genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})
