@@ -41,28 +41,29 @@ const (
 	corednsConfigMap     = "coredns"
 	corefileKey          = "Corefile"
 	kubeDNSService       = "kube-dns"
+	corednsDeployment    = "coredns"
 )
 
-// source is one cluster to read: its context and how to reach it.
+// kubeDNSSource is Member.DNSSource when the DNS address is the kube-dns Service's ClusterIP.
+const kubeDNSSource = "Service kube-system/" + kubeDNSService
+
+// source is one member to read: its context, its cluster id as the context reported it, and how to reach it.
 type source struct {
-	context string
-	config  *rest.Config
-	// err says why no config could be made for the context.
-	err error
+	memberMatch
+	config *rest.Config
 	// dns is the DNS address given for it (flag or environment), and dnsSource says which.
 	dns, dnsSource string
+	// inCluster skips the kube-dns Service lookup: the DNS probe runs in a pod (--in-cluster).
+	inCluster bool
 }
 
-// collect reads every member and the broker concurrently; a member or broker that fails is recorded with its
-// error, never left out.
-func collect(ctx context.Context, members []source, brokerSrc *source, now func() time.Time) *Snapshot {
-	s := &Snapshot{Members: make([]Member, len(members))}
+// collect reads every member concurrently into a snapshot of the broker already read; a member that fails is
+// recorded with its error, never left out.
+func collect(ctx context.Context, members []source, b Broker, now func() time.Time) *Snapshot {
+	s := &Snapshot{Members: make([]Member, len(members)), Broker: b}
 	var wg sync.WaitGroup
 	for i, src := range members {
 		wg.Go(func() { s.Members[i] = readMember(ctx, src, now) })
-	}
-	if brokerSrc != nil {
-		wg.Go(func() { s.Broker = readBroker(ctx, *brokerSrc, now) })
 	}
 	wg.Wait()
 	s.Now = now()
@@ -153,7 +154,10 @@ func newClient(cfg *rest.Config, gv schema.GroupVersion) (client.Client, error) 
 }
 
 func readMember(ctx context.Context, src source, now func() time.Time) Member {
-	m := Member{Context: src.context}
+	m := Member{Context: src.context, ClusterID: src.clusterID, ClusterSet: src.clusterSet}
+	if src.context == "" {
+		return m
+	}
 	if src.err != nil {
 		m.Error = src.err.Error()
 		return m
@@ -177,13 +181,6 @@ func fillMember(ctx context.Context, m *Member, src source) error {
 	m.MissingAPIs = missing
 	c, err := newClient(src.config, gv)
 	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(src.config)
-	if err != nil {
-		return err
-	}
-	if m.ClusterID, m.ClusterSet, err = clusterid.Read(ctx, dyn); err != nil {
 		return err
 	}
 	nsList := &corev1.NamespaceList{}
@@ -235,15 +232,23 @@ func fillMember(ctx context.Context, m *Member, src source) error {
 	default:
 		m.ControllerVersion = imageVersion(dep.Spec.Template.Spec.Containers)
 	}
+	coredns := &appsv1.Deployment{}
+	switch err := c.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: corednsDeployment}, coredns); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return err
+	case len(coredns.Spec.Template.Spec.Containers) > 0:
+		m.CoreDNSImage = coredns.Spec.Template.Spec.Containers[0].Image
+	}
 	m.DNS, m.DNSSource = src.dns, src.dnsSource
-	if m.DNS == "" {
+	if m.DNS == "" && !src.inCluster {
 		svc := &corev1.Service{}
 		err := c.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: kubeDNSService}, svc)
 		if ignoreAbsent(err) != nil {
 			return err
 		}
 		if err == nil && svc.Spec.ClusterIP != "" && svc.Spec.ClusterIP != corev1.ClusterIPNone {
-			m.DNS, m.DNSSource = net.JoinHostPort(svc.Spec.ClusterIP, "53"), "Service kube-system/"+kubeDNSService
+			m.DNS, m.DNSSource = net.JoinHostPort(svc.Spec.ClusterIP, "53"), kubeDNSSource
 		}
 	}
 	return nil
@@ -272,25 +277,17 @@ func ignoreAbsent(err error) error {
 	return err
 }
 
-func readBroker(ctx context.Context, src source, now func() time.Time) Broker {
-	b := Broker{Context: src.context}
-	err := src.err
-	if err == nil {
-		b.ClockOffset, err = clockOffset(ctx, src.config, now)
+// readBroker reads the broker: the members' records, slices, Leases and namespaces. Unlike a member, a broker
+// that cannot be read stops the command, since it alone says who the members are.
+func readBroker(ctx context.Context, context string, cfg *rest.Config, now func() time.Time) (Broker, error) {
+	b := Broker{Context: context}
+	var err error
+	if b.ClockOffset, err = clockOffset(ctx, cfg, now); err != nil {
+		return b, err
 	}
-	if err == nil {
-		err = fillBroker(ctx, &b, src.config)
-	}
-	if err != nil {
-		b.Error = err.Error()
-	}
-	return b
-}
-
-func fillBroker(ctx context.Context, b *Broker, cfg *rest.Config) error {
 	gv, missing, err := servedAPIs(cfg, false)
 	if err != nil {
-		return err
+		return b, err
 	}
 	// The broker holds records as ServiceImports only; a missing ServiceExport kind is no fault there.
 	for _, r := range missing {
@@ -300,30 +297,62 @@ func fillBroker(ctx context.Context, b *Broker, cfg *rest.Config) error {
 	}
 	c, err := newClient(cfg, gv)
 	if err != nil {
-		return err
+		return b, err
 	}
 	sel := client.MatchingLabelsSelector{Selector: broker.Selector}
 	records := &mcsv1beta1.ServiceImportList{}
 	if !gv.Empty() {
 		if err := c.List(ctx, records, sel); err != nil {
-			return err
+			return b, err
 		}
 	}
 	slices := &discoveryv1.EndpointSliceList{}
 	leases := &coordinationv1.LeaseList{}
-	err = errors.Join(c.List(ctx, slices, sel), c.List(ctx, leases, sel))
+	namespaces := &corev1.NamespaceList{}
+	if err := errors.Join(c.List(ctx, slices, sel), c.List(ctx, leases, sel), c.List(ctx, namespaces, sel)); err != nil {
+		return b, err
+	}
 	b.Records, b.Slices, b.Leases = records.Items, slices.Items, leases.Items
-	return err
+	var objects []metav1.Object
+	for i := range b.Leases {
+		objects = append(objects, &b.Leases[i])
+	}
+	for i := range b.Records {
+		objects = append(objects, &b.Records[i])
+	}
+	for i := range b.Slices {
+		objects = append(objects, &b.Slices[i])
+	}
+	b.Members = memberIDs(namespaces.Items, objects)
+	return b, nil
 }
 
-// dnsAddress is where a member's DNS is asked: --dns, else its FLEET_DNS_<MEMBER> variable, else "" (the
-// collector then tries the member's kube-dns Service).
-func dnsAddress(context string, flags map[string]string) (string, string) {
-	if a, ok := flags[context]; ok {
-		return a, "--dns"
+// readClusterID reads a context's cluster id and clusterset within timeout: contexts are read to find the
+// members among them, and one that does not answer quickly is not worth waiting for.
+func readClusterID(ctx context.Context, cfg *rest.Config, timeout time.Duration) (id, clusterSet string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cfg = rest.CopyConfig(cfg)
+	cfg.Timeout = timeout
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return "", "", err
 	}
-	if a := os.Getenv(dnsEnv(context)); a != "" {
-		return a, "$" + dnsEnv(context)
+	return clusterid.Read(ctx, dyn)
+}
+
+// dnsAddress is where a member's DNS is asked: --dns, else its FLEET_DNS_<MEMBER> variable, each keyed by the
+// member's context or cluster id; else "" (the collector then tries the member's kube-dns Service).
+func dnsAddress(m memberMatch, flags map[string]string) (string, string) {
+	for _, name := range []string{m.context, m.clusterID} {
+		if a, ok := flags[name]; ok && name != "" {
+			return a, "--dns"
+		}
+	}
+	for _, name := range []string{m.context, m.clusterID} {
+		if a := os.Getenv(dnsEnv(name)); a != "" && name != "" {
+			return a, "$" + dnsEnv(name)
+		}
 	}
 	return "", ""
 }

@@ -23,8 +23,8 @@ import (
 // Result is a check's outcome.
 type Result string
 
-// Results. Unknown is for what the plugin cannot see (no Corefile ConfigMap, no DNS address): it is reported
-// with a hint but does not fail diagnose.
+// Results. Unknown is for what the plugin cannot see (no Corefile ConfigMap, a DNS server it cannot reach, a
+// member no context reaches): it is reported with a hint but does not fail diagnose.
 const (
 	Pass    Result = "PASS"
 	Fail    Result = "FAIL"
@@ -50,7 +50,7 @@ const (
 // Check is one line of `kubectl mcs diagnose`.
 type Check struct {
 	Check string `json:"check"`
-	// Cluster is the member's context, or the broker's.
+	// Cluster is the member's context (its cluster id when no context reaches it), or the broker's.
 	Cluster string `json:"cluster"`
 	// Service is namespace/name for the per-service checks.
 	Service string `json:"service,omitempty"`
@@ -81,37 +81,38 @@ func Diagnose(s *Snapshot, scope []types.NamespacedName) []Check {
 	return out
 }
 
+// brokerChecks are the broker's: a snapshot exists only once the broker was read, so it is reachable.
 func brokerChecks(s *Snapshot) []Check {
 	b := &s.Broker
-	if b.Context == "" {
-		return []Check{{Check: CheckReachable, Cluster: "broker", Result: Fail, Message: "no broker context",
-			Hint: "name the broker's kubeconfig context with --broker-context"}}
-	}
-	if b.Error != "" {
-		return []Check{{Check: CheckReachable, Cluster: b.Context, Result: Fail, Message: b.Error,
-			Hint: fmt.Sprintf("check the broker's address and credentials: kubectl --context %s get --raw /version", b.Context)}}
-	}
 	out := []Check{{Check: CheckReachable, Cluster: b.Context, Result: Pass, Message: "broker reachable"}}
-	return append(out, crdCheck(b.Context, b.MissingAPIs, "bin/manifests/broker.yaml"))
+	return append(out, crdCheck(b.Context, b.MissingAPIs, "kubectl mcs broker init"))
 }
 
-func crdCheck(context string, missing []string, manifest string) Check {
+// crdCheck fails when CRDs are missing. The hint installs the CRDs alone (build/deploy/crds), never a whole
+// manifest: the member's also replaces the cluster's Corefile, CoreDNS Deployment and kube-dns Service.
+func crdCheck(context string, missing []string, setup string) Check {
 	if len(missing) == 0 {
 		return Check{Check: CheckCRDs, Cluster: context, Result: Pass, Message: "CRDs installed"}
 	}
 	return Check{Check: CheckCRDs, Cluster: context, Result: Fail,
 		Message: "not served: " + strings.Join(missing, ", "),
-		Hint:    fmt.Sprintf("install the CRDs: kubectl --context %s apply -f %s (make manifests renders it)", context, manifest)}
+		Hint: fmt.Sprintf("install the CRDs alone, from a checkout of the repository: kubectl --context %s apply -k build/deploy/crds; or set the cluster up with %s",
+			context, setup)}
 }
 
 func memberChecks(s *Snapshot, m *Member) []Check {
-	if !m.reachable() {
+	switch {
+	case m.Context == "":
+		return []Check{{Check: CheckReachable, Cluster: m.name(), Result: Unknown,
+			Message: fmt.Sprintf("no kubeconfig context reaches member %s", m.ClusterID),
+			Hint:    fmt.Sprintf("add a context for cluster %s to the kubeconfig, or pass --contexts naming the one that reaches it", m.ClusterID)}}
+	case !m.reachable():
 		return []Check{{Check: CheckReachable, Cluster: m.Context, Result: Fail, Message: m.Error,
 			Hint: fmt.Sprintf("check the member's address and credentials: kubectl --context %s get --raw /version", m.Context)}}
 	}
 	return []Check{
 		{Check: CheckReachable, Cluster: m.Context, Result: Pass, Message: "member reachable"},
-		crdCheck(m.Context, m.MissingAPIs, "bin/manifests/member.yaml"),
+		crdCheck(m.Context, m.MissingAPIs, "kubectl mcs join"),
 		corefileCheck(m),
 		zoneCheck(m),
 		leaseCheck(s, m),
@@ -124,7 +125,7 @@ func corefileCheck(m *Member) Check {
 	c := Check{Check: CheckCorefile, Cluster: m.Context}
 	if m.Corefile == nil {
 		c.Result, c.Message = Unknown, fmt.Sprintf("no ConfigMap %s/%s with a %s key", metav1.NamespaceSystem, corednsConfigMap, corefileKey)
-		c.Hint = "if CoreDNS reads its Corefile elsewhere, check it has a `multicluster clusterset.local` stanza (Corefile.example)"
+		c.Hint = "the cluster's DNS reads its configuration elsewhere: the dns check asks the DNS server itself whether it serves clusterset.local"
 		return c
 	}
 	ok, err := servesZone(*m.Corefile)
@@ -134,34 +135,67 @@ func corefileCheck(m *Member) Check {
 		c.Hint = fmt.Sprintf("fix the Corefile: kubectl --context %s -n %s edit configmap %s", m.Context, metav1.NamespaceSystem, corednsConfigMap)
 	case !ok:
 		c.Result, c.Message = Fail, "the Corefile has no multicluster stanza for clusterset.local"
-		c.Hint = fmt.Sprintf("add `multicluster clusterset.local` to its server block (see Corefile.example): kubectl --context %s -n %s edit configmap %s",
-			m.Context, metav1.NamespaceSystem, corednsConfigMap)
+		c.Hint = noZoneHint(m)
 	default:
 		c.Result, c.Message = Pass, "the Corefile serves clusterset.local with multicluster"
 	}
 	return c
 }
 
-// dnsHint says how to reach a member's DNS when the address tried did not answer.
-func dnsHint(m *Member) string {
-	if m.DNSSource == "" || strings.HasPrefix(m.DNSSource, "Service ") {
-		return fmt.Sprintf("a cluster's DNS Service address is rarely reachable from outside: pass --dns %s=HOST:PORT", m.Context)
+// noZoneHint says how a member's DNS comes to serve clusterset.local. Only our CoreDNS build has the multicluster
+// plugin: a stock CoreDNS given a Corefile naming it stops loading that Corefile, so adding the stanza is
+// suggested only when the member's CoreDNS Deployment runs our image.
+func noZoneHint(m *Member) string {
+	if m.ourCoreDNS() {
+		return fmt.Sprintf("the member runs our CoreDNS build (%s): add a `multicluster clusterset.local` stanza to its server block as in Corefile.example: kubectl --context %s -n %s edit configmap %s",
+			m.CoreDNSImage, m.Context, metav1.NamespaceSystem, corednsConfigMap)
 	}
-	return fmt.Sprintf("check that a DNS server runs at %s (from %s)", m.DNS, m.DNSSource)
+	return "clusterset.local is served by our CoreDNS build (cmd/coredns), whose multicluster plugin stock CoreDNS lacks " +
+		"(a stock CoreDNS stops on a Corefile naming it): set the member's DNS up with kubectl mcs join"
+}
+
+// dnsHint says how to reach a member's DNS when it could not be asked, or did not answer.
+func dnsHint(m *Member) string {
+	reach := fmt.Sprintf("pass --dns %s=HOST:PORT with an address this machine reaches, or --in-cluster to ask from a pod", m.name())
+	switch {
+	case m.DNSSource == inClusterSource:
+		return fmt.Sprintf("the cluster's DNS did not answer its own pods: kubectl --context %s -n %s get pods,endpoints -l k8s-app=%s",
+			m.Context, metav1.NamespaceSystem, kubeDNSService)
+	case m.DNS == "":
+		return fmt.Sprintf("the member has no %s/%s Service: %s", metav1.NamespaceSystem, kubeDNSService, reach)
+	case m.inClusterDNS():
+		return fmt.Sprintf("%s is the %s Service's ClusterIP, rarely reachable from outside the cluster: %s", m.DNS, kubeDNSService, reach)
+	default:
+		return fmt.Sprintf("check that a DNS server runs at %s (from %s)", m.DNS, m.DNSSource)
+	}
+}
+
+// dnsErrorCheck judges a DNS question that got no answer: unknown when the address is in-cluster, which this
+// machine rarely reaches, a failure when the user said the DNS server is there.
+func dnsErrorCheck(c Check, m *Member, a DNSAnswer) Check {
+	c.Result, c.Message, c.Hint = Fail, fmt.Sprintf("no answer from %s: %s", m.DNS, a.Error), dnsHint(m)
+	if m.inClusterDNS() {
+		c.Result = Unknown
+	}
+	return c
 }
 
 func zoneCheck(m *Member) Check {
 	c := Check{Check: CheckDNS, Cluster: m.Context}
 	a, ok := m.DNSAnswers[versionQuery]
 	switch {
+	case m.DNSError != "":
+		c.Result, c.Message = Unknown, m.DNSError
+		c.Hint = fmt.Sprintf("the probe needs to create pods in namespace %s of %s and exec into them, and an --image with dig (e.g. nicolaka/netshoot); or pass --dns %s=HOST:PORT",
+			probeNamespace, m.Context, m.name())
 	case m.DNS == "" || !ok:
 		c.Result, c.Message, c.Hint = Unknown, "no DNS address known", dnsHint(m)
 	case a.Error != "":
-		c.Result, c.Message, c.Hint = Fail, fmt.Sprintf("no answer from %s: %s", m.DNS, a.Error), dnsHint(m)
+		c = dnsErrorCheck(c, m, a)
 	case a.Rcode != "NOERROR" || len(a.Records) == 0:
 		c.Result = Fail
 		c.Message = fmt.Sprintf("%s answers dns-version.%s with %s: it does not serve the zone", m.DNS, clustersetZone, a.Rcode)
-		c.Hint = "add the multicluster stanza to the Corefile of the member's CoreDNS (see Corefile.example)"
+		c.Hint = noZoneHint(m)
 	default:
 		c.Result = Pass
 		c.Message = fmt.Sprintf("%s serves %s (dns-version %s)", m.DNS, strings.TrimSuffix(clustersetZone, "."), strings.Join(a.Records, ","))
@@ -177,11 +211,6 @@ func leaseCheck(s *Snapshot, m *Member) Check {
 	logs := fmt.Sprintf("the member's mcs-controller is down or cannot reach the broker: kubectl --context %s -n %s logs deploy/%s",
 		m.Context, controllerNamespace, controllerDeployment)
 	switch l := s.lease(m.ClusterID); {
-	case s.Broker.Context == "" || s.Broker.Error != "":
-		c.Result, c.Message, c.Hint = Unknown, "the broker cannot be read", "see the broker's reachable check"
-	case m.ClusterID == "":
-		c.Result, c.Message = Fail, fmt.Sprintf("no ClusterProperty %s: the controller never ran here", "cluster.clusterset.k8s.io")
-		c.Hint = logs
 	case !l.found:
 		c.Result, c.Message = Fail, fmt.Sprintf("no Lease %s/%s on the broker", names.BrokerNamespace(m.ClusterID), names.LeaseName)
 		c.Hint = logs
@@ -200,10 +229,6 @@ func leaseCheck(s *Snapshot, m *Member) Check {
 
 func clockCheck(s *Snapshot, m *Member) Check {
 	c := Check{Check: CheckClock, Cluster: m.Context}
-	if s.Broker.Context == "" || s.Broker.Error != "" {
-		c.Result, c.Message, c.Hint = Unknown, "the broker cannot be read", "see the broker's reachable check"
-		return c
-	}
 	skew, grace := m.ClockOffset-s.Broker.ClockOffset, s.leaseGrace()
 	if skew.Abs() > grace {
 		c.Result = Fail
@@ -220,10 +245,6 @@ func clockCheck(s *Snapshot, m *Member) Check {
 // its Lease expired, or it no longer exports the service. The member's own endpoints are never stale.
 func staleSlicesCheck(s *Snapshot, m *Member) Check {
 	c := Check{Check: CheckStaleSlices, Cluster: m.Context}
-	if s.Broker.Context == "" || s.Broker.Error != "" {
-		c.Result, c.Message, c.Hint = Unknown, "the broker cannot be read", "see the broker's reachable check"
-		return c
-	}
 	var stale []string
 	var sources []string
 	for _, sl := range m.Slices {
@@ -275,25 +296,28 @@ func serviceChecks(s *Snapshot, m *Member, svc types.NamespacedName) []Check {
 	if se := m.export(svc); se != nil {
 		out = append(out, exportValidCheck(m, svc, se), exportReadyCheck(m, svc, se), exportConflictCheck(m, svc, se))
 	}
+	exports := s.exports(svc)
 	if !m.hasNamespace(svc.Namespace) {
+		if len(m.DNSAnswers) > 0 && len(exports) > 0 {
+			out = append(out, absentNamespaceDNSCheck(m, svc))
+		}
 		return out
 	}
-	exports := s.exports(svc)
 	si := m.serviceImport(svc)
-	if present := importPresentCheck(s, m, svc, exports, si); present != nil {
+	if present := importPresentCheck(m, svc, exports, si); present != nil {
 		out = append(out, *present)
 	}
-	if si != nil && len(exports) > 0 && s.Broker.Error == "" {
+	if si != nil && len(exports) > 0 {
 		out = append(out, importConsistentCheck(s, m, svc, exports, si))
 	}
-	if m.DNS != "" && len(exports) > 0 {
-		out = append(out, serviceDNSCheck(m, svc, si))
+	if len(m.DNSAnswers) > 0 && len(exports) > 0 {
+		out = append(out, serviceDNSCheck(m, svc, si, exports))
 	}
 	return out
 }
 
 func newCheck(name string, m *Member, svc types.NamespacedName) Check {
-	return Check{Check: name, Cluster: m.Context, Service: svc.String()}
+	return Check{Check: name, Cluster: m.name(), Service: svc.String()}
 }
 
 // controllerHint points at the member's controller, which writes what a failed check found missing.
@@ -359,11 +383,9 @@ func exportConflictCheck(m *Member, svc types.NamespacedName, se *mcsv1beta1.Ser
 
 // importPresentCheck: an import exists in every member with the namespace while a cluster exports the service,
 // and nowhere once none does. It says nothing about a service that no cluster exports and no member imports.
-func importPresentCheck(s *Snapshot, m *Member, svc types.NamespacedName, exports []merge.Export, si *mcsv1beta1.ServiceImport) *Check {
+func importPresentCheck(m *Member, svc types.NamespacedName, exports []merge.Export, si *mcsv1beta1.ServiceImport) *Check {
 	c := newCheck(CheckImportPresent, m, svc)
 	switch {
-	case s.Broker.Context == "" || s.Broker.Error != "":
-		return nil
 	case len(exports) == 0 && si == nil:
 		return nil
 	case len(exports) == 0:
@@ -458,8 +480,9 @@ func endpointKeys(in []discoveryv1.EndpointSlice) []string {
 
 // serviceDNSCheck asks whether the member's DNS answers the service's name as its import says: a ClusterSetIP
 // import's IPs exactly; for a headless one a non-empty subset of the ready endpoints (locality may narrow it),
-// or NXDOMAIN when none is ready.
-func serviceDNSCheck(m *Member, svc types.NamespacedName, si *mcsv1beta1.ServiceImport) Check {
+// or NXDOMAIN when none is ready; and `<clusterid>.<svc>.<ns>` NXDOMAIN for every exporter's id, as SPEC section 4
+// requires of both types (only `<hostname>.<clusterid>.<svc>.<ns>` names exist below a service).
+func serviceDNSCheck(m *Member, svc types.NamespacedName, si *mcsv1beta1.ServiceImport, exports []merge.Export) Check {
 	c := newCheck(CheckDNS, m, svc)
 	qs := serviceQueries(svc)
 	name := strings.TrimSuffix(qs[0].name, ".")
@@ -484,8 +507,7 @@ func serviceDNSCheck(m *Member, svc types.NamespacedName, si *mcsv1beta1.Service
 			return c
 		}
 		if a.Error != "" {
-			c.Result, c.Message, c.Hint = Fail, fmt.Sprintf("no answer from %s: %s", m.DNS, a.Error), dnsHint(m)
-			return c
+			return dnsErrorCheck(c, m, a)
 		}
 		family := familyOf(want, q.qtype == dns.TypeAAAA)
 		records := slices.Sorted(slices.Values(a.Records))
@@ -505,12 +527,52 @@ func serviceDNSCheck(m *Member, svc types.NamespacedName, si *mcsv1beta1.Service
 			problems = append(problems, fmt.Sprintf("%s answered %v (%s), the ClusterSetIPs are %v", dns.TypeToString[q.qtype], records, a.Rcode, family))
 		}
 	}
+	for _, e := range exports {
+		q := clusterIDQuery(svc, e.Cluster)
+		switch a, ok := m.DNSAnswers[q.key()]; {
+		case !ok:
+			c.Result, c.Message, c.Hint = Unknown, "not asked", dnsHint(m)
+			return c
+		case a.Error != "":
+			return dnsErrorCheck(c, m, a)
+		case a.Rcode != "NXDOMAIN":
+			problems = append(problems, fmt.Sprintf("%s answered %v (%s), want NXDOMAIN: no name exists at a cluster id", strings.TrimSuffix(q.name, "."), a.Records, a.Rcode))
+		}
+	}
 	if len(problems) > 0 {
 		c.Result, c.Message = Fail, name+": "+strings.Join(problems, "; ")
 		c.Hint = fmt.Sprintf("check the member's CoreDNS (its Corefile and logs) at %s; it may lag the import by its cache TTL", m.DNS)
 		return c
 	}
 	c.Result, c.Message = Pass, fmt.Sprintf("%s resolves to %v", name, got)
+	return c
+}
+
+// absentNamespaceDNSCheck asks that a member without the service's namespace answers its name NXDOMAIN, as SPEC
+// section 4 requires: a namespace that does not exist in this cluster has no clusterset names there.
+func absentNamespaceDNSCheck(m *Member, svc types.NamespacedName) Check {
+	c := newCheck(CheckDNS, m, svc)
+	var problems []string
+	for _, q := range serviceQueries(svc) {
+		a, ok := m.DNSAnswers[q.key()]
+		switch {
+		case !ok:
+			c.Result, c.Message, c.Hint = Unknown, "not asked", dnsHint(m)
+			return c
+		case a.Error != "":
+			return dnsErrorCheck(c, m, a)
+		case a.Rcode != "NXDOMAIN":
+			problems = append(problems, fmt.Sprintf("%s answered %v (%s)", dns.TypeToString[q.qtype], a.Records, a.Rcode))
+		}
+	}
+	name := strings.TrimSuffix(serviceQueries(svc)[0].name, ".")
+	if len(problems) > 0 {
+		c.Result = Fail
+		c.Message = fmt.Sprintf("%s: %s though namespace %s does not exist here, want NXDOMAIN", name, strings.Join(problems, "; "), svc.Namespace)
+		c.Hint = fmt.Sprintf("check the member's CoreDNS (its Corefile and logs) at %s; it may lag the namespace's deletion by its cache TTL", m.DNS)
+		return c
+	}
+	c.Result, c.Message = Pass, fmt.Sprintf("%s is NXDOMAIN: namespace %s does not exist here", name, svc.Namespace)
 	return c
 }
 

@@ -1,6 +1,7 @@
 package mcsctl
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -62,9 +63,10 @@ func fixture(t *testing.T) *Snapshot {
 			Slices: imports.Slices(web, []imports.Source{{Cluster: "cluster-a", Slice: *brokerSlice}}, merge.SlicePorts{}, nil),
 			DNS:    "127.0.0.1:53" + string(rune('1'+i)), DNSSource: "--dns",
 			DNSAnswers: map[string]DNSAnswer{
-				versionQuery:                 {Rcode: "NOERROR", Records: []string{"1.0.0"}},
-				serviceQueries(web)[0].key(): {Rcode: "NOERROR", Records: derived.Spec.ClusterIPs},
-				serviceQueries(web)[1].key(): {Rcode: "NOERROR"},
+				versionQuery:                           {Rcode: "NOERROR", Records: []string{"1.0.0"}},
+				serviceQueries(web)[0].key():           {Rcode: "NOERROR", Records: derived.Spec.ClusterIPs},
+				serviceQueries(web)[1].key():           {Rcode: "NOERROR"},
+				clusterIDQuery(web, "cluster-a").key(): {Rcode: "NXDOMAIN"},
 			},
 		}
 		s.Members = append(s.Members, m)
@@ -90,37 +92,91 @@ func lease(id string, age time.Duration) coordinationv1.Lease {
 	}
 }
 
-func TestDiagnose(t *testing.T) {
-	if checks := Diagnose(fixture(t), []types.NamespacedName{web}); !Passed(checks) {
-		t.Fatalf("the healthy fixture fails: %+v", checks)
+// diagnoseCase is a fault caused on the fixture and the check that must see it.
+type diagnoseCase struct {
+	name            string
+	fault           func(*Snapshot)
+	check, cluster  string
+	service         string
+	want            Result
+	messageContains string
+}
+
+// stockCoreDNS is the image of a cluster's stock CoreDNS, which has no multicluster plugin.
+const stockCoreDNS = "registry.k8s.io/coredns/coredns:v1.12.0"
+
+// withoutDemo adds cluster-c, which has no namespace demo, and whose DNS answers demo/web as rcode.
+func withoutDemo(rcode string) func(*Snapshot) {
+	return func(s *Snapshot) {
+		s.Broker.Leases = append(s.Broker.Leases, lease("cluster-c", time.Second))
+		s.Members = append(s.Members, Member{Context: "cluster-c", ClusterID: "cluster-c", Namespaces: []string{"default"},
+			DNS: "127.0.0.1:533", DNSSource: "--dns", DNSAnswers: map[string]DNSAnswer{
+				versionQuery:                 {Rcode: "NOERROR", Records: []string{"1.0.0"}},
+				serviceQueries(web)[0].key(): {Rcode: rcode},
+				serviceQueries(web)[1].key(): {Rcode: rcode},
+			}})
 	}
-	cases := []struct {
-		name            string
-		fault           func(*Snapshot)
-		check, cluster  string
-		service         string
-		want            Result
-		messageContains string
-	}{
+}
+
+func diagnoseCases() []diagnoseCase {
+	return []diagnoseCase{
 		{"member unreachable", func(s *Snapshot) { s.Members[1] = Member{Context: "cluster-b", Error: "connection refused"} },
 			CheckReachable, "cluster-b", "", Fail, "connection refused"},
-		{"broker absent", func(s *Snapshot) { s.Broker = Broker{} }, CheckReachable, "broker", "", Fail, "no broker context"},
+		{"member no context reaches", func(s *Snapshot) {
+			s.Broker.Leases = append(s.Broker.Leases, lease("cluster-c", time.Second))
+			s.Members = append(s.Members, Member{ClusterID: "cluster-c"})
+		}, CheckReachable, "cluster-c", "", Unknown, "no kubeconfig context reaches member cluster-c"},
+		{"broker CRD missing", func(s *Snapshot) { s.Broker.MissingAPIs = []string{"serviceimports.multicluster.x-k8s.io"} },
+			CheckCRDs, "broker", "", Fail, "serviceimports"},
 		{"CRD missing", func(s *Snapshot) { s.Members[1].MissingAPIs = []string{"serviceexports.multicluster.x-k8s.io"} },
 			CheckCRDs, "cluster-b", "", Fail, "serviceexports"},
 		{"no Corefile ConfigMap", func(*Snapshot) {}, CheckCorefile, "cluster-a", "", Unknown, "no ConfigMap"},
 		{"Corefile without the stanza", func(s *Snapshot) { s.Members[0].Corefile = ptr.To(".:53 {\n  errors\n}\n") },
 			CheckCorefile, "cluster-a", "", Fail, "no multicluster stanza"},
+		{"stock CoreDNS without the stanza", func(s *Snapshot) {
+			s.Members[0].Corefile, s.Members[0].CoreDNSImage = ptr.To(".:53 {\n  errors\n}\n"), stockCoreDNS
+		}, CheckCorefile, "cluster-a", "", Fail, "no multicluster stanza"},
+		{"our CoreDNS without the stanza", func(s *Snapshot) {
+			s.Members[0].Corefile, s.Members[0].CoreDNSImage = ptr.To(".:53 {\n  errors\n}\n"), "ghcr.io/vksfleet/coredns:v0.1.0"
+		}, CheckCorefile, "cluster-a", "", Fail, "no multicluster stanza"},
+		{"Corefile that does not parse", func(s *Snapshot) { s.Members[0].Corefile = ptr.To(".:53 {\n") },
+			CheckCorefile, "cluster-a", "", Fail, "does not parse"},
 		{"Corefile with the stanza", func(s *Snapshot) { s.Members[0].Corefile = ptr.To(".:53 {\n  multicluster clusterset.local\n}\n") },
 			CheckCorefile, "cluster-a", "", Pass, ""},
 		{"DNS without the zone", func(s *Snapshot) { s.Members[1].DNSAnswers[versionQuery] = DNSAnswer{Rcode: "REFUSED"} },
 			CheckDNS, "cluster-b", "", Fail, "REFUSED"},
 		{"DNS unreachable", func(s *Snapshot) { s.Members[1].DNSAnswers[versionQuery] = DNSAnswer{Error: "i/o timeout"} },
 			CheckDNS, "cluster-b", "", Fail, "i/o timeout"},
+		{"kube-dns ClusterIP unreachable from here", func(s *Snapshot) {
+			s.Members[1].DNS, s.Members[1].DNSSource = "10.96.0.10:53", kubeDNSSource
+			s.Members[1].DNSAnswers[versionQuery] = DNSAnswer{Error: "read udp: i/o timeout"}
+		}, CheckDNS, "cluster-b", "", Unknown, "i/o timeout"},
+		{"kube-dns ClusterIP unreachable, for a service", func(s *Snapshot) {
+			s.Members[1].DNS, s.Members[1].DNSSource = "10.96.0.10:53", kubeDNSSource
+			s.Members[1].DNSAnswers[serviceQueries(web)[0].key()] = DNSAnswer{Error: "dial udp: connect: network is unreachable"}
+		}, CheckDNS, "cluster-b", "demo/web", Unknown, "network is unreachable"},
+		{"stock DNS without the zone", func(s *Snapshot) {
+			s.Members[1].CoreDNSImage = stockCoreDNS
+			s.Members[1].DNSAnswers[versionQuery] = DNSAnswer{Rcode: "NXDOMAIN"}
+		}, CheckDNS, "cluster-b", "", Fail, "NXDOMAIN"},
+		{"in-cluster probe could not run", func(s *Snapshot) {
+			s.Members[1].DNS, s.Members[1].DNSSource, s.Members[1].DNSAnswers = inClusterAddress, inClusterSource, nil
+			s.Members[1].DNSError = "creating the probe pod in namespace default: forbidden"
+		}, CheckDNS, "cluster-b", "", Unknown, "forbidden"},
+		{"in-cluster DNS does not answer its pods", func(s *Snapshot) {
+			s.Members[1].DNS, s.Members[1].DNSSource = inClusterAddress, inClusterSource
+			s.Members[1].DNSAnswers[versionQuery] = DNSAnswer{Error: "connection timed out; no servers could be reached"}
+		}, CheckDNS, "cluster-b", "", Fail, "no servers"},
+		{"absent namespace answers NXDOMAIN", withoutDemo("NXDOMAIN"), CheckDNS, "cluster-c", "demo/web", Pass, "NXDOMAIN"},
+		{"absent namespace answers NOERROR", withoutDemo("NOERROR"), CheckDNS, "cluster-c", "demo/web", Fail, "want NXDOMAIN"},
 		{"no DNS address", func(s *Snapshot) { s.Members[1].DNS, s.Members[1].DNSAnswers = "", nil },
 			CheckDNS, "cluster-b", "", Unknown, "no DNS address"},
 		{"DNS answers another IP", func(s *Snapshot) {
 			s.Members[1].DNSAnswers[serviceQueries(web)[0].key()] = DNSAnswer{Rcode: "NOERROR", Records: []string{"10.9.9.9"}}
 		}, CheckDNS, "cluster-b", "demo/web", Fail, "10.9.9.9"},
+		{"DNS answers a name at a cluster id", func(s *Snapshot) {
+			s.Members[1].DNSAnswers[clusterIDQuery(web, "cluster-a").key()] = DNSAnswer{Rcode: "NOERROR", Records: []string{"10.1.0.1"}}
+		}, CheckDNS, "cluster-b", "demo/web", Fail, "cluster-a.web.demo.svc.clusterset.local answered [10.1.0.1] (NOERROR), want NXDOMAIN"},
 		{"DNS NXDOMAIN for the service", func(s *Snapshot) {
 			s.Members[1].DNSAnswers[serviceQueries(web)[0].key()] = DNSAnswer{Rcode: "NXDOMAIN"}
 		}, CheckDNS, "cluster-b", "demo/web", Fail, "NXDOMAIN"},
@@ -158,7 +214,13 @@ func TestDiagnose(t *testing.T) {
 		{"import's ports differ", func(s *Snapshot) { s.Members[1].Imports[0].Spec.Ports[0].Port = 81 },
 			CheckImportConsistent, "cluster-b", "demo/web", Fail, "ports"},
 	}
-	for _, c := range cases {
+}
+
+func TestDiagnose(t *testing.T) {
+	if checks := Diagnose(fixture(t), []types.NamespacedName{web}); !Passed(checks) {
+		t.Fatalf("the healthy fixture fails: %+v", checks)
+	}
+	for _, c := range diagnoseCases() {
 		t.Run(c.name, func(t *testing.T) {
 			s := fixture(t)
 			c.fault(s)
@@ -184,4 +246,77 @@ func TestDiagnose(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHints reads every hint diagnose gives for every fault: none may break a cluster. A whole manifest
+// (member.yaml replaces the cluster's Corefile, CoreDNS Deployment and kube-dns Service) is never suggested, nor
+// adding the multicluster directive unless the member runs our CoreDNS build, the only one that loads it.
+func TestHints(t *testing.T) {
+	addsMulticluster := regexp.MustCompile(`(?i)\badd\b[^:;]*multicluster`)
+	seen := 0
+	for _, c := range diagnoseCases() {
+		s := fixture(t)
+		c.fault(s)
+		for _, check := range Diagnose(s, []types.NamespacedName{web}) {
+			if check.Hint == "" {
+				continue
+			}
+			seen++
+			for _, banned := range []string{"member.yaml", "broker.yaml", "bin/manifests", "apply -f"} {
+				if strings.Contains(check.Hint, banned) {
+					t.Errorf("%s: %s %s hint suggests %q: %s", c.name, check.Check, check.Cluster, banned, check.Hint)
+				}
+			}
+			m := s.member(check.Cluster)
+			if addsMulticluster.MatchString(check.Hint) && (m == nil || !m.ourCoreDNS()) {
+				t.Errorf("%s: %s %s hint adds multicluster to a Corefile whose CoreDNS may be stock: %s", c.name, check.Check, check.Cluster, check.Hint)
+			}
+		}
+	}
+	if seen < len(diagnoseCases()) {
+		t.Errorf("only %d hints seen", seen)
+	}
+	hint := func(name string) string {
+		for _, c := range diagnoseCases() {
+			if c.name == name {
+				s := fixture(t)
+				c.fault(s)
+				for _, check := range Diagnose(s, []types.NamespacedName{web}) {
+					if check.Check == c.check && check.Cluster == c.cluster && check.Service == c.service {
+						return check.Hint
+					}
+				}
+			}
+		}
+		t.Fatalf("no case %q", name)
+		return ""
+	}
+	for _, c := range []struct{ name, want string }{
+		{"CRD missing", "kubectl --context cluster-b apply -k build/deploy/crds"},
+		{"CRD missing", "kubectl mcs join"},
+		{"broker CRD missing", "kubectl --context broker apply -k build/deploy/crds"},
+		{"stock CoreDNS without the stanza", "kubectl mcs join"},
+		{"stock DNS without the zone", "kubectl mcs join"},
+		{"our CoreDNS without the stanza", "edit configmap coredns"},
+		{"kube-dns ClusterIP unreachable from here", "--dns cluster-b=HOST:PORT"},
+		{"kube-dns ClusterIP unreachable from here", "--in-cluster"},
+		{"kube-dns ClusterIP unreachable, for a service", "--in-cluster"},
+		{"no DNS address", "--in-cluster"},
+		{"in-cluster probe could not run", "--image"},
+		{"member no context reaches", "--contexts"},
+	} {
+		if h := hint(c.name); !strings.Contains(h, c.want) {
+			t.Errorf("%s: hint %q lacks %q", c.name, h, c.want)
+		}
+	}
+}
+
+// member finds a member by the name diagnose gives it.
+func (s *Snapshot) member(name string) *Member {
+	for i := range s.Members {
+		if s.Members[i].name() == name {
+			return &s.Members[i]
+		}
+	}
+	return nil
 }

@@ -24,8 +24,12 @@ type query struct {
 
 func (q query) key() string { return q.name + " " + dns.TypeToString[q.qtype] }
 
-// versionQuery asks for dns-version TXT: any server serving the zone answers it, with or without services.
-var versionQuery = query{"dns-version." + clustersetZone, dns.TypeTXT}.key()
+// versionQ asks for dns-version TXT: any server serving the zone answers it, with or without services;
+// versionQuery is its key.
+var (
+	versionQ     = query{"dns-version." + clustersetZone, dns.TypeTXT}
+	versionQuery = versionQ.key()
+)
 
 // serviceQueries are the A and AAAA questions for a service's clusterset name.
 func serviceQueries(svc types.NamespacedName) []query {
@@ -33,29 +37,58 @@ func serviceQueries(svc types.NamespacedName) []query {
 	return []query{{name, dns.TypeA}, {name, dns.TypeAAAA}}
 }
 
-// probeDNS asks every reachable member's DNS server dns-version and the names of the services, concurrently,
-// storing the answers in the snapshot. A member without a DNS address gets none.
-func probeDNS(ctx context.Context, s *Snapshot, services []types.NamespacedName) {
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	for i := range s.Members {
-		m := &s.Members[i]
-		if !m.reachable() || m.DNS == "" {
-			continue
-		}
-		qs := []query{{"dns-version." + clustersetZone, dns.TypeTXT}}
-		for _, svc := range services {
-			if m.hasNamespace(svc.Namespace) {
-				qs = append(qs, serviceQueries(svc)...)
-			}
-		}
-		m.DNSAnswers = map[string]DNSAnswer{}
+// clusterIDQuery is the A question for `<clusterid>.<svc>.<ns>.svc.clusterset.local`, which must not exist.
+func clusterIDQuery(svc types.NamespacedName, clusterID string) query {
+	return query{strings.ToLower(clusterID + "." + svc.Name + "." + svc.Namespace + ".svc." + clustersetZone), dns.TypeA}
+}
+
+// A resolver asks one member's DNS server the questions, and returns an answer for each, by key; an error when
+// it could not ask at all.
+type resolver func(ctx context.Context, qs []query) (map[string]DNSAnswer, error)
+
+// addressResolver asks the DNS server at addr directly, every question concurrently.
+func addressResolver(addr string) resolver {
+	return func(ctx context.Context, qs []query) (map[string]DNSAnswer, error) {
+		out := make(map[string]DNSAnswer, len(qs))
+		var wg sync.WaitGroup
+		var mu sync.Mutex
 		for _, q := range qs {
 			wg.Go(func() {
-				a := ask(ctx, m.DNS, q)
+				a := ask(ctx, addr, q)
 				mu.Lock()
-				m.DNSAnswers[q.key()] = a
+				out[q.key()] = a
 				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		return out, nil
+	}
+}
+
+// probeDNS asks every reachable member's DNS dns-version and the names of the services, concurrently, storing the
+// answers in the snapshot: each service's name, also where its namespace is absent (which must answer NXDOMAIN),
+// and the name at each exporter's cluster id (which must not exist). resolverOf returns nil for a member whose DNS cannot be asked; it then gets no answers.
+func probeDNS(ctx context.Context, s *Snapshot, services []types.NamespacedName, resolverOf func(*Member) resolver) {
+	qs := []query{versionQ}
+	for _, svc := range services {
+		qs = append(qs, serviceQueries(svc)...)
+		for _, e := range s.exports(svc) {
+			qs = append(qs, clusterIDQuery(svc, e.Cluster))
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range s.Members {
+		m := &s.Members[i]
+		if !m.reachable() {
+			continue
+		}
+		if r := resolverOf(m); r != nil {
+			wg.Go(func() {
+				answers, err := r(ctx, qs)
+				m.DNSAnswers = answers
+				if err != nil {
+					m.DNSError = err.Error()
+				}
 			})
 		}
 	}
@@ -77,14 +110,19 @@ func ask(ctx context.Context, addr string, q query) DNSAnswer {
 	}
 	a := DNSAnswer{Rcode: dns.RcodeToString[resp.Rcode]}
 	for _, rr := range resp.Answer {
-		switch rr := rr.(type) {
-		case *dns.A:
-			a.Records = append(a.Records, rr.A.String())
-		case *dns.AAAA:
-			a.Records = append(a.Records, rr.AAAA.String())
-		case *dns.TXT:
-			a.Records = append(a.Records, strings.Join(rr.Txt, ""))
-		}
+		a.add(rr)
 	}
 	return a
+}
+
+// add records an answer's value: an address, or a TXT's strings joined; other types are not looked at.
+func (a *DNSAnswer) add(rr dns.RR) {
+	switch rr := rr.(type) {
+	case *dns.A:
+		a.Records = append(a.Records, rr.A.String())
+	case *dns.AAAA:
+		a.Records = append(a.Records, rr.AAAA.String())
+	case *dns.TXT:
+		a.Records = append(a.Records, strings.Join(rr.Txt, ""))
+	}
 }

@@ -31,12 +31,12 @@ func exportService(ctx context.Context, c client.Client, key types.NamespacedNam
 		}
 		last = se.Status.Conditions
 		if v := meta.FindStatusCondition(last, string(mcsv1beta1.ServiceExportConditionValid)); v != nil && v.Status == metav1.ConditionFalse {
-			return false, fmt.Errorf("ServiceExport %s is not valid: %s: %s", key, v.Reason, v.Message)
+			return false, fmt.Errorf("ServiceExport %s is not valid: %s: %s (%w)", key, v.Reason, v.Message, ErrUnhealthy)
 		}
 		return meta.IsStatusConditionTrue(last, string(mcsv1beta1.ServiceExportConditionReady)), nil
 	})
 	if wait.Interrupted(err) {
-		return nil, fmt.Errorf("ServiceExport %s not Ready after %s (conditions: %s): is the mcs-controller running?", key, timeout, conditionsText(last))
+		return nil, fmt.Errorf("ServiceExport %s not Ready after %s (conditions: %s): is the mcs-controller running? (%w)", key, timeout, conditionsText(last), ErrUnhealthy)
 	}
 	return se, err
 }

@@ -49,22 +49,35 @@ func print(w io.Writer, format string, table *metav1.Table, data any) error {
 
 // ANSI colours for the diagnose summary.
 const (
-	red   = "\x1b[31m"
-	green = "\x1b[32m"
-	reset = "\x1b[0m"
+	red    = "\x1b[31m"
+	green  = "\x1b[32m"
+	yellow = "\x1b[33m"
+	reset  = "\x1b[0m"
 )
 
-// summary prints the diagnose verdict after the table, coloured only when w is a terminal that allows it.
+// summary prints the diagnose verdict after the table, coloured only when w is a terminal that allows it. UNKNOWN
+// checks are counted apart: they do not fail diagnose, but a pass that saw less than everything must say so.
 func summary(w io.Writer, checks []Check) error {
-	failed := 0
+	failed, unknown := 0, 0
 	for _, c := range checks {
-		if c.Result == Fail {
+		switch c.Result {
+		case Fail:
 			failed++
+		case Unknown:
+			unknown++
 		}
 	}
-	text, colour := fmt.Sprintf("All %d checks passed.", len(checks)), green
-	if failed > 0 {
+	var text, colour string
+	switch {
+	case failed > 0:
 		text, colour = fmt.Sprintf("%d of %d checks failed.", failed, len(checks)), red
+	case unknown > 0:
+		text, colour = fmt.Sprintf("No check failed; %d of %d checks are UNKNOWN (not a failure: diagnose could not see, see their hints).", unknown, len(checks)), yellow
+	default:
+		text, colour = fmt.Sprintf("All %d checks passed.", len(checks)), green
+	}
+	if failed > 0 && unknown > 0 {
+		text += fmt.Sprintf(" %d UNKNOWN.", unknown)
 	}
 	if printers.AllowsColorOutput(w) {
 		text = colour + text + reset

@@ -14,7 +14,7 @@ import (
 type ServiceRow struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
-	// Cluster is the member's context.
+	// Cluster is the member's context, or its cluster id when no context reaches it.
 	Cluster string `json:"cluster"`
 	// Exported and Imported say whether the member has a ServiceExport and a ServiceImport of the service.
 	Exported bool `json:"exported"`
@@ -33,7 +33,7 @@ type ServiceRow struct {
 	Conflicts []string `json:"conflicts,omitempty"`
 	// Locality is the locality tier the member's import uses; "-" until locality lands.
 	Locality string `json:"locality"`
-	// Note says why the cell is empty: the member is unreachable or lacks the namespace.
+	// Note says why the cell is empty: the member is unreachable, no context reaches it, or it lacks the namespace.
 	Note string `json:"note,omitempty"`
 }
 
@@ -53,8 +53,11 @@ func Matrix(s *Snapshot, ns, name string) []ServiceRow {
 }
 
 func matrixRow(m *Member, svc types.NamespacedName) ServiceRow {
-	row := ServiceRow{Namespace: svc.Namespace, Name: svc.Name, Cluster: m.Context, Locality: noLocality}
+	row := ServiceRow{Namespace: svc.Namespace, Name: svc.Name, Cluster: m.name(), Locality: noLocality}
 	switch {
+	case m.Context == "":
+		row.Note = "no context"
+		return row
 	case !m.reachable():
 		row.Note = "unreachable"
 		return row

@@ -2,18 +2,22 @@ package mcsctl
 
 import (
 	"bytes"
+	"encoding/json"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 )
 
 func TestMatrix(t *testing.T) {
 	s := fixture(t)
-	s.Members = append(s.Members, Member{Context: "cluster-c", Namespaces: []string{"default"}}, Member{Context: "cluster-d", Error: "refused"})
+	s.Members = append(s.Members, Member{Context: "cluster-c", Namespaces: []string{"default"}}, Member{Context: "cluster-d", Error: "refused"},
+		Member{ClusterID: "cluster-e"})
 	s.Members[1].Slices[0].Endpoints[1].Conditions = discoveryConditions(false, true)
 	s.Members[0].Exports[0].Status.Conditions[2] = metav1.Condition{Type: "Conflict", Status: metav1.ConditionTrue, Reason: "PortConflict,TypeConflict"}
 	rows := Matrix(s, "", "")
@@ -27,6 +31,7 @@ func TestMatrix(t *testing.T) {
 		"demo/web cluster-b imported ClusterSetIP 10.128.0.2 cluster-a=1/2 - -",
 		"demo/web cluster-c (no namespace) - - - - -",
 		"demo/web cluster-d (unreachable) - - - - -",
+		"demo/web cluster-e (no context) - - - - -",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("matrix:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -59,7 +64,8 @@ func discoveryConditions(ready, serving bool) discoveryv1.EndpointConditions {
 
 func TestStatus(t *testing.T) {
 	s := fixture(t)
-	s.Members = append(s.Members, Member{Context: "cluster-c", Error: "refused"})
+	s.Members = append(s.Members, Member{Context: "cluster-c", ClusterID: "cluster-c", Error: "refused"}, Member{ClusterID: "cluster-d"})
+	s.Broker.Leases = append(s.Broker.Leases, lease("cluster-d", 3*time.Second))
 	s.Broker.Leases[1] = lease("cluster-b", 40*time.Second)
 	s.Members[1].DNSAnswers[versionQuery] = DNSAnswer{Rcode: "SERVFAIL"}
 	rows := Status(s)
@@ -68,7 +74,11 @@ func TestStatus(t *testing.T) {
 		reachable, alive bool
 		age              float64
 	}
-	want := []view{{"cluster-a", dnsYes, true, true, 2}, {"cluster-b", dnsNo, true, false, 40}, {"cluster-c", dnsUnknown, false, false, -1}}
+	want := []view{{"cluster-a", dnsYes, true, true, 2}, {"cluster-b", dnsNo, true, false, 40}, {"cluster-c", dnsUnknown, false, false, -1},
+		{"", dnsUnknown, false, true, 3}}
+	if len(rows) != len(want) {
+		t.Fatalf("%d rows, want %d", len(rows), len(want))
+	}
 	for i, r := range rows {
 		age := -1.0
 		if r.LeaseAgeSeconds != nil {
@@ -82,8 +92,89 @@ func TestStatus(t *testing.T) {
 	if err := print(&out, outputTable, statusTable(rows), nil); err != nil {
 		t.Fatal(err)
 	}
-	if !hasRow(out.String(), "cluster-c", "Unreachable") || !hasRow(out.String(), "cluster-b", "40s", "no") {
+	if !hasRow(out.String(), "cluster-c", "Unreachable") || !hasRow(out.String(), "cluster-b", "40s", "no") ||
+		!hasRow(out.String(), "No context", "cluster-d", "3s", "yes") {
 		t.Errorf("status table:\n%s", out.String())
+	}
+}
+
+// TestOutputs prints every listing in every -o format: the table's header, the wide columns only with wide, and
+// JSON and YAML that decode to the rows.
+func TestOutputs(t *testing.T) {
+	s := fixture(t)
+	checks := Diagnose(s, []types.NamespacedName{web})
+	listings := []struct {
+		name       string
+		table      *metav1.Table
+		data       any
+		header     string
+		wideColumn string
+		dataKey    string
+	}{
+		{"status", statusTable(Status(s)), map[string]any{"members": Status(s)}, "CLUSTER-ID", "DNS-ADDRESS", "members:"},
+		{"services", servicesTable(Matrix(s, "", "")), map[string]any{"services": Matrix(s, "", "")}, "CLUSTERSET-IP", "PORTS", "services:"},
+		{"diagnose", diagnoseTable(checks), map[string]any{"passed": Passed(checks), "checks": checks}, "RESULT", "", "checks:"},
+	}
+	for _, l := range listings {
+		for _, format := range []string{outputTable, outputWide, "json", "yaml"} {
+			if err := validateOutput(format); err != nil {
+				t.Fatalf("-o %q refused: %v", format, err)
+			}
+			var out bytes.Buffer
+			if err := print(&out, format, l.table, l.data); err != nil {
+				t.Fatalf("%s -o %q: %v", l.name, format, err)
+			}
+			text := out.String()
+			switch format {
+			case outputTable, outputWide:
+				if !strings.Contains(text, l.header) || (l.wideColumn != "" && strings.Contains(text, l.wideColumn) != (format == outputWide)) {
+					t.Errorf("%s -o %q:\n%s", l.name, format, text)
+				}
+			case "json":
+				var decoded map[string]json.RawMessage
+				if err := json.Unmarshal(out.Bytes(), &decoded); err != nil || len(decoded[strings.TrimSuffix(l.dataKey, ":")]) == 0 {
+					t.Errorf("%s -o json: %v\n%s", l.name, err, text)
+				}
+			case "yaml":
+				if !strings.HasPrefix(text, l.dataKey) && !strings.Contains(text, "\n"+l.dataKey) {
+					t.Errorf("%s -o yaml:\n%s", l.name, text)
+				}
+			}
+		}
+	}
+}
+
+func TestSummary(t *testing.T) {
+	pass, fail, unknown := Check{Result: Pass}, Check{Result: Fail}, Check{Result: Unknown}
+	for _, c := range []struct {
+		checks []Check
+		want   string
+	}{
+		{[]Check{pass, pass}, "All 2 checks passed."},
+		{[]Check{pass, unknown}, "No check failed; 1 of 2 checks are UNKNOWN (not a failure"},
+		{[]Check{fail, unknown, pass}, "1 of 3 checks failed. 1 UNKNOWN."},
+	} {
+		var out bytes.Buffer
+		if err := summary(&out, c.checks); err != nil || !strings.HasPrefix(out.String(), c.want) {
+			t.Errorf("summary = %q, %v; want it to start %q", out.String(), err, c.want)
+		}
+	}
+}
+
+func TestBuildVersion(t *testing.T) {
+	bi := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: "vksfleet.dev/fleet", Version: "(devel)"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "22e142b"}, {Key: "vcs.modified", Value: "true"}}}
+	v := buildVersion(bi, true)
+	v.BrokerError = "no broker context"
+	if want := "kubectl-mcs (devel)\ngit revision 22e142b (modified)\ngo1.26.0\nbroker: no broker context\n"; v.text() != want {
+		t.Errorf("version text %q, want %q", v.text(), want)
+	}
+	v.Broker, v.BrokerError = &BrokerVersion{Context: "hub", MCSAPI: "multicluster.x-k8s.io/v1beta1", Kubernetes: "v1.34.0"}, ""
+	if !strings.Contains(v.text(), "broker hub: Kubernetes v1.34.0, mcs-api multicluster.x-k8s.io/v1beta1") {
+		t.Errorf("version text %q", v.text())
+	}
+	if v := buildVersion(nil, false); v.Version != "unknown" {
+		t.Errorf("without build info: %+v", v)
 	}
 }
 

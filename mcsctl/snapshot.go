@@ -2,6 +2,7 @@ package mcsctl
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -13,9 +14,10 @@ import (
 // Snapshot is what the plugin read from the clusterset at one moment: plain data that status, services and
 // diagnose evaluate without a client.
 type Snapshot struct {
-	// Members are the member clusters, sorted by context.
+	// Members are the broker's member clusters: those a context reaches, sorted by context, then those none
+	// reaches, sorted by cluster id.
 	Members []Member
-	// Broker is the broker; its Context is empty when no broker context was found.
+	// Broker is the broker, always read: without it the members are unknown.
 	Broker Broker
 	// Now is the local clock when the snapshot was taken.
 	Now time.Time
@@ -23,11 +25,12 @@ type Snapshot struct {
 
 // Member is one member cluster as read through its kubeconfig context.
 type Member struct {
-	// Context is the kubeconfig context, the member's name in every output.
+	// Context is the kubeconfig context, the member's name in every output; "" when no context of the
+	// kubeconfig reaches the member, which is then known only by its cluster id on the broker.
 	Context string
-	// Error says why the member could not be read; the other fields are then empty.
+	// Error says why the member could not be read; the fields read from it are then empty.
 	Error string
-	// ClusterID and ClusterSet are the values of the KEP-2149 ClusterProperties; empty when absent.
+	// ClusterID and ClusterSet are the values of the KEP-2149 ClusterProperties.
 	ClusterID, ClusterSet string
 	// ClockOffset is the API server's clock minus the local clock, from its Date header (1 s resolution).
 	ClockOffset time.Duration
@@ -38,6 +41,8 @@ type Member struct {
 	ControllerVersion string
 	// Corefile is the Corefile of the ConfigMap kube-system/coredns; nil when there is none.
 	Corefile *string
+	// CoreDNSImage is the image of the Deployment kube-system/coredns; "" when there is none.
+	CoreDNSImage string
 	// DNS is the address its DNS server is asked at, and DNSSource where that address came from.
 	DNS, DNSSource string
 	// Namespaces are the member's namespace names.
@@ -50,6 +55,8 @@ type Member struct {
 	DerivedServices []corev1.Service
 	// DNSAnswers are the DNS probes made at DNS, by query name and type ("web.demo.svc.clusterset.local. A").
 	DNSAnswers map[string]DNSAnswer
+	// DNSError says why the DNS could not be asked at all (the --in-cluster probe's pod did not run).
+	DNSError string
 }
 
 // DNSAnswer is the outcome of one DNS query.
@@ -64,10 +71,8 @@ type DNSAnswer struct {
 
 // Broker is the broker API server's content that concerns the plugin.
 type Broker struct {
-	// Context is the kubeconfig context of the broker; empty when there is none.
+	// Context is the kubeconfig context of the broker.
 	Context string
-	// Error says why the broker could not be read.
-	Error string
 	// ClockOffset is the broker's clock minus the local clock.
 	ClockOffset time.Duration
 	// MissingAPIs are the resources the broker needs and does not serve.
@@ -76,10 +81,28 @@ type Broker struct {
 	Records []mcsv1beta1.ServiceImport
 	Slices  []discoveryv1.EndpointSlice
 	Leases  []coordinationv1.Lease
+	// Members are the cluster ids that have a namespace or a Lease on the broker, sorted.
+	Members []string
 }
 
 // reachable reports whether the member was read.
-func (m *Member) reachable() bool { return m.Error == "" }
+func (m *Member) reachable() bool { return m.Context != "" && m.Error == "" }
+
+// ourCoreDNS reports whether the member's CoreDNS Deployment runs our build, the only one with the multicluster
+// plugin; the deploy manifests name its image ghcr.io/vksfleet/coredns.
+func (m *Member) ourCoreDNS() bool { return strings.Contains(m.CoreDNSImage, "vksfleet") }
+
+// inClusterDNS reports whether the member's DNS is asked at its kube-dns Service's ClusterIP, which a machine
+// outside the cluster rarely reaches.
+func (m *Member) inClusterDNS() bool { return m.DNSSource == kubeDNSSource }
+
+// name is how outputs name the member: its context, else its cluster id.
+func (m *Member) name() string {
+	if m.Context == "" {
+		return m.ClusterID
+	}
+	return m.Context
+}
 
 // hasNamespace reports whether the member has the namespace.
 func (m *Member) hasNamespace(ns string) bool { return slices.Contains(m.Namespaces, ns) }

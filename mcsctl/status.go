@@ -9,7 +9,7 @@ import (
 
 // StatusRow is one member in `kubectl mcs status`.
 type StatusRow struct {
-	// Name is the member's context.
+	// Name is the member's context; "" when no context of the kubeconfig reaches the member.
 	Name      string `json:"name"`
 	Reachable bool   `json:"reachable"`
 	// Error says why an unreachable member could not be read.
@@ -30,23 +30,24 @@ type StatusRow struct {
 	DNSAddress string `json:"dnsAddress,omitempty"`
 }
 
-// Status is one row per member, in context order; unreachable members are rows too.
+// Status is one row per member, in the snapshot's order; unreachable members, and members no context reaches
+// (with the Lease the broker holds), are rows too.
 func Status(s *Snapshot) []StatusRow {
 	rows := make([]StatusRow, 0, len(s.Members))
 	for i := range s.Members {
 		m := &s.Members[i]
-		row := StatusRow{Name: m.Context, Reachable: m.reachable(), Error: m.Error, DNSAddress: m.DNS}
-		if !row.Reachable {
-			row.DNS = dnsUnknown
-			rows = append(rows, row)
-			continue
+		row := StatusRow{Name: m.Context, Reachable: m.reachable(), Error: m.Error, DNSAddress: m.DNS, ClusterID: m.ClusterID}
+		if m.Context == "" {
+			row.Error = "no kubeconfig context reaches this member: add one, or pass --contexts"
 		}
-		row.ClusterID, row.ClusterSet, row.Controller = m.ClusterID, m.ClusterSet, m.ControllerVersion
 		if l := s.lease(m.ClusterID); m.ClusterID != "" && l.found {
 			age := l.age.Seconds()
 			row.LeaseAgeSeconds, row.Alive, row.Broker = &age, l.alive(), s.Broker.Context
 		}
-		row.DNS = zoneServed(m)
+		row.DNS = dnsUnknown
+		if row.Reachable {
+			row.ClusterSet, row.Controller, row.DNS = m.ClusterSet, m.ControllerVersion, zoneServed(m)
+		}
 		rows = append(rows, row)
 	}
 	return rows
@@ -81,7 +82,10 @@ func statusTable(rows []StatusRow) *metav1.Table {
 	}}
 	for _, r := range rows {
 		status, age, alive := "Reachable", "-", "-"
-		if !r.Reachable {
+		switch {
+		case r.Name == "":
+			status = "No context"
+		case !r.Reachable:
 			status = "Unreachable"
 		}
 		if r.LeaseAgeSeconds != nil {

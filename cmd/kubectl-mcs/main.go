@@ -18,20 +18,19 @@ import (
 	"vksfleet.dev/fleet/mcsctl"
 )
 
+// main exits as mcsctl.ExitCode says, for scripts: 0 healthy, 1 unhealthy (a diagnose check failed), 2 could not
+// run.
 func main() {
 	// Errors come back to the command, which prints them; controller-runtime's clients would otherwise warn, after
 	// 30 s of a long join, that nobody set their logger.
 	ctrl.SetLogger(logr.Discard())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	cmd := mcsctl.NewCommand(genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})
 	err := cmd.ExecuteContext(ctx)
-	switch {
-	case err == nil:
-	case errors.Is(err, mcsctl.ErrChecksFailed):
-		os.Exit(1)
-	default:
+	// diagnose printed its failed checks already.
+	if err != nil && !errors.Is(err, mcsctl.ErrChecksFailed) {
 		fmt.Fprintln(os.Stderr, "error:", err)
-		os.Exit(1)
 	}
+	stop()
+	os.Exit(mcsctl.ExitCode(err))
 }

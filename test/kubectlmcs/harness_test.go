@@ -132,8 +132,8 @@ func diagnose(t *testing.T, args ...string) diagnosis {
 		t.Fatalf("diagnose %v: exit %d, stdout %q, stderr %q: %v", args, r.code, r.stdout, r.stderr, err)
 	}
 	d.code, d.stderr = r.code, r.stderr
-	if d.Passed != (r.code == 0) {
-		t.Fatalf("diagnose %v: passed=%v but exit code %d", args, d.Passed, r.code)
+	if want := map[bool]int{true: mcsctl.ExitHealthy, false: mcsctl.ExitUnhealthy}[d.Passed]; r.code != want {
+		t.Fatalf("diagnose %v: passed=%v but exit code %d, want %d", args, d.Passed, r.code, want)
 	}
 	return d
 }

@@ -16,9 +16,11 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -49,6 +51,12 @@ func TestKubectlMCS(t *testing.T) {
 
 	t.Run("healthy", func(t *testing.T) {
 		waitPassed(t)
+		// Every DNS check, the service's NXDOMAIN at each exporter's cluster id included, was asked and passed.
+		for _, c := range diagnose(t).Checks {
+			if c.Check == mcsctl.CheckDNS && c.Result != mcsctl.Pass {
+				t.Errorf("dns %s %s: %s (%s)", c.Cluster, c.Service, c.Result, c.Message)
+			}
+		}
 		var status struct{ Members []mcsctl.StatusRow }
 		decode(t, mcs(t, "status", "-o", "json"), &status)
 		if len(status.Members) != 3 {
@@ -98,19 +106,133 @@ func TestKubectlMCS(t *testing.T) {
 		}
 	})
 
-	t.Run("unreachable member", func(t *testing.T) {
-		withGone := addContext(t, "cluster-gone", "https://127.0.0.1:1")
-		r := mcs(t, "--kubeconfig", withGone, "status")
-		if r.code != 0 || !hasLine(r.stdout, "cluster-gone", "Unreachable") {
-			t.Errorf("status with an unreachable member: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	t.Run("contexts matched by cluster id", func(t *testing.T) {
+		// Contexts named as clouds name them, and one that reaches nothing: the members are found by cluster id.
+		renamed := map[string]string{
+			clusterset.BrokerName: "hub", "cluster-a": "prod-east-1", "cluster-b": "gke_shop_europe-west1_b", "cluster-c": "admin@cluster-c.example",
 		}
-		d := diagnose(t, "--kubeconfig", withGone)
-		if err := d.expect(mcsctl.CheckReachable, "cluster-gone", "", mcsctl.Fail); err != nil || d.code == 0 {
+		path := rewriteKubeconfig(t, renamed, "unrelated", "https://127.0.0.1:1")
+		// Its current context is a member's, and no context is named broker: the broker must be named.
+		if r := mcs(t, "--kubeconfig", path, "status"); r.code != mcsctl.ExitCouldNotRun || !strings.Contains(r.stderr, "is not the broker (name it with --context)") {
+			t.Errorf("status without a broker context: exit %d, %q", r.code, r.stderr)
+		}
+		var status struct{ Members []mcsctl.StatusRow }
+		decode(t, mcs(t, "--kubeconfig", path, "--context", "hub", "status", "-o", "json"), &status)
+		var got []string
+		for _, row := range status.Members {
+			got = append(got, row.Name+"="+row.ClusterID)
+			if !row.Reachable || !row.Alive || row.Broker != "hub" || row.DNS != "yes" {
+				t.Errorf("status row %+v, want reachable, alive, on hub, DNS serving", row)
+			}
+		}
+		want := []string{"admin@cluster-c.example=cluster-c", "gke_shop_europe-west1_b=cluster-b", "prod-east-1=cluster-a"}
+		if !slices.Equal(got, want) {
+			t.Errorf("status members %v, want %v", got, want)
+		}
+		d := diagnose(t, "--kubeconfig", path, "--broker-context", "hub", ns+"/web")
+		if !d.Passed || d.code != mcsctl.ExitHealthy || len(d.find(mcsctl.CheckReachable, "unrelated", "")) > 0 {
+			t.Errorf("diagnose on renamed contexts: exit %d: %v", d.code, failures(d))
+		}
+		if r := mcs(t, "--kubeconfig", path, "--context", "hub", "-v", "status"); r.code != 0 || !strings.Contains(r.stderr, "context unrelated ignored: its cluster id could not be read") {
+			t.Errorf("status -v: exit %d, stderr %q", r.code, r.stderr)
+		}
+		// Named in --contexts, the unreachable context is a member that fails; the members not named are left out.
+		d = diagnose(t, "--kubeconfig", path, "--context", "hub", "--contexts", "prod-east-1,unrelated")
+		if err := d.expect(mcsctl.CheckReachable, "unrelated", "", mcsctl.Fail); err != nil || d.code != mcsctl.ExitUnhealthy {
 			t.Errorf("exit %d: %v", d.code, err)
 		}
-		d = diagnose(t, "--kubeconfig", withGone, "--contexts", strings.Join(clusterset.DefaultMembers, ","))
-		if !d.Passed || len(d.find(mcsctl.CheckReachable, "cluster-gone", "")) > 0 {
-			t.Errorf("without the unreachable context: %v", failures(d))
+		if len(d.find(mcsctl.CheckReachable, "gke_shop_europe-west1_b", "")) > 0 {
+			t.Errorf("--contexts prod-east-1,unrelated diagnosed a member not named: %+v", d.Checks)
+		}
+		// A member no context reaches is reported, and only UNKNOWN: diagnose still exits 0, and says so.
+		delete(renamed, "cluster-c")
+		without := rewriteKubeconfig(t, renamed, "unrelated", "https://127.0.0.1:1")
+		r := mcs(t, "--kubeconfig", without, "--context", "hub", "status")
+		if r.code != 0 || !hasLine(r.stdout, "No context", "cluster-c") {
+			t.Errorf("status without cluster-c's context: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+		d = diagnose(t, "--kubeconfig", without, "--context", "hub")
+		if err := d.expect(mcsctl.CheckReachable, "cluster-c", "", mcsctl.Unknown); err != nil || d.code != mcsctl.ExitHealthy {
+			t.Errorf("exit %d: %v", d.code, err)
+		}
+		r = mcs(t, "--kubeconfig", without, "--context", "hub", "diagnose")
+		if r.code != 0 || !strings.Contains(r.stdout, "No check failed; ") {
+			t.Errorf("diagnose's summary with an UNKNOWN check: exit %d\n%s", r.code, r.stdout)
+		}
+	})
+
+	t.Run("--as", func(t *testing.T) {
+		// A user with no rights cannot read the broker, which alone says who the members are: the command cannot
+		// run (exit 2), and says whose rights are lacking.
+		r := mcs(t, "status", "--as", "nobody")
+		if r.code != mcsctl.ExitCouldNotRun || !strings.Contains(r.stderr, "forbidden") || !strings.Contains(r.stderr, `"nobody"`) {
+			t.Errorf("status --as nobody: exit %d, %q", r.code, r.stderr)
+		}
+		t.Logf("status --as nobody: exit %d: %s", r.code, r.stderr)
+		// A user who may read the broker and no member: every context is read as that user too, so none reaches
+		// a member.
+		reader := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "kubectl-mcs-broker-reader"}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list"}},
+			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list"}},
+			{APIGroups: []string{mcsv1beta1.GroupName}, Resources: []string{"serviceimports"}, Verbs: []string{"get", "list"}},
+		}}
+		binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: reader.Name},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: reader.Name},
+			Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "broker-reader"}}}
+		for _, obj := range []client.Object{reader, binding} {
+			if err := fl.Broker.Client.Create(ctx, obj); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var status struct{ Members []mcsctl.StatusRow }
+		poll.T(t, propagation, "the broker-reader's rights apply", func() error {
+			r := mcs(t, "status", "--as", "broker-reader", "-o", "json")
+			if r.code != 0 {
+				return fmt.Errorf("exit %d: %s", r.code, r.stderr)
+			}
+			return json.Unmarshal([]byte(r.stdout), &status)
+		})
+		if len(status.Members) != 3 {
+			t.Fatalf("status --as broker-reader: %+v, want the 3 members", status.Members)
+		}
+		for _, row := range status.Members {
+			if row.Name != "" || row.ClusterID == "" || !row.Alive {
+				t.Errorf("status --as broker-reader: %+v, want a live member no context reaches", row)
+			}
+		}
+		if r := mcs(t, "status", "--as", "broker-reader", "-v"); !strings.Contains(r.stderr, "forbidden") {
+			t.Errorf("status --as broker-reader -v does not say the contexts refused: %q", r.stderr)
+		}
+	})
+
+	t.Run("--in-cluster", func(t *testing.T) {
+		// The local clusterset marks pods running but has no kubelet to exec into: each member's probe pod is
+		// created, the exec fails, the DNS check is UNKNOWN (diagnose passes) and the pod is deleted.
+		d := diagnose(t, "--in-cluster", "--image", "nicolaka/netshoot", ns+"/web")
+		for _, m := range clusterset.DefaultMembers {
+			c := d.find(mcsctl.CheckDNS, m, "")
+			if len(c) != 1 || c[0].Result != mcsctl.Unknown || !strings.Contains(c[0].Message, "running dig in pod default/kubectl-mcs-dns-") ||
+				!strings.Contains(c[0].Hint, "--image") {
+				t.Errorf("dns check of %s with --in-cluster and no kubelet: %+v", m, c)
+			}
+		}
+		if d.code != mcsctl.ExitHealthy {
+			t.Errorf("diagnose --in-cluster: exit %d: %v", d.code, failures(d))
+		}
+		t.Logf("diagnose --in-cluster without a kubelet: %+v", d.find(mcsctl.CheckDNS, "cluster-a", ""))
+		for _, m := range clusterset.DefaultMembers {
+			poll.T(t, propagation, "the probe pods are gone from "+m, func() error {
+				pods := &corev1.PodList{}
+				if err := fl.Member(m).Client.List(ctx, pods, client.InNamespace(metav1.NamespaceDefault),
+					client.MatchingLabels{"app.kubernetes.io/name": "kubectl-mcs"}); err != nil {
+					return err
+				}
+				if len(pods.Items) > 0 {
+					return fmt.Errorf("%d probe pods left, the first %s", len(pods.Items), pods.Items[0].Name)
+				}
+				return nil
+			})
 		}
 	})
 
@@ -228,6 +350,10 @@ func TestKubectlMCS(t *testing.T) {
 		serve(t, "cluster-a", late, "app", 80, 1)
 		if r := mcs(t, "export", "app", "-n", late, "--context", "cluster-a"); r.code != 0 {
 			t.Fatalf("export: %q", r.stderr)
+		}
+		// cluster-c has no namespace late: its DNS answers the name NXDOMAIN, as SPEC section 4 requires.
+		if dns := waitCheck(t, mcsctl.CheckDNS, "cluster-c", late+"/app", mcsctl.Pass); !strings.Contains(dns.Message, "NXDOMAIN") {
+			t.Errorf("dns of late/app in cluster-c: %q", dns.Message)
 		}
 		c := fl.Member("cluster-c")
 		c.StopController()
@@ -353,19 +479,26 @@ func hasLine(out string, words ...string) bool {
 	return false
 }
 
-// addContext writes a copy of the fleet's kubeconfig with one more context reaching server, and returns its path.
-func addContext(t *testing.T, name, server string) string {
+// rewriteKubeconfig writes a copy of the fleet's kubeconfig whose contexts are renamed (old name to new; contexts
+// not in renamed are dropped) plus one more context reaching server, and returns its path. The current context is
+// cluster-a's new name.
+func rewriteKubeconfig(t *testing.T, renamed map[string]string, extra, server string) string {
 	t.Helper()
 	cfg, err := clientcmd.LoadFromFile(kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
+	contexts := map[string]*clientcmdapi.Context{}
+	for old, name := range renamed {
+		contexts[name] = cfg.Contexts[old]
+	}
 	cluster := cfg.Clusters["cluster-a"].DeepCopy()
 	cluster.Server = server
-	cfg.Clusters[name] = cluster
+	cfg.Clusters[extra] = cluster
 	ctx := cfg.Contexts["cluster-a"].DeepCopy()
-	ctx.Cluster = name
-	cfg.Contexts[name] = ctx
+	ctx.Cluster = extra
+	contexts[extra] = ctx
+	cfg.Contexts, cfg.CurrentContext = contexts, renamed["cluster-a"]
 	path := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
 		t.Fatal(err)
