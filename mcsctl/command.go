@@ -79,11 +79,12 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	o := &options{config: genericclioptions.NewConfigFlags(true), streams: streams}
 	root := &cobra.Command{
 		Use:   "kubectl-mcs",
-		Short: "See and diagnose a Multi-Cluster Services clusterset from one kubeconfig",
+		Short: "Install, see and diagnose a Multi-Cluster Services clusterset from one kubeconfig",
 		Long: `kubectl mcs talks to the broker (--context, default the context "broker", else the current context), learns
 the members' cluster ids from their namespaces and Leases there, and reads each member through the kubeconfig
 context whose cluster id matches (or the --contexts given). --as, --as-group, --token and --request-timeout apply
-to every cluster it talks to.
+to every cluster it talks to. export, unexport, join and unjoin act on one member, and broker init on the broker:
+each names its cluster with --context, as kubectl does.
 
 Exit codes: 0 healthy, 1 unhealthy (a diagnose check failed), 2 could not run.`,
 		SilenceUsage:  true,

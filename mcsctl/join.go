@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
 
 	"vksfleet.dev/fleet/mcsctl/install"
 )
@@ -29,7 +30,7 @@ broker, and take it away. Running init again changes nothing on the broker and w
 			if opts.ClusterSet == "" {
 				return fmt.Errorf("--clusterset is required: the name every member's clusterset.k8s.io ClusterProperty will hold")
 			}
-			cfg, err := o.config.ToRESTConfig()
+			cfg, err := o.oneCluster("the broker")
 			if err != nil {
 				return err
 			}
@@ -73,7 +74,7 @@ credentials the broker still accepts are kept). DNS modes (--dns):
 			if err != nil {
 				return err
 			}
-			cfg, err := o.config.ToRESTConfig()
+			cfg, err := o.oneCluster("the member")
 			if err != nil {
 				return err
 			}
@@ -108,7 +109,7 @@ func (o *options) unjoinCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cfg, err := o.config.ToRESTConfig()
+			cfg, err := o.oneCluster("the member")
 			if err != nil {
 				return err
 			}
@@ -120,4 +121,14 @@ func (o *options) unjoinCommand() *cobra.Command {
 	f.StringVar(&opts.ClusterID, "cluster-id", "", "the member's cluster id; default its ClusterProperty's")
 	f.DurationVar(&opts.Wait, "wait", 2*time.Minute, "how long to wait for the controller to stop and the broker namespace to go")
 	return cmd
+}
+
+// oneCluster is the config of the one cluster broker init, join and unjoin talk to through the kubeconfig: --context,
+// as kubectl names it (the broker's address for members comes from the broker-info file). --broker-context, which
+// status and diagnose read the broker through, would be ambiguous here, so it is refused.
+func (o *options) oneCluster(what string) (*rest.Config, error) {
+	if o.broker != "" {
+		return nil, fmt.Errorf("--broker-context is for status, services and diagnose; name %s with --context", what)
+	}
+	return o.config.ToRESTConfig()
 }
