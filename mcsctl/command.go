@@ -366,19 +366,27 @@ func (o *options) brokerConfig(raw clientcmdapi.Config, timeout time.Duration) (
 	return name, cfg, err
 }
 
+// brokerOf reads the kubeconfig and the request timeout, and resolves the broker's context and config, whose
+// requests are bounded by the timeout, or by limit when it is shorter.
+func (o *options) brokerOf(limit time.Duration) (raw clientcmdapi.Config, name string, cfg *rest.Config, timeout time.Duration, err error) {
+	if raw, err = o.config.ToRawKubeConfigLoader().RawConfig(); err != nil {
+		return raw, "", nil, 0, fmt.Errorf("reading the kubeconfig: %w", err)
+	}
+	if timeout, err = o.requestTimeout(); err != nil {
+		return raw, "", nil, 0, err
+	}
+	if limit > 0 {
+		timeout = min(timeout, limit)
+	}
+	name, cfg, err = o.brokerConfig(raw, timeout)
+	return raw, name, cfg, timeout, err
+}
+
 // snapshot reads the clusterset: the broker, which says who the members are, then every member through its
 // context; probe asks each member's DNS, and dnsScope, when set, names the services whose DNS names it asks once
 // the API data is read.
 func (o *options) snapshot(ctx context.Context, probe bool, dnsScope func(*Snapshot) []types.NamespacedName) (*Snapshot, error) {
-	raw, err := o.config.ToRawKubeConfigLoader().RawConfig()
-	if err != nil {
-		return nil, fmt.Errorf("reading the kubeconfig: %w", err)
-	}
-	timeout, err := o.requestTimeout()
-	if err != nil {
-		return nil, err
-	}
-	brokerCtx, brokerCfg, err := o.brokerConfig(raw, timeout)
+	raw, brokerCtx, brokerCfg, timeout, err := o.brokerOf(0)
 	if err != nil {
 		return nil, err
 	}

@@ -70,11 +70,7 @@ credentials the broker still accepts are kept). DNS modes (--dns):
   cluster-local  no DNS change: every import is also a cluster.local Service <svc>-clusterset.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			info, err := install.ReadBrokerInfo(file)
-			if err != nil {
-				return err
-			}
-			cfg, err := o.oneCluster("the member")
+			info, cfg, err := o.memberWith(file)
 			if err != nil {
 				return err
 			}
@@ -105,11 +101,7 @@ func (o *options) unjoinCommand() *cobra.Command {
 		Short: "Take the cluster of --context out of the clusterset, on the member and the broker, and say what is left",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			info, err := install.ReadBrokerInfo(file)
-			if err != nil {
-				return err
-			}
-			cfg, err := o.oneCluster("the member")
+			info, cfg, err := o.memberWith(file)
 			if err != nil {
 				return err
 			}
@@ -131,4 +123,14 @@ func (o *options) oneCluster(what string) (*rest.Config, error) {
 		return nil, fmt.Errorf("--broker-context is for status, services and diagnose; name %s with --context", what)
 	}
 	return o.config.ToRESTConfig()
+}
+
+// memberWith reads the broker-info file and the member's config, for the commands that act on one member.
+func (o *options) memberWith(brokerInfo string) (install.BrokerInfo, *rest.Config, error) {
+	info, err := install.ReadBrokerInfo(brokerInfo)
+	if err != nil {
+		return info, nil, err
+	}
+	cfg, err := o.oneCluster("the member")
+	return info, cfg, err
 }

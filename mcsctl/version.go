@@ -98,15 +98,7 @@ func (o *options) versionCommand() *cobra.Command {
 }
 
 func (o *options) brokerVersion() (*BrokerVersion, error) {
-	raw, err := o.config.ToRawKubeConfigLoader().RawConfig()
-	if err != nil {
-		return nil, fmt.Errorf("reading the kubeconfig: %w", err)
-	}
-	timeout, err := o.requestTimeout()
-	if err != nil {
-		return nil, err
-	}
-	name, cfg, err := o.brokerConfig(raw, min(timeout, contextProbeTimeout))
+	_, name, cfg, _, err := o.brokerOf(contextProbeTimeout)
 	if err != nil {
 		return nil, err
 	}
