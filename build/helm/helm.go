@@ -53,8 +53,8 @@ var parts = []part{
 
 // The controller's argument that the cluster-local mode replaces, as mcsctl/install's memberOverlay does.
 const (
-	dnsAddressFlag    = "--dns-address="
-	clusterLocalFlags = "--cluster-local-services"
+	dnsAddressFlag   = "--dns-address="
+	clusterLocalFlag = "--cluster-local-services"
 )
 
 // Files returns the chart's files by their slash-separated path in the chart's folder.
@@ -80,17 +80,18 @@ func Files() (map[string][]byte, error) {
 			return nil, fmt.Errorf("helm: no Deployment of the %s in the bases", name)
 		}
 	}
-	values, err := valuesFile(defaults)
-	if err != nil {
-		return nil, err
-	}
-	files["values.yaml"] = values
+	files["values.yaml"] = valuesFile(defaults)
 	schema, err := valuesSchema()
 	if err != nil {
 		return nil, err
 	}
 	files["values.schema.json"] = schema
-	_, tag, _ := strings.Cut(defaults["controller"].image, ":")
+	image := defaults["controller"].image
+	i := strings.LastIndex(image, ":")
+	if i < 0 || strings.ContainsAny(image[i:], "/@") {
+		return nil, fmt.Errorf("helm: the controller's image %s has no tag for the chart's appVersion", image)
+	}
+	tag := image[i+1:]
 	files["Chart.yaml"] = fmt.Appendf(nil, `%sapiVersion: v2
 name: %s
 description: A member cluster of a VKS Fleet clusterset (the MCS CRDs, the mcs-controller, the admission policy and the DNS of clusterset.local), rendered from the kustomize bases of build/deploy.
@@ -191,8 +192,10 @@ func (t *templater) token(h hole) *yaml.RNode {
 	return yaml.NewScalarRNode(fmt.Sprintf("HELMHOLE%dEND", len(t.holes)-1))
 }
 
+// inline is a token for expr within its line.
 func (t *templater) inline(expr string) *yaml.RNode { return t.token(hole{inline: expr}) }
 
+// block is a token for the lines f returns in place of its line.
 func (t *templater) block(f func(indent int) string) *yaml.RNode { return t.token(hole{block: f}) }
 
 var tokenRE = regexp.MustCompile(`HELMHOLE(\d+)END`)
@@ -226,6 +229,15 @@ func (t *templater) fill(text string) (string, error) {
 	return strings.Join(lines, "\n"), nil
 }
 
+// lookup returns the node at path under n, or an error naming the path.
+func lookup(n *yaml.RNode, path ...string) (*yaml.RNode, error) {
+	found, err := n.Pipe(yaml.Lookup(path...))
+	if err == nil && found == nil {
+		err = fmt.Errorf("no %s", strings.Join(path, "."))
+	}
+	return found, err
+}
+
 // pad is n spaces.
 func pad(n int) string { return strings.Repeat(" ", n) }
 
@@ -242,9 +254,9 @@ func indented(text string, n int) string {
 // and for the controller its DNS argument, --lease-grace and the metrics annotations.
 func (t *templater) deployment(d *yaml.RNode, p part, defaults *componentDefaults) error {
 	c := p.component
-	replicas, err := d.Pipe(yaml.Lookup("spec", "replicas"))
-	if err != nil || replicas == nil {
-		return fmt.Errorf("no spec.replicas: %v", err)
+	replicas, err := lookup(d, "spec", "replicas")
+	if err != nil {
+		return err
 	}
 	n, err := strconv.Atoi(yaml.GetValue(replicas))
 	if err != nil {
@@ -258,14 +270,17 @@ func (t *templater) deployment(d *yaml.RNode, p part, defaults *componentDefault
 		return err
 	}
 
-	pod, err := d.Pipe(yaml.Lookup("spec", "template"))
-	if err != nil || pod == nil {
-		return fmt.Errorf("no pod template: %v", err)
+	pod, err := lookup(d, "spec", "template")
+	if err != nil {
+		return err
 	}
-	podSpec := pod.Field("spec").Value
-	containers, err := podSpec.Pipe(yaml.Lookup("containers"))
-	if err != nil || containers == nil {
-		return fmt.Errorf("no containers: %v", err)
+	podSpec, err := lookup(pod, "spec")
+	if err != nil {
+		return err
+	}
+	containers, err := lookup(podSpec, "containers")
+	if err != nil {
+		return err
 	}
 	ctrs, err := containers.Elements()
 	if err != nil {
@@ -276,7 +291,11 @@ func (t *templater) deployment(d *yaml.RNode, p part, defaults *componentDefault
 	}
 	ctr := ctrs[0]
 
-	image := yaml.GetValue(ctr.Field("image").Value)
+	img, err := lookup(ctr, "image")
+	if err != nil {
+		return err
+	}
+	image := yaml.GetValue(img)
 	if defaults.image != "" && defaults.image != image {
 		return fmt.Errorf("image %s where another base of the %s has %s", image, c, defaults.image)
 	}
@@ -356,9 +375,9 @@ func (t *templater) scheduling(podSpec *yaml.RNode) error {
 // controller puts the DNS mode and the lease grace into the controller's arguments, and the metrics annotations on
 // its pods: the DNS Services carry theirs in the bases already.
 func (t *templater) controller(pod, ctr *yaml.RNode) error {
-	args, err := ctr.Pipe(yaml.Lookup("args"))
-	if err != nil || args == nil {
-		return fmt.Errorf("no args: %v", err)
+	args, err := lookup(ctr, "args")
+	if err != nil {
+		return err
 	}
 	elems, err := args.Elements()
 	if err != nil {
@@ -369,30 +388,37 @@ func (t *templater) controller(pod, ctr *yaml.RNode) error {
 		return fmt.Errorf("no %s argument for the cluster-local mode to replace", dnsAddressFlag)
 	}
 	dnsArg := yaml.GetValue(elems[i])
-	elems[i].SetYNode(t.inline(fmt.Sprintf("{{ if eq .Values.dns.mode %q }}%s{{ else }}%s{{ end }}", install.DNSClusterLocal, clusterLocalFlags, dnsArg)).YNode())
+	elems[i].SetYNode(t.inline(fmt.Sprintf("{{ if eq .Values.dns.mode %q }}%s{{ else }}%s{{ end }}", install.DNSClusterLocal, clusterLocalFlag, dnsArg)).YNode())
 	grace := t.block(func(indent int) string {
 		return fmt.Sprintf("{{- with .Values.controller.leaseGrace }}\n%s- --lease-grace={{ . }}\n{{- end }}", pad(indent))
 	})
 	args.YNode().Content = append(args.YNode().Content, grace.YNode())
 
 	port := ""
-	ports, err := ctr.Pipe(yaml.Lookup("ports"))
-	if err != nil || ports == nil {
-		return fmt.Errorf("no ports: %v", err)
+	ports, err := lookup(ctr, "ports")
+	if err != nil {
+		return err
 	}
 	portList, err := ports.Elements()
 	if err != nil {
 		return err
 	}
 	for _, p := range portList {
-		if yaml.GetValue(p.Field("name").Value) == "metrics" {
-			port = yaml.GetValue(p.Field("containerPort").Value)
+		if name, _ := lookup(p, "name"); name != nil && yaml.GetValue(name) == "metrics" {
+			n, err := lookup(p, "containerPort")
+			if err != nil {
+				return err
+			}
+			port = yaml.GetValue(n)
 		}
 	}
 	if port == "" {
 		return errors.New("no container port named metrics for the scrape annotations")
 	}
-	meta := pod.Field("metadata").Value
+	meta, err := lookup(pod, "metadata")
+	if err != nil {
+		return err
+	}
 	if meta.Field("annotations") != nil {
 		return errors.New("the pod template has annotations, which the generator cannot merge with the metrics'")
 	}
@@ -402,7 +428,7 @@ func (t *templater) controller(pod, ctr *yaml.RNode) error {
 }
 
 // valuesFile writes values.yaml: the defaults are the bases', so that the chart renders them unchanged.
-func valuesFile(defaults map[string]*componentDefaults) ([]byte, error) {
+func valuesFile(defaults map[string]*componentDefaults) []byte {
 	ctl, dns := defaults["controller"], defaults["dns"]
 	var dnsRes []string
 	for _, p := range parts {
@@ -450,7 +476,7 @@ metrics:
   enabled: false
 `, generated, ctl.image, dns.image, ctl.replicas, ctl.resources["controller"], strings.Join(install.DNSModes, ", "),
 		install.DNSModes[0], dns.replicas, strings.Join(dnsRes, "\n"))
-	return b.Bytes(), nil
+	return b.Bytes()
 }
 
 // valuesSchema is values.schema.json, with which Helm refuses a DNS mode that is none of join's.
@@ -461,7 +487,8 @@ func valuesSchema() ([]byte, error) {
 	section := func(props map[string]any) map[string]any {
 		return map[string]any{"type": "object", "additionalProperties": false, "properties": props}
 	}
-	schema := section(map[string]any{
+	// Open at the top, where a parent chart passes global; closed within, where a key is a typo.
+	schema := map[string]any{"type": "object", "properties": map[string]any{
 		"image": section(map[string]any{
 			"controller": map[string]any{"type": "string", "minLength": 1},
 			"dns":        map[string]any{"type": "string", "minLength": 1},
@@ -472,7 +499,7 @@ func valuesSchema() ([]byte, error) {
 		"tolerations":  map[string]any{"type": "array"},
 		"affinity":     obj,
 		"metrics":      section(map[string]any{"enabled": map[string]any{"type": "boolean"}}),
-	})
+	}}
 	schema["$schema"] = "https://json-schema.org/draft-07/schema#"
 	b, err := json.MarshalIndent(schema, "", "  ")
 	return append(b, '\n'), err
