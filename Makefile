@@ -9,12 +9,12 @@ STATICCHECK    := $(TOOLS_CACHE)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # Integration tests start real control planes; on 2 cores a whole run takes several minutes.
 TEST_TIMEOUT   ?= 30m
 
-.PHONY: help tools build test lint fuzz generate up down demo bench-dns bench-sync bench-fleet manifests images conformance
+.PHONY: help tools build test lint fuzz generate helm-chart up down demo bench-dns bench-sync bench-fleet manifests images conformance
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
 
-tools: ## build etcd, kube-apiserver, kube-controller-manager and kubectl from source (cached); install dig and dnsperf
+tools: ## build etcd, kube-apiserver, kube-controller-manager, kubectl, kustomize and helm from source (cached); install dig and dnsperf
 	@bash build/tools.sh
 
 build: ## build every command into bin/, with the local clusterset's test programs (serve, pause)
@@ -48,6 +48,9 @@ CONTROLLER_GEN := $(TOOLS_CACHE)/controller-gen-$(CONTROLLER_GEN_VERSION)/contro
 generate: ## regenerate the API types' DeepCopy methods with the pinned controller-gen (build/tools/controller-gen)
 	@test -x $(CONTROLLER_GEN) || (cd build/tools/controller-gen && CGO_ENABLED=0 $(GO) build -trimpath -o $(CONTROLLER_GEN) sigs.k8s.io/controller-tools/cmd/controller-gen)
 	$(CONTROLLER_GEN) object paths=./api/...
+
+helm-chart: ## regenerate the Helm chart build/helm/vksfleet-member from the kustomize bases of build/deploy
+	$(GO) generate ./build/helm
 
 up: tools build images ## start a local clusterset in the background (MEMBERS=3 members + broker; BARE=1: nothing of ours installed, join with kubectl mcs); writes .fleet/
 	@bin/localfleet up -members $(MEMBERS) -nodes $(NODES) -bare=$(if $(BARE),true,false)

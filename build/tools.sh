@@ -10,6 +10,7 @@ etcd_version=$(awk '$1 == "require" && $2 == "go.etcd.io/etcd/server/v3" {print 
 kube_dir=$cache/kubernetes-$kube_version
 etcd_dir=$cache/etcd-$etcd_version
 kustomize_version=$(awk '$1 == "require" && $2 == "sigs.k8s.io/kustomize/kustomize/v5" {print $3}' "$root/build/tools/kustomize/go.mod")
+helm_version=$(awk '$1 == "require" && $2 == "helm.sh/helm/v3" {print $3}' "$root/build/tools/helm/go.mod")
 
 # build DIR MODULE_DIR OUT PKG: builds PKG in MODULE_DIR into DIR/OUT unless it is already there.
 build() {
@@ -29,6 +30,7 @@ build "$kube_dir" "$root/build/tools/kube" kube-scheduler k8s.io/kubernetes/cmd/
 build "$kube_dir" "$root/build/tools/kube" kube-proxy k8s.io/kubernetes/cmd/kube-proxy
 build "$kube_dir" "$root/build/tools/kube" kubelet k8s.io/kubernetes/cmd/kubelet
 build "$cache/kustomize-$kustomize_version" "$root/build/tools/kustomize" kustomize sigs.k8s.io/kustomize/kustomize/v5
+build "$cache/helm-$helm_version" "$root/build/tools/helm" helm helm.sh/helm/v3/cmd/helm
 
 # envtest looks for etcd, kube-apiserver and kubectl in one folder: link them together. The links are relative,
 # within the cache, so that they hold wherever the cache is reached from (a git worktree may link to it).
@@ -40,6 +42,7 @@ for b in kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubele
 done
 ln -sfn "../$(basename "$etcd_dir")/etcd" "$assets/etcd"
 ln -sfn "../kustomize-$kustomize_version/kustomize" "$assets/kustomize"
+ln -sfn "../helm-$helm_version/helm" "$assets/helm"
 ln -sfn "$assets_name" "$cache/current"
 
 # The Debian packages the tests use: dig and nslookup, dnsperf, and what the local clusterset's nodes and pods run

@@ -236,6 +236,20 @@ func AssetsDir(dir string) (string, error) {
 	return dir, nil
 }
 
+// Tool returns the path of a tool `make tools` links into the assets folder beside the control-plane binaries
+// (kustomize, helm), so that tests find every tool where they find the control plane.
+func Tool(name string) (string, error) {
+	dir, err := AssetsDir("")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, name)
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("clusterset: %s not found in %s: run `make tools` first", name, dir)
+	}
+	return bin, nil
+}
+
 // RepoRoot walks up from the working directory to the folder holding the project's go.mod.
 func RepoRoot() (string, error) {
 	dir, err := os.Getwd()

@@ -300,13 +300,9 @@ func TestDeployManifests(t *testing.T) {
 // kustomizeBinary is the kustomize that `make tools` builds into the tools cache.
 func kustomizeBinary(t *testing.T) string {
 	t.Helper()
-	dir, err := clusterset.AssetsDir("")
+	bin, err := clusterset.Tool("kustomize")
 	if err != nil {
 		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "kustomize")
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("kustomize not found (run `make tools` first): %v", err)
 	}
 	return bin
 }

@@ -1,0 +1,290 @@
+package helm
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"vksfleet.dev/fleet/build/deploy"
+	"vksfleet.dev/fleet/test/clusterset"
+)
+
+// TestChartUpToDate fails when the committed chart is not what the generator writes from the bases: a base changed
+// without `make helm-chart`, or the chart was edited by hand.
+func TestChartUpToDate(t *testing.T) {
+	want, err := Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]byte{}
+	err = filepath.WalkDir(ChartDir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(ChartDir, p)
+		got[filepath.ToSlash(rel)] = b
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		switch b, ok := got[name]; {
+		case !ok:
+			t.Errorf("%s/%s is missing", ChartDir, name)
+		case !bytes.Equal(b, want[name]):
+			t.Errorf("%s/%s differs from what the generator writes", ChartDir, name)
+		}
+	}
+	for name := range got {
+		if _, ok := want[name]; !ok {
+			t.Errorf("%s/%s is not the generator's", ChartDir, name)
+		}
+	}
+	if t.Failed() {
+		t.Log("run `make helm-chart` and commit the chart")
+	}
+}
+
+// helmBinary is the helm `make tools` builds. Without it the chart's renders go unchecked, which CI must not allow.
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	bin, err := clusterset.Tool("helm")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skipf("helm not built, so the chart is not rendered (make tools builds it; in CI this fails): %v", err)
+	}
+	return bin
+}
+
+// run runs helm and returns its standard output.
+func run(t *testing.T, bin string, args ...string) []byte {
+	t.Helper()
+	start := time.Now()
+	cmd := exec.Command(bin, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
+	}
+	t.Logf("helm %s: %v", args[0], time.Since(start).Round(time.Millisecond))
+	return out
+}
+
+// TestLint runs `helm lint --strict` in every DNS mode.
+func TestLint(t *testing.T) {
+	bin := helmBinary(t)
+	for _, mode := range []string{"standalone", "replace", "cluster-local"} {
+		run(t, bin, "lint", "--strict", "--namespace", "mcs-system", ChartDir, "--set", "dns.mode="+mode)
+	}
+}
+
+// TestSchemaRefusesUnknownMode checks that a DNS mode join does not know fails the render, rather than rendering
+// a member without DNS.
+func TestSchemaRefusesUnknownMode(t *testing.T) {
+	bin := helmBinary(t)
+	out, err := exec.Command(bin, "template", "mcs", ChartDir, "--set", "dns.mode=external").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "dns/mode") {
+		t.Errorf("helm template with dns.mode=external: err %v, want a schema error naming dns/mode; output:\n%s", err, out)
+	}
+}
+
+// The bases of a member's overlay in every mode, as mcsctl/install's memberOverlay composes them.
+var memberBases = []string{"crds", "controller", "policy"}
+
+// clusterLocalPatch is the cluster-local mode's patch of the controller's arguments, as memberOverlay writes it.
+const clusterLocalPatch = `  - target: {kind: Deployment, name: mcs-controller}
+    patch: |-
+      - op: test
+        path: /spec/template/spec/containers/0/args/5
+        value: --dns-address=kube-dns.kube-system.svc.cluster.local.:53
+      - op: replace
+        path: /spec/template/spec/containers/0/args/5
+        value: --cluster-local-services
+`
+
+// schedulingValues set every value that is not an image or a replica count.
+const schedulingValues = `controller:
+  resources: {requests: {cpu: 200m, memory: 256Mi}}
+  leaseGrace: 45s
+dns:
+  resources: {limits: {memory: 1Gi}}
+nodeSelector: {kubernetes.io/os: linux}
+tolerations: [{key: dedicated, operator: Equal, value: mcs, effect: NoSchedule}]
+affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: tier, operator: In, values: [infra]}]}]}}}
+metrics: {enabled: true}
+`
+
+// schedulingPatch is schedulingValues as kustomize patches of the Deployment name: the controller's gets the lease
+// grace and the metrics annotations too, and a base with tolerations keeps them.
+func schedulingPatch(name, resources string, controller, baseTolerations bool) string {
+	var ops []string
+	ops = append(ops, "{op: replace, path: /spec/template/spec/containers/0/resources, value: "+resources+"}",
+		"{op: add, path: /spec/template/spec/nodeSelector, value: {kubernetes.io/os: linux}}",
+		"{op: add, path: /spec/template/spec/affinity, value: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: tier, operator: In, values: [infra]}]}]}}}}")
+	toleration := "{key: dedicated, operator: Equal, value: mcs, effect: NoSchedule}"
+	if baseTolerations {
+		ops = append(ops, "{op: add, path: /spec/template/spec/tolerations/-, value: "+toleration+"}")
+	} else {
+		ops = append(ops, "{op: add, path: /spec/template/spec/tolerations, value: ["+toleration+"]}")
+	}
+	if controller {
+		ops = append(ops, "{op: add, path: /spec/template/spec/containers/0/args/-, value: --lease-grace=45s}",
+			`{op: add, path: /spec/template/metadata/annotations, value: {prometheus.io/path: /metrics, prometheus.io/port: "8080", prometheus.io/scrape: "true"}}`)
+	}
+	return fmt.Sprintf("  - target: {kind: Deployment, name: %s}\n    patch: |-\n      - %s\n", name, strings.Join(ops, "\n      - "))
+}
+
+// TestTemplateMatchesKustomize renders the chart with helm and the same member with a kustomize overlay of the
+// bases, and compares the objects. The overlay's Namespace mcs-system is left out: the chart leaves it to helm
+// install --create-namespace.
+func TestTemplateMatchesKustomize(t *testing.T) {
+	bin := helmBinary(t)
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		values  string
+		bases   []string
+		overlay string
+	}{
+		{name: "defaults", bases: []string{"dns-standalone"}},
+		{name: "replace", args: []string{"--set", "dns.mode=replace"}, bases: []string{"coredns"}},
+		{name: "cluster-local", args: []string{"--set", "dns.mode=cluster-local"}, overlay: "patches:\n" + clusterLocalPatch},
+		{
+			name: "standalone images and replicas",
+			args: []string{"--set", "image.controller=registry.example:5000/mirror/mcs-controller:v9.8.7",
+				"--set", "image.dns=registry.example:5000/mirror/coredns@sha256:" + strings.Repeat("ab", 32),
+				"--set", "controller.replicas=3", "--set", "dns.replicas=1"},
+			bases: []string{"dns-standalone"},
+			overlay: `images:
+  - {name: ghcr.io/vksfleet/mcs-controller, newName: registry.example:5000/mirror/mcs-controller, newTag: v9.8.7}
+  - {name: ghcr.io/vksfleet/coredns, newName: registry.example:5000/mirror/coredns, digest: "sha256:` + strings.Repeat("ab", 32) + `"}
+replicas:
+  - {name: mcs-controller, count: 3}
+  - {name: mcs-dns, count: 1}
+`,
+		},
+		{
+			name:  "replace replicas",
+			args:  []string{"--set", "dns.mode=replace", "--set", "dns.replicas=5", "--set", "controller.replicas=1"},
+			bases: []string{"coredns"},
+			overlay: `replicas:
+  - {name: mcs-controller, count: 1}
+  - {name: coredns, count: 5}
+`,
+		},
+		{
+			name:    "replace with every other value",
+			args:    []string{"--set", "dns.mode=replace"},
+			values:  schedulingValues,
+			bases:   []string{"coredns"},
+			overlay: "patches:\n" + schedulingPatch("mcs-controller", "{requests: {cpu: 200m, memory: 256Mi}}", true, false) + schedulingPatch("coredns", "{limits: {memory: 1Gi}}", false, true),
+		},
+		{
+			name:    "cluster-local with every other value",
+			args:    []string{"--set", "dns.mode=cluster-local"},
+			values:  schedulingValues,
+			overlay: "patches:\n" + clusterLocalPatch + schedulingPatch("mcs-controller", "{requests: {cpu: 200m, memory: 256Mi}}", true, false),
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"template", "mcs", ChartDir, "--namespace", "mcs-system", "--include-crds"}, tc.args...)
+			if tc.values != "" {
+				f := filepath.Join(t.TempDir(), "values.yaml")
+				if err := os.WriteFile(f, []byte(tc.values), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				args = append(args, "--values", f)
+			}
+			got := decode(t, "helm template", run(t, bin, args...))
+
+			var k strings.Builder
+			k.WriteString("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n")
+			for _, base := range append(slices.Clone(memberBases), tc.bases...) {
+				fmt.Fprintf(&k, "  - ../deploy/%s\n", base)
+			}
+			k.WriteString(tc.overlay)
+			rendered, err := deploy.RenderOverlay(k.String())
+			if err != nil {
+				t.Fatalf("%v\n%s", err, k.String())
+			}
+			want := decode(t, "kustomize", rendered)
+			ns := "Namespace//mcs-system"
+			if _, ok := want[ns]; !ok {
+				t.Fatalf("kustomize rendered no %s for the chart to leave out", ns)
+			}
+			delete(want, ns)
+
+			for _, key := range slices.Sorted(maps.Keys(want)) {
+				g, ok := got[key]
+				switch {
+				case !ok:
+					t.Errorf("helm rendered no %s", key)
+				case !reflect.DeepEqual(g, want[key]):
+					gy, _ := yaml.Marshal(g)
+					wy, _ := yaml.Marshal(want[key])
+					t.Errorf("%s differs:\nhelm:\n%s\nkustomize:\n%s", key, gy, wy)
+				}
+			}
+			for key := range got {
+				if _, ok := want[key]; !ok {
+					t.Errorf("helm rendered %s, which kustomize does not", key)
+				}
+			}
+		})
+	}
+}
+
+// decode reads a multi-document YAML stream into objects keyed by kind, namespace and name.
+func decode(t *testing.T, what string, b []byte) map[string]map[string]any {
+	t.Helper()
+	objs := map[string]map[string]any{}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+	for {
+		var obj map[string]any
+		err := dec.Decode(&obj)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if obj == nil {
+			continue
+		}
+		meta, _ := obj["metadata"].(map[string]any)
+		kind, _ := obj["kind"].(string)
+		ns, _ := meta["namespace"].(string)
+		name, _ := meta["name"].(string)
+		key := kind + "/" + ns + "/" + name
+		if _, dup := objs[key]; dup {
+			t.Fatalf("%s rendered %s twice", what, key)
+		}
+		objs[key] = obj
+	}
+	if len(objs) == 0 {
+		t.Fatalf("%s rendered nothing", what)
+	}
+	return objs
+}
