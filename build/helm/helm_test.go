@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"vksfleet.dev/fleet/build/deploy"
+	"vksfleet.dev/fleet/mcsctl/install"
 	"vksfleet.dev/fleet/test/clusterset"
 )
 
@@ -110,20 +111,6 @@ func TestSchemaRefusesUnknownMode(t *testing.T) {
 	}
 }
 
-// The bases of a member's overlay in every mode, as mcsctl/install's memberOverlay composes them.
-var memberBases = []string{"crds", "controller", "policy"}
-
-// clusterLocalPatch is the cluster-local mode's patch of the controller's arguments, as memberOverlay writes it.
-const clusterLocalPatch = `  - target: {kind: Deployment, name: mcs-controller}
-    patch: |-
-      - op: test
-        path: /spec/template/spec/containers/0/args/5
-        value: --dns-address=kube-dns.kube-system.svc.cluster.local.:53
-      - op: replace
-        path: /spec/template/spec/containers/0/args/5
-        value: --cluster-local-services
-`
-
 // schedulingValues set every value that is not an image or a replica count.
 const schedulingValues = `controller:
   resources: {requests: {cpu: 200m, memory: 256Mi}}
@@ -165,18 +152,18 @@ func TestTemplateMatchesKustomize(t *testing.T) {
 		name    string
 		args    []string
 		values  string
-		bases   []string
+		mode    string
 		overlay string
 	}{
-		{name: "defaults", bases: []string{"dns-standalone"}},
-		{name: "replace", args: []string{"--set", "dns.mode=replace"}, bases: []string{"coredns"}},
-		{name: "cluster-local", args: []string{"--set", "dns.mode=cluster-local"}, overlay: "patches:\n" + clusterLocalPatch},
+		{name: "defaults", mode: install.DNSStandalone},
+		{name: "replace", args: []string{"--set", "dns.mode=replace"}, mode: install.DNSReplace},
+		{name: "cluster-local", args: []string{"--set", "dns.mode=cluster-local"}, mode: install.DNSClusterLocal, overlay: "patches:\n" + install.ClusterLocalPatch},
 		{
 			name: "standalone images and replicas",
 			args: []string{"--set", "image.controller=registry.example:5000/mirror/mcs-controller:v9.8.7",
 				"--set", "image.dns=registry.example:5000/mirror/coredns@sha256:" + strings.Repeat("ab", 32),
 				"--set", "controller.replicas=3", "--set", "dns.replicas=1"},
-			bases: []string{"dns-standalone"},
+			mode: install.DNSStandalone,
 			overlay: `images:
   - {name: ghcr.io/vksfleet/mcs-controller, newName: registry.example:5000/mirror/mcs-controller, newTag: v9.8.7}
   - {name: ghcr.io/vksfleet/coredns, newName: registry.example:5000/mirror/coredns, digest: "sha256:` + strings.Repeat("ab", 32) + `"}
@@ -186,9 +173,9 @@ replicas:
 `,
 		},
 		{
-			name:  "replace replicas",
-			args:  []string{"--set", "dns.mode=replace", "--set", "dns.replicas=5", "--set", "controller.replicas=1"},
-			bases: []string{"coredns"},
+			name: "replace replicas",
+			args: []string{"--set", "dns.mode=replace", "--set", "dns.replicas=5", "--set", "controller.replicas=1"},
+			mode: install.DNSReplace,
 			overlay: `replicas:
   - {name: mcs-controller, count: 1}
   - {name: coredns, count: 5}
@@ -198,14 +185,15 @@ replicas:
 			name:    "replace with every other value",
 			args:    []string{"--set", "dns.mode=replace"},
 			values:  schedulingValues,
-			bases:   []string{"coredns"},
+			mode:    install.DNSReplace,
 			overlay: "patches:\n" + schedulingPatch("mcs-controller", "{requests: {cpu: 200m, memory: 256Mi}}", true, false) + schedulingPatch("coredns", "{limits: {memory: 1Gi}}", false, true),
 		},
 		{
 			name:    "cluster-local with every other value",
 			args:    []string{"--set", "dns.mode=cluster-local"},
 			values:  schedulingValues,
-			overlay: "patches:\n" + clusterLocalPatch + schedulingPatch("mcs-controller", "{requests: {cpu: 200m, memory: 256Mi}}", true, false),
+			mode:    install.DNSClusterLocal,
+			overlay: "patches:\n" + install.ClusterLocalPatch + schedulingPatch("mcs-controller", "{requests: {cpu: 200m, memory: 256Mi}}", true, false),
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -219,9 +207,13 @@ replicas:
 			}
 			got := decode(t, "helm template", run(t, bin, args...))
 
+			bases, err := install.MemberBases(tc.mode)
+			if err != nil {
+				t.Fatal(err)
+			}
 			var k strings.Builder
 			k.WriteString("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n")
-			for _, base := range append(slices.Clone(memberBases), tc.bases...) {
+			for _, base := range bases {
 				fmt.Fprintf(&k, "  - ../deploy/%s\n", base)
 			}
 			k.WriteString(tc.overlay)

@@ -39,29 +39,11 @@ const (
 	nodeLocalBlock = "nodelocaldns/clusterset.server"
 )
 
-// memberOverlay is the kustomization of a member's manifests in a DNS mode: the CRDs, the controller, the
-// admission policy and the mode's DNS, with the images given replaced.
-func memberOverlay(mode, controllerRef, dnsRef string) (string, error) {
-	var b strings.Builder
-	b.WriteString("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n")
-	bases := []string{"crds", "controller", "policy"}
-	switch mode {
-	case DNSStandalone:
-		bases = append(bases, "dns-standalone")
-	case DNSReplace:
-		bases = append(bases, "coredns")
-	case DNSClusterLocal:
-	default:
-		return "", fmt.Errorf("DNS mode %q: want one of %s", mode, strings.Join(DNSModes, ", "))
-	}
-	for _, base := range bases {
-		fmt.Fprintf(&b, "  - ../deploy/%s\n", base)
-	}
-	if mode == DNSClusterLocal {
-		// No DNS of ours answers clusterset.local, so Ready cannot wait for one; the import is reflected into
-		// cluster.local instead. The test operation makes a change of the base's arguments fail the render.
-		b.WriteString(`patches:
-  - target: {kind: Deployment, name: mcs-controller}
+// ClusterLocalPatch is the entry of a kustomization's patches that turns the controller of build/deploy/controller
+// to the cluster-local mode: no DNS of ours answers clusterset.local, so Ready cannot wait for one, and every import
+// is reflected into cluster.local instead. The test operation makes a change of the base's arguments fail the
+// render rather than replace another argument.
+const ClusterLocalPatch = `  - target: {kind: Deployment, name: mcs-controller}
     patch: |-
       - op: test
         path: /spec/template/spec/containers/0/args/5
@@ -69,7 +51,37 @@ func memberOverlay(mode, controllerRef, dnsRef string) (string, error) {
       - op: replace
         path: /spec/template/spec/containers/0/args/5
         value: --cluster-local-services
-`)
+`
+
+// MemberBases are the folders of build/deploy a member's manifests hold in a DNS mode: the CRDs, the controller,
+// the admission policy and the mode's DNS.
+func MemberBases(mode string) ([]string, error) {
+	bases := []string{"crds", "controller", "policy"}
+	switch mode {
+	case DNSStandalone:
+		return append(bases, "dns-standalone"), nil
+	case DNSReplace:
+		return append(bases, "coredns"), nil
+	case DNSClusterLocal:
+		return bases, nil
+	}
+	return nil, fmt.Errorf("DNS mode %q: want one of %s", mode, strings.Join(DNSModes, ", "))
+}
+
+// memberOverlay is the kustomization of a member's manifests in a DNS mode (MemberBases, and ClusterLocalPatch
+// in that mode), with the images given replaced.
+func memberOverlay(mode, controllerRef, dnsRef string) (string, error) {
+	bases, err := MemberBases(mode)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	b.WriteString("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n")
+	for _, base := range bases {
+		fmt.Fprintf(&b, "  - ../deploy/%s\n", base)
+	}
+	if mode == DNSClusterLocal {
+		b.WriteString("patches:\n" + ClusterLocalPatch)
 	}
 	if controllerRef != "" || dnsRef != "" {
 		b.WriteString("images:\n")
