@@ -35,6 +35,11 @@ type Options struct {
 	ImagesDir string
 	// Log receives every process's output; default discarded.
 	Log io.Writer
+	// BrokerIdentities, without nodes, gives each member's controller its own ServiceAccount on the broker, as
+	// an install does (build/deploy/broker and the member's overlay of build/deploy/member, applied with the
+	// tools cache's kubectl), and a kubeconfig file with a token of it (Member.BrokerKubeconfigPath), rather than
+	// the broker administrator's kubeconfig. With nodes, members always have their own.
+	BrokerIdentities bool
 }
 
 // Fleet is a running local fleet.
@@ -61,11 +66,15 @@ type Member struct {
 	fleet          *Fleet
 	mu             sync.Mutex
 	controllerArgs []string
-	// Without nodes: the processes, the DNS port and where the controller serves its metrics.
-	controller  *proc.Process
-	coredns     *proc.Process
-	dnsPort     int
-	metricsAddr string
+	// Without nodes: the processes, the DNS port, where the controller serves its metrics and health probes,
+	// the broker kubeconfig file it reads, and whether it reads the broker Secret instead.
+	controller       *proc.Process
+	coredns          *proc.Process
+	dnsPort          int
+	metricsAddr      string
+	healthAddr       string
+	brokerKubeconfig string
+	brokerSecret     bool
 	// With nodes: the controller's arguments as the manifest has them.
 	baseArgs []string
 }
@@ -112,11 +121,17 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 	for _, m := range f.Members {
 		// The DNS port is known before the controller starts: the controller asks that server before it says an
 		// import is Ready.
-		ports, err := clusterset.FreePorts(2)
+		ports, err := clusterset.FreePorts(3)
 		if err != nil {
 			return nil, errors.Join(err, f.Stop())
 		}
 		m.dnsPort, m.DNS, m.metricsAddr = ports[0], fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
+		m.healthAddr, m.brokerKubeconfig = fmt.Sprintf("127.0.0.1:%d", ports[2]), f.Broker.KubeconfigPath
+	}
+	if opts.BrokerIdentities {
+		if err := f.giveBrokerIdentities(ctx); err != nil {
+			return nil, errors.Join(err, f.Stop())
+		}
 	}
 	errs := make([]error, len(f.Members))
 	var wg sync.WaitGroup
@@ -177,10 +192,14 @@ func (m *Member) StartController() error {
 		return nil
 	}
 	f := m.fleet
+	broker := "--broker-kubeconfig=" + m.brokerKubeconfig
+	if m.brokerSecret {
+		broker = "--broker-secret=" + BrokerSecret.String()
+	}
 	args := append([]string{
 		"--kubeconfig=" + m.KubeconfigPath,
-		"--broker-kubeconfig=" + f.Broker.KubeconfigPath,
-		"--health-probe-bind-address=0",
+		broker,
+		"--health-probe-bind-address=" + m.healthAddr,
 		"--metrics-bind-address=" + m.metricsAddr,
 		"--dns-address=" + m.DNS,
 	}, m.extraArgs()...)
@@ -189,6 +208,56 @@ func (m *Member) StartController() error {
 		return err
 	}
 	m.controller = p
+	return nil
+}
+
+// giveBrokerIdentities installs the broker's roles and each member's identity on the broker, and points each
+// member's controller at a kubeconfig file with a token of its own.
+func (f *Fleet) giveBrokerIdentities(ctx context.Context) error {
+	t, err := f.installBrokerRoles(ctx)
+	if err != nil {
+		return err
+	}
+	for _, m := range f.Members {
+		kubeconfig, err := m.brokerIdentity(ctx, t)
+		if err != nil {
+			return fmt.Errorf("fleet: the broker identity of %s: %w", m.Name, err)
+		}
+		m.brokerKubeconfig = filepath.Join(f.dir, "broker-kubeconfig."+m.Name)
+		if err := os.WriteFile(m.brokerKubeconfig, kubeconfig, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// BrokerKubeconfigPath is the broker kubeconfig file the member's controller reads (--broker-kubeconfig), and
+// watches for new credentials: the member's own with Options.BrokerIdentities, else the broker administrator's.
+func (m *Member) BrokerKubeconfigPath() string { return m.brokerKubeconfig }
+
+// ReadBrokerSecret makes the member's controller, from its next start on, read its broker kubeconfig from the
+// member Secret BrokerSecret, as deployed (--broker-secret), instead of a file; nothing creates the Secret.
+func (m *Member) ReadBrokerSecret() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.brokerSecret = true
+}
+
+// ControllerReady asks the member's controller process for /readyz, and returns why it is not ready.
+func (m *Member) ControllerReady(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.healthAddr+"/readyz?verbose", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s's controller: /readyz %s: %s", m.Name, resp.Status, body)
+	}
 	return nil
 }
 

@@ -19,6 +19,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
@@ -43,7 +44,6 @@ import (
 const (
 	controllerNamespace  = "mcs-system"
 	controllerDeployment = "mcs-controller"
-	brokerSecret         = "broker-kubeconfig"
 	dnsNamespace         = metav1.NamespaceSystem
 	dnsDeployment        = "coredns"
 	// installTimeout bounds each wait of the install: pods start in seconds once their images are loaded.
@@ -51,6 +51,10 @@ const (
 	// replicas is what the manifests give both Deployments.
 	replicas = 2
 )
+
+// BrokerSecret is the member Secret whose key "kubeconfig" the deployed controller reads the broker kubeconfig
+// from (--broker-secret).
+var BrokerSecret = types.NamespacedName{Namespace: controllerNamespace, Name: "broker-kubeconfig"}
 
 // productPods selects the pods of one part of our product on a member, by the labels build/deploy gives them.
 type productPods struct {
@@ -119,15 +123,8 @@ func (t tools) apply(ctx context.Context, c *clusterset.Cluster, manifests []byt
 // install puts the product on the broker and every member, and waits until every member's controller and DNS
 // are available.
 func (f *Fleet) install(ctx context.Context) error {
-	t, err := findTools()
+	t, err := f.installBrokerRoles(ctx)
 	if err != nil {
-		return err
-	}
-	broker, err := t.render(ctx, filepath.Join(t.deploy, "broker"))
-	if err != nil {
-		return err
-	}
-	if err := t.apply(ctx, f.Broker, broker); err != nil {
 		return err
 	}
 	member, err := t.render(ctx, t.deploy)
@@ -147,6 +144,20 @@ func (f *Fleet) install(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// installBrokerRoles applies build/deploy/broker (the CRDs and the roles members are bound to) on the broker, and
+// returns the tools it found for the rest of the install.
+func (f *Fleet) installBrokerRoles(ctx context.Context) (tools, error) {
+	t, err := findTools()
+	if err != nil {
+		return t, err
+	}
+	broker, err := t.render(ctx, filepath.Join(t.deploy, "broker"))
+	if err != nil {
+		return t, err
+	}
+	return t, t.apply(ctx, f.Broker, broker)
+}
+
 // join gives the member its identity on the broker and installs the product on it.
 func (m *Member) join(ctx context.Context, t tools, manifests []byte) error {
 	kubeconfig, err := m.brokerIdentity(ctx, t)
@@ -160,7 +171,7 @@ func (m *Member) join(ctx context.Context, t tools, manifests []byte) error {
 		return fmt.Errorf("creating namespace %s: %w", controllerNamespace, err)
 	}
 	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: controllerNamespace, Name: brokerSecret},
+		ObjectMeta: metav1.ObjectMeta{Namespace: BrokerSecret.Namespace, Name: BrokerSecret.Name},
 		Data:       map[string][]byte{"kubeconfig": kubeconfig},
 	}
 	if err := m.Client.Create(ctx, secret); err != nil {
@@ -186,32 +197,57 @@ func (m *Member) join(ctx context.Context, t tools, manifests []byte) error {
 // brokerIdentity applies the member's overlay of build/deploy/member on the broker (its broker namespace, its
 // ServiceAccount and bindings) and returns a kubeconfig with a token of that ServiceAccount.
 func (m *Member) brokerIdentity(ctx context.Context, t tools) ([]byte, error) {
+	if err := m.applyBrokerIdentity(ctx, t); err != nil {
+		return nil, err
+	}
+	// A month: the local clusterset lives for hours at most.
+	return m.BrokerKubeconfig(ctx, 30*24*time.Hour, nil)
+}
+
+// applyBrokerIdentity applies the member's overlay of build/deploy/member on the broker: its broker namespace,
+// its ServiceAccount (BrokerServiceAccount) and bindings.
+func (m *Member) applyBrokerIdentity(ctx context.Context, t tools) error {
 	dir, err := os.MkdirTemp(m.fleet.dir, "member-overlay-")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// kustomize accepts only relative paths to bases.
 	base, err := filepath.Rel(dir, filepath.Join(t.deploy, "member"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	kustomization := member.Kustomization(base, m.ID, "-"+m.Name)
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o600); err != nil {
-		return nil, err
+		return err
 	}
 	overlay, err := t.render(ctx, dir)
 	if err != nil {
-		return nil, err
+		return err
 	}
+	return t.apply(ctx, m.fleet.Broker, overlay)
+}
+
+// BrokerServiceAccount is the member's ServiceAccount on the broker, which its overlay of build/deploy/member
+// names.
+func (m *Member) BrokerServiceAccount() types.NamespacedName {
+	return types.NamespacedName{Namespace: names.BrokerNamespace(m.ID), Name: "member-" + m.Name}
+}
+
+// BrokerKubeconfig asks the broker for a token of the member's broker ServiceAccount, valid for life (at least
+// the API server's 10 minutes) and bound to the Secret bound of its broker namespace when bound is not nil, so
+// that deleting that Secret revokes it; it returns a kubeconfig of the broker with that token, as an operator
+// gives a member. The fleet must have given the members their broker identities (with nodes, or
+// Options.BrokerIdentities).
+func (m *Member) BrokerKubeconfig(ctx context.Context, life time.Duration, bound *corev1.Secret) ([]byte, error) {
 	b := m.fleet.Broker
-	if err := t.apply(ctx, b, overlay); err != nil {
-		return nil, err
+	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(life / time.Second))}}
+	if bound != nil {
+		req.Spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: "Secret", APIVersion: "v1", Name: bound.Name, UID: bound.UID}
 	}
-	// A month: the local clusterset lives for hours at most.
-	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(30 * 24 * 3600))}}
-	tok, err := b.Kube.CoreV1().ServiceAccounts(names.BrokerNamespace(m.ID)).CreateToken(ctx, "member-"+m.Name, req, metav1.CreateOptions{})
+	sa := m.BrokerServiceAccount()
+	tok, err := b.Kube.CoreV1().ServiceAccounts(sa.Namespace).CreateToken(ctx, sa.Name, req, metav1.CreateOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("creating the broker token: %w", err)
+		return nil, fmt.Errorf("creating the broker token of %s: %w", sa, err)
 	}
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["broker"] = &clientcmdapi.Cluster{Server: b.Config.Host, CertificateAuthorityData: b.Config.CAData}
