@@ -148,6 +148,9 @@ func run(ctx context.Context, f flags) error {
 	keeper := &brokercreds.Keeper{Source: source, RenewBefore: f.renewBefore, Log: ctrl.Log.WithName("broker-credentials")}
 	keeper.Start(ctx)
 	transport, err := waitForCredentials(ctx, keeper, f.opts.HealthProbeBindAddress)
+	if ctx.Err() != nil {
+		return nil // stopped while waiting: not a failure
+	}
 	if err != nil {
 		return fmt.Errorf("broker: %w", err)
 	}

@@ -164,8 +164,8 @@ func (m *Member) join(ctx context.Context, t tools, manifests []byte) error {
 	if err != nil {
 		return err
 	}
-	// The Secret first, in the namespace the manifests then take over: the controller reads it once, at start,
-	// and a pod that found none would wait out its restart back-off.
+	// The Secret first, in the namespace the manifests then take over: a controller that found none would wait,
+	// not ready, until it appears.
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: controllerNamespace}}
 	if err := m.Client.Create(ctx, ns); err != nil {
 		return fmt.Errorf("creating namespace %s: %w", controllerNamespace, err)
