@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -64,6 +65,8 @@ type BrokerCredentials interface {
 	ID() string
 	// Check is a /readyz check: an error while the credential is not the one the operator configured.
 	Check(*http.Request) error
+	// Renew renews the credential before it expires, until ctx ends; the manager runs it on the elected leader.
+	Renew(ctx context.Context) error
 }
 
 // Defaults of the Options that Run gives a zero setting, and that cmd/controller's flags state.

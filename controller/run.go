@@ -181,6 +181,10 @@ func runManager(ctx context.Context, opts Options, id string, a apis, log logr.L
 		if err := mgr.AddReadyzCheck("broker-credentials", opts.BrokerCredentials.Check); err != nil {
 			return err
 		}
+		// A runnable of the manager's, so that only the leader renews: every replica reads the renewed token.
+		if err := mgr.Add(manager.RunnableFunc(opts.BrokerCredentials.Renew)); err != nil {
+			return err
+		}
 	}
 	hb := &heartbeat{id: id, grace: opts.LeaseGrace, client: brokerDirect, cache: brokerCluster.GetCache(),
 		liveness: r.liveness, trust: r.trust, local: r.local, enqueue: enqueue, log: log,

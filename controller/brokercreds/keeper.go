@@ -48,9 +48,10 @@ const minTokenLifetime = 10 * time.Minute
 const maxRenewBackoff = time.Minute
 
 // Keeper keeps the broker credential current: it takes every valid kubeconfig its Source delivers (the first one
-// starts the controller, later ones are switched to under it), and renews a ServiceAccount token before it
+// starts the controller, later ones are switched to under it), and Renew renews a ServiceAccount token before it
 // expires by a TokenRequest whose result it writes back to the Source, whose delivery then switches to it, so
-// that an operator's rotation and a renewal take one path.
+// that an operator's rotation and a renewal take one path. Renew runs on the elected leader only: replicas share
+// a Secret, where a file is each process's own (run one replica with --broker-kubeconfig).
 //
 // A kubeconfig that names another server is refused, logged and counted, and fails /readyz (Check) until the
 // Source holds the server in use again: another URL may be another broker with other data or none, which the
@@ -67,10 +68,13 @@ type Keeper struct {
 	updates   chan update
 	found     chan struct{} // closed once transport is set
 
+	rescheduled chan struct{} // wakes Renew when the schedule changed
+
 	mu        sync.Mutex
 	transport *Transport
-	waiting   error // why there is no credential yet
-	refused   error // the last kubeconfig not switched to, while the source holds it
+	renewAt   time.Time // when Renew renews next; zero: never
+	waiting   error     // why there is no credential yet
+	refused   error     // the last kubeconfig not switched to, while the source holds it
 	failures  int
 }
 
@@ -82,9 +86,7 @@ type update struct {
 // Start reads the Source in the background until ctx ends.
 func (k *Keeper) Start(ctx context.Context) {
 	k.startOnce.Do(func() {
-		k.updates = make(chan update, 1)
-		k.found = make(chan struct{})
-		k.waiting = errNoCredential
+		k.prepare()
 		go k.Source.Run(ctx, func(kubeconfig []byte, err error) {
 			select {
 			case k.updates <- update{kubeconfig, err}:
@@ -93,6 +95,14 @@ func (k *Keeper) Start(ctx context.Context) {
 		})
 		go k.loop(ctx)
 	})
+}
+
+// prepare makes the channels and state the loop and Renew share.
+func (k *Keeper) prepare() {
+	k.updates = make(chan update, 1)
+	k.found = make(chan struct{})
+	k.rescheduled = make(chan struct{}, 1)
+	k.waiting = errNoCredential
 }
 
 // First waits until the Source held a valid kubeconfig and returns the transport the broker clients use. While
@@ -141,27 +151,50 @@ func (k *Keeper) Check(*http.Request) error {
 }
 
 func (k *Keeper) loop(ctx context.Context) {
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case u := <-k.updates:
-			// Without a new credential the one in use keeps its schedule.
-			if at, ok := k.take(u); ok {
-				timer.Reset(time.Until(at))
-			}
-		case <-timer.C:
-			timer.Reset(k.renewNow(ctx))
+			k.take(u)
 		}
 	}
 }
 
-// take looks at what the Source delivered, switching to it if it is valid, and returns when to renew the
-// credential in use (ok false: no renewal is due).
-func (k *Keeper) take(u update) (time.Time, bool) {
+// Renew renews the token in use on its schedule until ctx ends. It runs on the elected leader alone (the
+// controller's manager runs it): the other replicas read the same Secret, and switch to what the leader wrote.
+func (k *Keeper) Renew(ctx context.Context) error {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		k.mu.Lock()
+		at, due := k.renewAt, !k.renewAt.IsZero()
+		k.mu.Unlock()
+		timer.Stop()
+		var fire <-chan time.Time
+		if due {
+			timer.Reset(time.Until(at))
+			fire = timer.C
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-k.rescheduled:
+		case <-fire:
+			retry := time.Now().Add(k.renewNow(ctx))
+			k.mu.Lock()
+			// A switch meanwhile set the new credential's schedule: it stands.
+			if k.renewAt.Equal(at) {
+				k.renewAt = retry
+			}
+			k.mu.Unlock()
+		}
+	}
+}
+
+// take looks at what the Source delivered, and switches to it if it is valid; without a new credential the one
+// in use keeps its renewal schedule.
+func (k *Keeper) take(u update) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	cred, err := u.kubeconfig, u.err
@@ -178,63 +211,68 @@ func (k *Keeper) take(u update) (time.Time, bool) {
 				k.Log.Info("waiting for broker credentials; not ready until they appear", "reason", err.Error())
 			}
 			k.waiting = err
-			return time.Time{}, false
+			return
 		}
 		k.Log.Error(err, "the broker kubeconfig cannot be used; keeping the credential in use", "credential", k.transport.Credential().ID())
-		return time.Time{}, false
+		return
 	}
 	if k.transport == nil {
 		t, err := NewTransport(next)
 		if err != nil {
 			k.Log.Error(err, "the broker kubeconfig cannot be used", "source", k.Source.String())
 			k.waiting = err
-			return time.Time{}, false
+			return
 		}
 		k.transport, k.waiting = t, nil
 		close(k.found)
 		k.Log.Info("broker credentials found", "source", k.Source.String(), "server", next.Config.Host, "credential", next.ID())
-		return k.schedule(next)
+		k.schedule(next)
+		return
 	}
 	cur := k.transport.Credential()
 	switch Compare(cur, next) {
 	case Unchanged:
 		k.refused = nil
-		return time.Time{}, false
+		return
 	case ServerChanged:
 		refusedTotal.WithLabelValues("server_changed").Inc()
 		k.refused = fmt.Errorf("%s names the broker server %s, but the controller uses %s: restart the controller to move to another broker, "+
 			"or put the server in use back", k.Source, next.Config.Host, cur.Config.Host)
 		k.Log.Error(k.refused, "broker kubeconfig refused; keeping the credential in use", "credential", cur.ID())
-		return time.Time{}, false
+		return
 	}
 	if err := k.transport.Switch(next); err != nil {
 		k.Log.Error(err, "switching broker credentials; keeping the credential in use", "credential", cur.ID())
-		return time.Time{}, false
+		return
 	}
 	k.refused, k.failures = nil, 0
 	k.Log.Info("switched broker credentials", "from", cur.ID(), "to", next.ID())
-	return k.schedule(next)
+	k.schedule(next)
 }
 
-// schedule records cred's expiry and returns when to renew it; ok false for a credential the controller cannot
-// renew (no ServiceAccount token, or no expiry).
-func (k *Keeper) schedule(cred *Credential) (time.Time, bool) {
+// schedule records cred's expiry and when to renew it: never for a credential the controller cannot renew (no
+// ServiceAccount token, or no expiry). k.mu is held.
+func (k *Keeper) schedule(cred *Credential) {
 	c := cred.Claims
 	if c == nil || c.Expiry.IsZero() {
 		expiryGauge.Set(0)
 	} else {
 		expiryGauge.Set(float64(c.Expiry.Unix()))
 	}
-	if !c.Renewable() {
-		return time.Time{}, false
+	k.renewAt = time.Time{}
+	if c.Renewable() {
+		k.renewAt = RenewAt(c.IssuedAt, c.Expiry, k.RenewBefore, time.Now())
+		k.Log.V(1).Info("broker token renewal scheduled", "at", k.renewAt, "expiry", c.Expiry)
 	}
-	at := RenewAt(c.IssuedAt, c.Expiry, k.RenewBefore, time.Now())
-	k.Log.V(1).Info("broker token renewal scheduled", "at", at, "expiry", c.Expiry)
-	return at, true
+	select {
+	case k.rescheduled <- struct{}{}:
+	default: // Renew has a wake-up pending, and reads the schedule anew
+	}
 }
 
-// renewNow renews the token in use and returns how long to wait before trying again: after a success, until the
-// Source delivers the new kubeconfig the schedule is reset anyway; after a failure, a growing backoff.
+// renewNow renews the token in use and returns how long to wait before trying again: after a success, the
+// Source's delivery of the new kubeconfig sets the next schedule well before that; after a failure, a growing
+// backoff.
 func (k *Keeper) renewNow(ctx context.Context) time.Duration {
 	k.mu.Lock()
 	t := k.transport
