@@ -170,16 +170,24 @@ func testRenewal(t *testing.T, f *fleet.Fleet, m *fleet.Member, renewBefore time
 	if err := m.StartController(); err != nil {
 		t.Fatal(err)
 	}
+	waitForRenewals(t, f, m, func() string { return readToken(t, m) }, secret, renewBefore, n)
+}
+
+// waitForRenewals waits for n renewals of m's token, each read back from where it is kept (read), of the
+// same lifetime (10 minutes) and bound to the same Secret, and taken by the controller; the Lease then names
+// that Secret.
+func waitForRenewals(t *testing.T, f *fleet.Fleet, m *fleet.Member, read func() string, secret *corev1.Secret, renewBefore time.Duration, n int) {
+	t.Helper()
 	started := time.Now()
-	token := readToken(t, m)
+	token := read()
 	life := 10*time.Minute - renewBefore
 	if renewBefore == 0 {
 		life = 8 * time.Minute
 	}
 	for i := range n {
 		var claims brokercreds.Claims
-		poll.T(t, life+wait, fmt.Sprintf("renewal %d written to %s", i+1, m.BrokerKubeconfigPath()), func() error {
-			next := readToken(t, m)
+		poll.T(t, life+wait, fmt.Sprintf("%s: renewal %d written back", m.Name, i+1), func() error {
+			next := read()
 			if next == token {
 				return errors.New("the token is the one written last")
 			}
@@ -219,11 +227,14 @@ func testRenewal(t *testing.T, f *fleet.Fleet, m *fleet.Member, renewBefore time
 
 // testMissingSecret restarts m's controller reading the member Secret that holds its broker kubeconfig, before
 // the Secret exists: it must wait, not ready, and start once the Secret is created, importing what the
-// clusterset exported meanwhile.
+// clusterset exported meanwhile. Its 10-minute token, renewed 20 s after it was issued, is then written back
+// to the Secret and taken from there.
 func testMissingSecret(t *testing.T, f *fleet.Fleet, m, exporter *fleet.Member) {
 	ctx := context.Background()
 	m.StopController()
 	m.ReadBrokerSecret()
+	const renewBefore = 9*time.Minute + 40*time.Second
+	m.SetControllerArgs("--broker-token-renew-before=" + renewBefore.String())
 	if err := m.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fleet.BrokerSecret.Namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
@@ -241,7 +252,8 @@ func testMissingSecret(t *testing.T, f *fleet.Fleet, m, exporter *fleet.Member) 
 		return nil
 	})
 	export(t, exporter, "meanwhile", "10.2.0.2")
-	kubeconfig, err := m.BrokerKubeconfig(ctx, time.Hour, nil)
+	bound := boundSecret(t, f, m, "in-secret")
+	kubeconfig, err := m.BrokerKubeconfig(ctx, 10*time.Minute, bound)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,8 +268,18 @@ func testMissingSecret(t *testing.T, f *fleet.Fleet, m, exporter *fleet.Member) 
 		return m.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "meanwhile"}, &mcsv1beta1.ServiceImport{})
 	})
 	t.Logf("%s: ready and importing %v after its broker Secret was created", m.Name, time.Since(created).Round(10*time.Millisecond))
-	waitForAnnotation(t, f, m, credentialID(t, kubeconfig))
 	waitForDNS(t, f, "meanwhile")
+	waitForRenewals(t, f, m, func() string {
+		s := &corev1.Secret{}
+		if err := m.Client.Get(ctx, fleet.BrokerSecret, s); err != nil {
+			t.Fatal(err)
+		}
+		cred, err := brokercreds.Parse(s.Data[brokercreds.SecretKey])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cred.Config.BearerToken
+	}, bound, renewBefore, 1)
 }
 
 // export creates a Service with one ready endpoint at addr in m, and exports it.
@@ -346,16 +368,6 @@ func readToken(t *testing.T, m *fleet.Member) string {
 		t.Fatal(err)
 	}
 	return cred.Config.BearerToken
-}
-
-// credentialID is what a broker Lease names the credential of kubeconfig by.
-func credentialID(t *testing.T, kubeconfig []byte) string {
-	t.Helper()
-	cred, err := brokercreds.Parse(kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cred.ID()
 }
 
 // waitForAnnotation waits until m's broker Lease names the credential id.
