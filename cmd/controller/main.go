@@ -53,7 +53,7 @@ func parseFlags(args []string, out io.Writer) (flags, error) {
 	fs.StringVar(&f.brokerKubeconfig, "broker-kubeconfig", "", "kubeconfig file of the broker")
 	fs.StringVar(&secret, "broker-secret", "", "namespace/name of a Secret in the member cluster whose key `kubeconfig` reaches the broker")
 	fs.DurationVar(&f.renewBefore, "broker-token-renew-before", 0,
-		"renew the broker ServiceAccount token this long before it expires; 0 renews at 80% of its lifetime (and at once under a minute left)")
+		"renew the broker ServiceAccount token this long before it expires; 0, or a value not shorter than its lifetime, renews at 80% of its lifetime (and at once under a minute left)")
 	fs.StringVar(&f.opts.ClusterID, "cluster-id", "", "override the cluster id of the cluster.clusterset.k8s.io ClusterProperty")
 	fs.DurationVar(&f.opts.LeaseGrace, "lease-grace", controller.DefaultLeaseGrace, "how long a member's broker Lease may go unrenewed before its endpoints are withdrawn")
 	fs.Float64Var(&f.qps, "qps", 200, "client queries per second to each API server")

@@ -179,14 +179,17 @@ func (c *Claims) Lifetime() time.Duration {
 const urgent = time.Minute
 
 // RenewAt is when to renew a token issued at issued that expires at expiry: at 80% of its lifetime, or, when
-// before is positive (--broker-token-renew-before), that long before it expires; at once (now) when less than a
-// minute is left or the time is past. Without an issue time the lifetime is counted from now.
+// before is positive (--broker-token-renew-before) and shorter than the lifetime, that long before it expires;
+// at once (now) when less than a minute is left or the time is past. Without an issue time the lifetime is
+// counted from now. A before as long as the lifetime falls back to 80%: honoured, it would renew each new token
+// at once, without end.
 func RenewAt(issued, expiry time.Time, before time.Duration, now time.Time) time.Time {
 	if issued.IsZero() || issued.After(expiry) {
 		issued = now
 	}
-	at := issued.Add(expiry.Sub(issued) * 4 / 5)
-	if before > 0 {
+	life := expiry.Sub(issued)
+	at := issued.Add(life * 4 / 5)
+	if before > 0 && before < life {
 		at = expiry.Add(-before)
 	}
 	if expiry.Sub(now) < urgent || at.Before(now) {

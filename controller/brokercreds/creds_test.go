@@ -179,7 +179,8 @@ func TestRenewAt(t *testing.T) {
 		{"under a minute left: at once", t0, t0.Add(time.Hour), 0, t0.Add(59*time.Minute + 30*time.Second), t0.Add(59*time.Minute + 30*time.Second)},
 		{"expired: at once", t0, t0.Add(time.Hour), 0, t0.Add(2 * time.Hour), t0.Add(2 * time.Hour)},
 		{"renew-before", t0, t0.Add(10 * time.Minute), 9*time.Minute + 30*time.Second, t0, t0.Add(30 * time.Second)},
-		{"renew-before longer than the lifetime: at once", t0, t0.Add(10 * time.Minute), time.Hour, t0, t0},
+		{"renew-before as long as the lifetime: at 80%", t0, t0.Add(10 * time.Minute), 10 * time.Minute, t0, t0.Add(8 * time.Minute)},
+		{"renew-before longer than the lifetime: at 80%", t0, t0.Add(10 * time.Minute), time.Hour, t0, t0.Add(8 * time.Minute)},
 		{"no issue time: 80% from now", time.Time{}, t0.Add(10 * time.Minute), 0, t0, t0.Add(8 * time.Minute)},
 	}
 	for _, c := range cases {

@@ -41,6 +41,9 @@ func init() {
 	}
 }
 
+// errNoCredential is why the controller waits before its Source delivered anything.
+var errNoCredential = errors.New("no valid broker credential yet")
+
 // minTokenLifetime is the shortest lifetime a TokenRequest may ask for (the API server refuses less).
 const minTokenLifetime = 10 * time.Minute
 
@@ -106,7 +109,7 @@ func (k *Keeper) prepare() {
 }
 
 // First waits until the Source held a valid kubeconfig and returns the transport the broker clients use. While
-// it waits, Waiting says why.
+// it waits, Check says why.
 func (k *Keeper) First(ctx context.Context) (*Transport, error) {
 	select {
 	case <-k.found:
@@ -116,16 +119,6 @@ func (k *Keeper) First(ctx context.Context) (*Transport, error) {
 	case <-ctx.Done():
 		return nil, errors.Join(errNoCredential, ctx.Err())
 	}
-}
-
-// Waiting says why there is no broker credential yet; nil once there is.
-func (k *Keeper) Waiting() error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.transport != nil {
-		return nil
-	}
-	return k.waiting
 }
 
 // ID names the credential in use (Credential.ID); "" before there is one.

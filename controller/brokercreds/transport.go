@@ -1,7 +1,6 @@
 package brokercreds
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -68,6 +67,3 @@ func (t *Transport) Config() *rest.Config {
 	c := t.Credential().Config
 	return &rest.Config{Host: c.Host, APIPath: c.APIPath, Transport: t, UserAgent: c.UserAgent}
 }
-
-// errNoCredential is what Keeper.First returns when ctx ends before a valid credential appeared.
-var errNoCredential = errors.New("no valid broker credential yet")

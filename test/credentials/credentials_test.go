@@ -89,16 +89,27 @@ func TestCredentials(t *testing.T) {
 }
 
 // TestLongRenewal lets the controller renew a 10-minute token twice on its default schedule (at 80% of its
-// lifetime), past the first token's expiry: about 17 minutes, so only with FLEET_LONG=1.
+// lifetime, so at 8 and 16 minutes), and runs on until the token the second renewal replaced has expired too
+// (18 minutes), watching that the Lease, the import and DNS never falter: about 20 minutes, so only with
+// FLEET_LONG=1.
 func TestLongRenewal(t *testing.T) {
 	if os.Getenv("FLEET_LONG") != "1" {
-		t.Skip("FLEET_LONG=1 runs the renewal of two real 10-minute tokens (about 17 minutes)")
+		t.Skip("FLEET_LONG=1 runs the renewal of two real 10-minute tokens (about 20 minutes)")
 	}
 	f := startFleet(t)
 	export(t, f.Members[0], "web", "10.1.0.1")
 	waitForDNS(t, f, "web")
+	m := f.Members[1]
+	secret := restartWithShortToken(t, f, m, 0)
 	w := watchFleet(t, f, "web")
-	testRenewal(t, f, f.Members[1], 0, 2)
+	expired := waitForRenewals(t, f, m, func() string { return readToken(t, m) }, secret, 0, 2)
+	poll.T(t, 5*time.Minute, "the token the last renewal replaced expired", func() error {
+		if left := time.Until(expired); left >= 0 {
+			return fmt.Errorf("%v left", left.Round(time.Second))
+		}
+		return nil
+	})
+	w.waitRenewals(t, 3)
 	w.check(t)
 }
 
@@ -141,12 +152,18 @@ func testRotation(t *testing.T, f *fleet.Fleet) {
 	}
 }
 
-// testRenewal restarts m's controller with a token bound to a new broker Secret that lasts the API server's
-// shortest lifetime (10 minutes), renewing it renewBefore before it expires (0: the default, at 80%), and waits
-// for n renewals: each written back to the kubeconfig file, of the same lifetime and bound to the same Secret,
-// and taken by the controller.
+// testRenewal restarts m's controller with a 10-minute token that it renews renewBefore before it expires (0:
+// the default, at 80%), and waits for n renewals written back to the kubeconfig file.
 func testRenewal(t *testing.T, f *fleet.Fleet, m *fleet.Member, renewBefore time.Duration, n int) {
-	ctx := context.Background()
+	secret := restartWithShortToken(t, f, m, renewBefore)
+	waitForRenewals(t, f, m, func() string { return readToken(t, m) }, secret, renewBefore, n)
+}
+
+// restartWithShortToken restarts m's controller with a token bound to a new broker Secret that lasts the API
+// server's shortest lifetime (10 minutes), renewing it renewBefore before it expires (0: the default), and
+// returns the Secret. The test's cleanup restarts it with its default flags.
+func restartWithShortToken(t *testing.T, f *fleet.Fleet, m *fleet.Member, renewBefore time.Duration) *corev1.Secret {
+	t.Helper()
 	m.StopController()
 	var args []string
 	if renewBefore > 0 {
@@ -154,7 +171,6 @@ func testRenewal(t *testing.T, f *fleet.Fleet, m *fleet.Member, renewBefore time
 	}
 	m.SetControllerArgs(args...)
 	t.Cleanup(func() {
-		// Later tests run the controller with its defaults.
 		m.StopController()
 		m.SetControllerArgs()
 		if err := m.StartController(); err != nil {
@@ -162,7 +178,7 @@ func testRenewal(t *testing.T, f *fleet.Fleet, m *fleet.Member, renewBefore time
 		}
 	})
 	secret := boundSecret(t, f, m, "renew")
-	kubeconfig, err := m.BrokerKubeconfig(ctx, 10*time.Minute, secret)
+	kubeconfig, err := m.BrokerKubeconfig(context.Background(), 10*time.Minute, secret)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,16 +186,17 @@ func testRenewal(t *testing.T, f *fleet.Fleet, m *fleet.Member, renewBefore time
 	if err := m.StartController(); err != nil {
 		t.Fatal(err)
 	}
-	waitForRenewals(t, f, m, func() string { return readToken(t, m) }, secret, renewBefore, n)
+	return secret
 }
 
 // waitForRenewals waits for n renewals of m's token, each read back from where it is kept (read), of the
 // same lifetime (10 minutes) and bound to the same Secret, and taken by the controller; the Lease then names
-// that Secret.
-func waitForRenewals(t *testing.T, f *fleet.Fleet, m *fleet.Member, read func() string, secret *corev1.Secret, renewBefore time.Duration, n int) {
+// that Secret. It returns when the token the last renewal replaced expires.
+func waitForRenewals(t *testing.T, f *fleet.Fleet, m *fleet.Member, read func() string, secret *corev1.Secret, renewBefore time.Duration, n int) time.Time {
 	t.Helper()
 	started := time.Now()
 	token := read()
+	var replaced time.Time
 	life := 10*time.Minute - renewBefore
 	if renewBefore == 0 {
 		life = 8 * time.Minute
@@ -191,12 +208,14 @@ func waitForRenewals(t *testing.T, f *fleet.Fleet, m *fleet.Member, read func() 
 			if next == token {
 				return errors.New("the token is the one written last")
 			}
-			var err error
-			claims, err = brokercreds.ParseToken(next)
+			old, err := brokercreds.ParseToken(token)
 			if err != nil {
 				return err
 			}
-			token = next
+			if claims, err = brokercreds.ParseToken(next); err != nil {
+				return err
+			}
+			token, replaced = next, old.Expiry
 			return nil
 		})
 		t.Logf("%s: renewal %d after %v", m.Name, i+1, time.Since(started).Round(time.Second))
@@ -223,6 +242,7 @@ func waitForRenewals(t *testing.T, f *fleet.Fleet, m *fleet.Member, read func() 
 		t.Errorf("renewals_total{result=success} = %v, want at least %d", renewals, n)
 	}
 	waitForAnnotation(t, f, m, secret.Name)
+	return replaced
 }
 
 // testMissingSecret restarts m's controller reading the member Secret that holds its broker kubeconfig, before
