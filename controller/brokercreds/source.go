@@ -13,7 +13,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
@@ -106,8 +108,19 @@ type SecretSource struct {
 
 // Run watches the Secret until ctx ends.
 func (s *SecretSource) Run(ctx context.Context, deliver func([]byte, error)) {
-	lw := cache.NewListWatchFromClient(s.Client.CoreV1().RESTClient(), "secrets", s.Key.Namespace,
-		fields.OneTermEqualSelector("metadata.name", s.Key.Name))
+	secrets := s.Client.CoreV1().Secrets(s.Key.Namespace)
+	byName := fields.OneTermEqualSelector("metadata.name", s.Key.Name).String()
+	// Streaming lists (WatchList) where the client supports them, as client-go's generated informers decide.
+	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = byName
+			return secrets.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.FieldSelector = byName
+			return secrets.Watch(ctx, opts)
+		},
+	}, s.Client)
 	seen := func(obj any) {
 		secret, ok := obj.(*corev1.Secret)
 		if !ok {
@@ -131,14 +144,37 @@ func (s *SecretSource) Run(ctx context.Context, deliver func([]byte, error)) {
 	})
 	go func() {
 		// An informer of a missing Secret delivers nothing: say so once its first list is in.
-		if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		syncCtx, cancel := context.WithTimeout(ctx, listPatience)
+		defer cancel()
+		if cache.WaitForCacheSync(syncCtx.Done(), informer.HasSynced) {
+			if _, exists, _ := store.GetByKey(s.Key.String()); !exists {
+				deliver(nil, fmt.Errorf("secret %s not found: create it with the key %q holding the broker kubeconfig", s.Key, SecretKey))
+			}
 			return
 		}
-		if _, exists, _ := store.GetByKey(s.Key.String()); !exists {
-			deliver(nil, fmt.Errorf("secret %s not found: create it with the key %q holding the broker kubeconfig", s.Key, SecretKey))
+		if ctx.Err() == nil {
+			s.readOnce(ctx, informer.HasSynced, seen, deliver)
 		}
 	}()
 	informer.RunWithContext(ctx)
+}
+
+// listPatience is how long the watch may take to list the Secret before a direct read says why it cannot.
+const listPatience = 10 * time.Second
+
+// readOnce reads the Secret directly, for a watch that cannot list it: the read either says why (forbidden,
+// unreachable), or, where RBAC grants only get (a Role from before rotation was watched), still starts the
+// controller, while the reflector keeps logging that it may not list.
+func (s *SecretSource) readOnce(ctx context.Context, synced func() bool, seen func(any), deliver func([]byte, error)) {
+	secret, err := s.Client.CoreV1().Secrets(s.Key.Namespace).Get(ctx, s.Key.Name, metav1.GetOptions{})
+	switch {
+	case synced():
+		// The watch caught up meanwhile and delivers what it has, which may be newer than this read.
+	case err != nil:
+		deliver(nil, fmt.Errorf("reading secret %s (the controller needs get, list and watch on it): %w", s.Key, err))
+	default:
+		seen(secret)
+	}
 }
 
 // Write updates the Secret with next if it still holds prev, re-reading it after a conflict.
