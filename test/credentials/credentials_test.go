@@ -89,28 +89,49 @@ func TestCredentials(t *testing.T) {
 }
 
 // TestLongRenewal lets the controller renew a 10-minute token twice on its default schedule (at 80% of its
-// lifetime, so at 8 and 16 minutes), and runs on until the token the second renewal replaced has expired too
-// (18 minutes), watching that the Lease, the import and DNS never falter: about 20 minutes, so only with
-// FLEET_LONG=1.
+// lifetime, so at 8 and 16 minutes) and runs on until the token the second renewal replaced has expired too (18
+// minutes): about 19 minutes, so only with FLEET_LONG=1. The Lease, the import and DNS are watched around each
+// renewal and each expiry of a replaced token, from 20 s before it until three Lease renewals after it. Only
+// there: over 19 minutes a machine shared with other work stalls the broker now and then for longer than the
+// 2.6 s a Lease renewal may take here, which says nothing of credentials.
 func TestLongRenewal(t *testing.T) {
 	if os.Getenv("FLEET_LONG") != "1" {
-		t.Skip("FLEET_LONG=1 runs the renewal of two real 10-minute tokens (about 20 minutes)")
+		t.Skip("FLEET_LONG=1 runs the renewal of two real 10-minute tokens (about 19 minutes)")
 	}
 	f := startFleet(t)
 	export(t, f.Members[0], "web", "10.1.0.1")
 	waitForDNS(t, f, "web")
 	m := f.Members[1]
 	secret := restartWithShortToken(t, f, m, 0)
-	w := watchFleet(t, f, "web")
-	expired := waitForRenewals(t, f, m, func() string { return readToken(t, m) }, secret, 0, 2)
-	poll.T(t, 5*time.Minute, "the token the last renewal replaced expired", func() error {
-		if left := time.Until(expired); left >= 0 {
+	read := func() string { return readToken(t, m) }
+	for i := range 2 {
+		claims, err := brokercreds.ParseToken(read())
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, brokercreds.RenewAt(claims.IssuedAt, claims.Expiry, 0, time.Now()).Add(-20*time.Second), fmt.Sprintf("renewal %d nearly due", i+1))
+		w := watchFleet(t, f, "web")
+		expired := waitForRenewals(t, f, m, read, secret, 0, 1)
+		w.waitRenewals(t, 3)
+		w.check(t)
+
+		waitUntil(t, expired.Add(-20*time.Second), fmt.Sprintf("the token renewal %d replaced nearly expired", i+1))
+		w = watchFleet(t, f, "web")
+		waitUntil(t, expired, fmt.Sprintf("the token renewal %d replaced expired", i+1))
+		w.waitRenewals(t, 3)
+		w.check(t)
+	}
+}
+
+// waitUntil waits until the time at.
+func waitUntil(t *testing.T, at time.Time, what string) {
+	t.Helper()
+	poll.T(t, time.Until(at)+wait, what, func() error {
+		if left := time.Until(at); left > 0 {
 			return fmt.Errorf("%v left", left.Round(time.Second))
 		}
 		return nil
 	})
-	w.waitRenewals(t, 3)
-	w.check(t)
 }
 
 // testRotation rotates every member's credential twice as an operator does, each time to a token bound to a new
