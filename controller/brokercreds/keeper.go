@@ -218,7 +218,7 @@ func (k *Keeper) take(u update) {
 		}
 		k.transport, k.waiting = t, nil
 		close(k.found)
-		k.Log.Info("broker credentials found", "source", k.Source.String(), "server", next.Config.Host, "credential", next.ID())
+		k.Log.Info("broker credentials found", "source", k.Source.String(), "server", next.Config.Host, "credential", next.ID(), "expiry", expiryOf(next))
 		k.schedule(next)
 		return
 	}
@@ -239,8 +239,17 @@ func (k *Keeper) take(u update) {
 		return
 	}
 	k.refused, k.failures = nil, 0
-	k.Log.Info("switched broker credentials", "from", cur.ID(), "to", next.ID())
+	// A renewed token bound to the same Secret keeps its name: the expiry tells the two apart.
+	k.Log.Info("switched broker credentials", "from", cur.ID(), "to", next.ID(), "expiry", expiryOf(next))
 	k.schedule(next)
+}
+
+// expiryOf is when cred expires, for logs: "none" for a credential without an expiry.
+func expiryOf(cred *Credential) string {
+	if cred.Claims == nil || cred.Claims.Expiry.IsZero() {
+		return "none"
+	}
+	return cred.Claims.Expiry.UTC().Format(time.RFC3339)
 }
 
 // schedule records cred's expiry and when to renew it: never for a credential the controller cannot renew (no
