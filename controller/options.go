@@ -1,9 +1,11 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"strings"
 	"time"
 
@@ -23,6 +25,9 @@ type Options struct {
 	Local *rest.Config
 	// Broker reaches the broker API server.
 	Broker *rest.Config
+	// BrokerCredentials, when set, tell which credential Broker sends (brokercreds.Keeper): the broker Lease
+	// names it, and /readyz fails while its check does.
+	BrokerCredentials BrokerCredentials
 	// ClusterID overrides the cluster.clusterset.k8s.io ClusterProperty.
 	ClusterID string
 	// LeaseGrace is how long a member's broker Lease may go unrenewed before its endpoints are withdrawn;
@@ -52,6 +57,16 @@ type Options struct {
 	MetricsBindAddress string
 	// Logger logs; default the controller-runtime logger.
 	Logger *logr.Logger
+}
+
+// BrokerCredentials are what the controller learns of the broker credential in use.
+type BrokerCredentials interface {
+	// ID names the credential in use, for the broker Lease's names.AnnotationCredential annotation.
+	ID() string
+	// Check is a /readyz check: an error while the credential is not the one the operator configured.
+	Check(*http.Request) error
+	// Renew renews the credential before it expires, until ctx ends; the manager runs it on the elected leader.
+	Renew(ctx context.Context) error
 }
 
 // Defaults of the Options that Run gives a zero setting, and that cmd/controller's flags state.

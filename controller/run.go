@@ -175,9 +175,20 @@ func runManager(ctx context.Context, opts Options, id string, a apis, log logr.L
 	if err := r.setup(mgr, brokerCluster, enqueue, opts.Workers); err != nil {
 		return err
 	}
+	renewer := &broker.Renewer{ClusterID: id, Holder: holderIdentity(id)}
+	if opts.BrokerCredentials != nil {
+		renewer.Credential = opts.BrokerCredentials.ID
+		if err := mgr.AddReadyzCheck("broker-credentials", opts.BrokerCredentials.Check); err != nil {
+			return err
+		}
+		// A runnable of the manager's, so that only the leader renews: every replica reads the renewed token.
+		if err := mgr.Add(manager.RunnableFunc(opts.BrokerCredentials.Renew)); err != nil {
+			return err
+		}
+	}
 	hb := &heartbeat{id: id, grace: opts.LeaseGrace, client: brokerDirect, cache: brokerCluster.GetCache(),
 		liveness: r.liveness, trust: r.trust, local: r.local, enqueue: enqueue, log: log,
-		renewer: &broker.Renewer{ClusterID: id, Holder: holderIdentity(id)}, duplicate: r.duplicate}
+		renewer: renewer, duplicate: r.duplicate}
 	if err := mgr.Add(manager.RunnableFunc(hb.run)); err != nil {
 		return err
 	}

@@ -8,20 +8,23 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"vksfleet.dev/fleet/controller"
+	"vksfleet.dev/fleet/controller/brokercreds"
 	"vksfleet.dev/fleet/controller/export"
 	"vksfleet.dev/fleet/mcs/names"
 )
@@ -32,6 +35,8 @@ type flags struct {
 	brokerSecret                 types.NamespacedName
 	qps                          float64
 	burst                        int
+	// renewBefore is --broker-token-renew-before; 0 renews at 80% of a token's lifetime.
+	renewBefore time.Duration
 	// opts are the controller's settings; run adds the client configurations.
 	opts controller.Options
 	// printBrokerNamespace asks only for the broker namespace of --cluster-id, for the broker's RBAC overlay.
@@ -47,6 +52,8 @@ func parseFlags(args []string, out io.Writer) (flags, error) {
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig of the member cluster; default in-cluster config or $KUBECONFIG")
 	fs.StringVar(&f.brokerKubeconfig, "broker-kubeconfig", "", "kubeconfig file of the broker")
 	fs.StringVar(&secret, "broker-secret", "", "namespace/name of a Secret in the member cluster whose key `kubeconfig` reaches the broker")
+	fs.DurationVar(&f.renewBefore, "broker-token-renew-before", 0,
+		"renew the broker ServiceAccount token this long before it expires; 0, or a value not shorter than its lifetime, renews at 80% of its lifetime (and at once under a minute left)")
 	fs.StringVar(&f.opts.ClusterID, "cluster-id", "", "override the cluster id of the cluster.clusterset.k8s.io ClusterProperty")
 	fs.DurationVar(&f.opts.LeaseGrace, "lease-grace", controller.DefaultLeaseGrace, "how long a member's broker Lease may go unrenewed before its endpoints are withdrawn")
 	fs.Float64Var(&f.qps, "qps", 200, "client queries per second to each API server")
@@ -93,6 +100,9 @@ func parseFlags(args []string, out io.Writer) (flags, error) {
 		}
 		f.brokerSecret = types.NamespacedName{Namespace: ns, Name: name}
 	}
+	if f.renewBefore < 0 {
+		errs = append(errs, fmt.Errorf("--broker-token-renew-before %v must not be negative", f.renewBefore))
+	}
 	if f.qps <= 0 || f.burst <= 0 {
 		errs = append(errs, fmt.Errorf("--qps %v and --burst %d must be positive", f.qps, f.burst))
 	}
@@ -127,14 +137,58 @@ func run(ctx context.Context, f flags) error {
 		return fmt.Errorf("member cluster: %w", err)
 	}
 	local.QPS, local.Burst = float32(f.qps), f.burst
-	brokerCfg, err := brokerConfig(ctx, f, local)
+	var source brokercreds.Source = &brokercreds.FileSource{Path: f.brokerKubeconfig, Interval: filePollInterval}
+	if f.brokerKubeconfig == "" {
+		kube, err := kubernetes.NewForConfig(local)
+		if err != nil {
+			return fmt.Errorf("member cluster: %w", err)
+		}
+		source = &brokercreds.SecretSource{Client: kube, Key: f.brokerSecret}
+	}
+	keeper := &brokercreds.Keeper{Source: source, RenewBefore: f.renewBefore, Log: ctrl.Log.WithName("broker-credentials")}
+	keeper.Start(ctx)
+	transport, err := waitForCredentials(ctx, keeper, f.opts.HealthProbeBindAddress)
+	if ctx.Err() != nil {
+		return nil // stopped while waiting: not a failure
+	}
 	if err != nil {
 		return fmt.Errorf("broker: %w", err)
 	}
+	brokerCfg := transport.Config()
 	brokerCfg.QPS, brokerCfg.Burst = float32(f.qps), f.burst
 	opts := f.opts
-	opts.Local, opts.Broker = local, brokerCfg
+	opts.Local, opts.Broker, opts.BrokerCredentials = local, brokerCfg, keeper
 	return controller.Run(ctx, opts)
+}
+
+// filePollInterval is how often --broker-kubeconfig is read for a new credential.
+const filePollInterval = 2 * time.Second
+
+// waitForCredentials waits for the keeper's first valid broker kubeconfig. Meanwhile it serves /healthz (ok) and
+// /readyz (failing, with the reason) on the health probe address, so that a Deployment applied before its
+// Secret waits, not ready, rather than crash-looping; the manager serves both once the controller starts.
+func waitForCredentials(ctx context.Context, keeper *brokercreds.Keeper, healthAddr string) (*brokercreds.Transport, error) {
+	if healthAddr == "" || healthAddr == "0" {
+		return keeper.First(ctx)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := keeper.Check(r); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprint(w, "ok")
+	})
+	ln, err := net.Listen("tcp", healthAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--health-probe-bind-address: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	// Serve returns only once Close below ends it, with http.ErrServerClosed.
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	return keeper.First(ctx)
 }
 
 // restConfig loads a kubeconfig file, or the in-cluster config / $KUBECONFIG when path is empty.
@@ -143,24 +197,4 @@ func restConfig(path string) (*rest.Config, error) {
 		return ctrl.GetConfig()
 	}
 	return clientcmd.BuildConfigFromFlags("", path)
-}
-
-// brokerConfig loads the broker's kubeconfig from its file or from the Secret in the member cluster.
-func brokerConfig(ctx context.Context, f flags, local *rest.Config) (*rest.Config, error) {
-	if f.brokerKubeconfig != "" {
-		return clientcmd.BuildConfigFromFlags("", f.brokerKubeconfig)
-	}
-	c, err := client.New(local, client.Options{})
-	if err != nil {
-		return nil, err
-	}
-	secret := &corev1.Secret{}
-	if err := c.Get(ctx, f.brokerSecret, secret); err != nil {
-		return nil, fmt.Errorf("reading Secret %s: %w", f.brokerSecret, err)
-	}
-	kubeconfig, ok := secret.Data["kubeconfig"]
-	if !ok {
-		return nil, fmt.Errorf("secret %s has no key \"kubeconfig\"", f.brokerSecret)
-	}
-	return clientcmd.RESTConfigFromKubeConfig(kubeconfig)
 }

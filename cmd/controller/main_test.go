@@ -55,6 +55,8 @@ func TestParseFlags(t *testing.T) {
 			return f.opts.Workers == 4 && f.opts.LeaderElection && f.opts.LeaderElectionNamespace == "mcs-system" &&
 				f.opts.HealthProbeBindAddress == "0" && f.opts.MetricsBindAddress == ":9090"
 		}},
+		{[]string{"--broker-secret=a/b", "--broker-token-renew-before=2m"}, "", func(f flags) bool { return f.renewBefore == 2*time.Minute }},
+		{[]string{"--broker-kubeconfig=/b", "--broker-token-renew-before=-1s"}, "must not be negative", nil},
 		{[]string{"--broker-kubeconfig=/b", "extra"}, "unexpected arguments", nil},
 		{[]string{"--no-such-flag"}, "not defined", nil},
 	}

@@ -43,6 +43,9 @@ type Renewer struct {
 	ClusterID string
 	// Holder is this process's identity, written as the Lease's holderIdentity.
 	Holder string
+	// Credential, when set, names the broker credential in use, written as the names.AnnotationCredential
+	// annotation at each renewal: it is read just before the write, which the credential it names sends.
+	Credential func() string
 
 	written string // the resourceVersion of this process's last write; "" before its first
 }
@@ -68,6 +71,7 @@ func (r *Renewer) Renew(ctx context.Context, c client.Client, grace time.Duratio
 				RenewTime:            &metav1.MicroTime{Time: now},
 			},
 		}
+		r.annotate(lease)
 		if err := c.Create(ctx, lease); err != nil {
 			return true, false, err
 		}
@@ -81,11 +85,27 @@ func (r *Renewer) Renew(ctx context.Context, c client.Client, grace time.Duratio
 	lease.Spec.HolderIdentity = ptr.To(r.Holder)
 	lease.Spec.RenewTime = &metav1.MicroTime{Time: now}
 	lease.Spec.LeaseDurationSeconds = ptr.To(int32(max(1, grace/time.Second)))
+	r.annotate(lease)
 	if err := c.Update(ctx, lease); err != nil {
 		return false, foreign, err
 	}
 	r.written = lease.ResourceVersion
 	return false, foreign, nil
+}
+
+// annotate names the credential in use on the Lease.
+func (r *Renewer) annotate(lease *coordinationv1.Lease) {
+	if r.Credential == nil {
+		return
+	}
+	id := r.Credential()
+	if id == "" {
+		return
+	}
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	lease.Annotations[names.AnnotationCredential] = id
 }
 
 // Liveness decides which members are alive: those whose Lease this observer saw renewed within the grace, on

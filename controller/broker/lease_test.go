@@ -133,3 +133,29 @@ func TestRenewerFindsAnotherHolder(t *testing.T) {
 		t.Errorf("lease %+v, %v", lease.Spec, err)
 	}
 }
+
+// The Lease names the credential in use from the renewal that first sends it, at creation and at each renewal,
+// and keeps the last name while none is known.
+func TestRenewerNamesTheCredential(t *testing.T) {
+	ctx := context.Background()
+	c := fake.NewClientBuilder().Build()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	id := "creds-1"
+	r := &Renewer{ClusterID: "a", Holder: "a/pod-1/x", Credential: func() string { return id }}
+	for i, want := range []struct{ in, want string }{{"creds-1", "creds-1"}, {"creds-1", "creds-1"}, {"creds-2", "creds-2"}, {"", "creds-2"}} {
+		id = want.in
+		if _, _, err := r.Renew(ctx, c, 10*time.Second, t0.Add(time.Duration(i)*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		lease := &coordinationv1.Lease{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: names.BrokerNamespace("a"), Name: names.LeaseName}, lease); err != nil {
+			t.Fatal(err)
+		}
+		if got := lease.Annotations[names.AnnotationCredential]; got != want.want {
+			t.Errorf("renewal %d with credential %q: the Lease names %q, want %q", i, want.in, got, want.want)
+		}
+		if lease.Annotations[names.AnnotationClusterID] != "a" {
+			t.Errorf("renewal %d lost the cluster id annotation: %v", i, lease.Annotations)
+		}
+	}
+}

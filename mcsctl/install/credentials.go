@@ -31,9 +31,9 @@ const (
 // revokes the token (and the tokens the controller renews from it, which stay bound to it).
 const credentialPrefix = "credential-"
 
-// memberServiceAccount is the member's ServiceAccount on the broker: build/deploy/member's "member" with the
+// MemberServiceAccount is the member's ServiceAccount on the broker: build/deploy/member's "member" with the
 // overlay's suffix, the cluster id.
-func memberServiceAccount(id string) string { return "member-" + id }
+func MemberServiceAccount(id string) string { return "member-" + id }
 
 // mintCredential creates a Secret in the member's broker namespace and a token of the member's ServiceAccount
 // bound to it, and returns the member's broker kubeconfig and the Secret's name.
@@ -45,7 +45,7 @@ func mintCredential(ctx context.Context, broker client.Client, info BrokerInfo, 
 	if err := broker.Create(ctx, anchor); err != nil {
 		return nil, "", fmt.Errorf("creating the Secret the token is bound to: %w", err)
 	}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: anchor.Namespace, Name: memberServiceAccount(id)}}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: anchor.Namespace, Name: MemberServiceAccount(id)}}
 	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
 		ExpirationSeconds: ptr.To(int64(expiration / time.Second)),
 		BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Secret", APIVersion: "v1", Name: anchor.Name, UID: anchor.UID},
@@ -53,12 +53,12 @@ func mintCredential(ctx context.Context, broker client.Client, info BrokerInfo, 
 	if err := broker.SubResource("token").Create(ctx, sa, req); err != nil {
 		return nil, "", fmt.Errorf("requesting a token for %s/%s: %w", sa.Namespace, sa.Name, err)
 	}
-	kubeconfig, err := memberKubeconfig(info, req.Status.Token)
+	kubeconfig, err := MemberKubeconfig(info, req.Status.Token)
 	return kubeconfig, anchor.Name, err
 }
 
-// memberKubeconfig is the kubeconfig a member's controller reaches the broker with.
-func memberKubeconfig(info BrokerInfo, token string) ([]byte, error) {
+// MemberKubeconfig is the kubeconfig a member's controller reaches the broker with.
+func MemberKubeconfig(info BrokerInfo, token string) ([]byte, error) {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["broker"] = &clientcmdapi.Cluster{Server: info.Server, CertificateAuthorityData: info.CertificateAuthorityData}
 	cfg.AuthInfos["member"] = &clientcmdapi.AuthInfo{Token: token}

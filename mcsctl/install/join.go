@@ -89,11 +89,10 @@ func Join(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts Joi
 		return "", err
 	}
 	err = s.do("broker identity", func() (string, error) {
-		overlay := member.Kustomization("../deploy/member", id, "-"+id)
-		if _, err := applyRendered(ctx, b, func() ([]byte, error) { return deploy.RenderOverlay(overlay) }); err != nil {
-			return "", fmt.Errorf("%w (is the broker-info's token still valid? `kubectl mcs broker init` writes a new one)", err)
+		if err := brokerIdentity(ctx, b, id); err != nil {
+			return "", err
 		}
-		return fmt.Sprintf("namespace %s, ServiceAccount %s, read access to every member's records", names.BrokerNamespace(id), memberServiceAccount(id)), nil
+		return fmt.Sprintf("namespace %s, ServiceAccount %s, read access to every member's records", names.BrokerNamespace(id), MemberServiceAccount(id)), nil
 	})
 	if err != nil {
 		return "", err
@@ -196,6 +195,26 @@ func forward(ctx context.Context, s steps, cfg *rest.Config, m client.Client, wa
 		return err
 	}
 	return s.do("cluster DNS replicas reloaded", func() (string, error) { return waitReloaded(ctx, kube, m, before, wait) })
+}
+
+// BrokerIdentity gives the member id its identity on the broker, as join does: its broker namespace, its
+// ServiceAccount (MemberServiceAccount) and bindings, read access to every member's records and write access to
+// its own.
+func BrokerIdentity(ctx context.Context, info BrokerInfo, id string) error {
+	b, err := newClient(info.Config(), "broker")
+	if err != nil {
+		return err
+	}
+	return brokerIdentity(ctx, b, id)
+}
+
+// brokerIdentity applies the member's overlay of build/deploy/member on the broker.
+func brokerIdentity(ctx context.Context, b client.Client, id string) error {
+	overlay := member.Kustomization("../deploy/member", id, "-"+id)
+	if _, err := applyRendered(ctx, b, func() ([]byte, error) { return deploy.RenderOverlay(overlay) }); err != nil {
+		return fmt.Errorf("%w (is the broker-info's token still valid? `kubectl mcs broker init` writes a new one)", err)
+	}
+	return nil
 }
 
 // resolveID returns the member's cluster id: the one asked for, written as its ClusterProperty (which must not

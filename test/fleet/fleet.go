@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"vksfleet.dev/fleet/build/deploy/corefile"
+	"vksfleet.dev/fleet/mcsctl/install"
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/proc"
 )
@@ -38,6 +39,11 @@ type Options struct {
 	// Bare, with nodes, leaves the product out: the broker is prepared (`kubectl mcs broker init`, which writes
 	// BrokerInfoPath) and each member waits for Member.Join, or an operator's `kubectl mcs join`.
 	Bare bool
+	// BrokerIdentities, without nodes, gives each member's controller its own ServiceAccount on the broker, as
+	// join does (`kubectl mcs broker init`, then the member's identity), and a kubeconfig file with a token of it
+	// (Member.BrokerKubeconfigPath), rather than the broker administrator's kubeconfig. With nodes, members
+	// always have their own.
+	BrokerIdentities bool
 }
 
 // Fleet is a running local fleet.
@@ -69,11 +75,15 @@ type Member struct {
 	fleet          *Fleet
 	mu             sync.Mutex
 	controllerArgs []string
-	// Without nodes: the processes, the DNS port and where the controller serves its metrics.
-	controller  *proc.Process
-	coredns     *proc.Process
-	dnsPort     int
-	metricsAddr string
+	// Without nodes: the processes, the DNS port, where the controller serves its metrics and health probes,
+	// the broker kubeconfig file it reads, and whether it reads the broker Secret instead.
+	controller       *proc.Process
+	coredns          *proc.Process
+	dnsPort          int
+	metricsAddr      string
+	healthAddr       string
+	brokerKubeconfig string
+	brokerSecret     bool
 	// With nodes: the controller's arguments as the manifest has them.
 	baseArgs []string
 }
@@ -120,11 +130,17 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 	for _, m := range f.Members {
 		// The DNS port is known before the controller starts: the controller asks that server before it says an
 		// import is Ready.
-		ports, err := clusterset.FreePorts(2)
+		ports, err := clusterset.FreePorts(3)
 		if err != nil {
 			return nil, errors.Join(err, f.Stop())
 		}
 		m.dnsPort, m.DNS, m.metricsAddr = ports[0], fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
+		m.healthAddr, m.brokerKubeconfig = fmt.Sprintf("127.0.0.1:%d", ports[2]), f.Broker.KubeconfigPath
+	}
+	if opts.BrokerIdentities {
+		if err := f.giveBrokerIdentities(ctx); err != nil {
+			return nil, errors.Join(err, f.Stop())
+		}
 	}
 	errs := make([]error, len(f.Members))
 	var wg sync.WaitGroup
@@ -185,10 +201,14 @@ func (m *Member) StartController() error {
 		return nil
 	}
 	f := m.fleet
+	broker := "--broker-kubeconfig=" + m.brokerKubeconfig
+	if m.brokerSecret {
+		broker = "--broker-secret=" + BrokerSecret.String()
+	}
 	args := append([]string{
 		"--kubeconfig=" + m.KubeconfigPath,
-		"--broker-kubeconfig=" + f.Broker.KubeconfigPath,
-		"--health-probe-bind-address=0",
+		broker,
+		"--health-probe-bind-address=" + m.healthAddr,
 		"--metrics-bind-address=" + m.metricsAddr,
 		"--dns-address=" + m.DNS,
 	}, m.extraArgs()...)
@@ -197,6 +217,63 @@ func (m *Member) StartController() error {
 		return err
 	}
 	m.controller = p
+	return nil
+}
+
+// giveBrokerIdentities prepares the broker as `kubectl mcs broker init` does, gives each member its identity on
+// the broker as join does, and points each member's controller at a kubeconfig file with a token of its own.
+func (f *Fleet) giveBrokerIdentities(ctx context.Context) error {
+	if err := f.brokerInit(ctx); err != nil {
+		return err
+	}
+	info, err := install.ReadBrokerInfo(f.BrokerInfoPath)
+	if err != nil {
+		return err
+	}
+	for _, m := range f.Members {
+		if err := install.BrokerIdentity(ctx, info, m.ID); err != nil {
+			return fmt.Errorf("fleet: the broker identity of %s: %w", m.Name, err)
+		}
+		// A month: the local clusterset lives for hours at most.
+		kubeconfig, err := m.BrokerKubeconfig(ctx, 30*24*time.Hour, nil)
+		if err != nil {
+			return err
+		}
+		m.brokerKubeconfig = filepath.Join(f.dir, "broker-kubeconfig."+m.Name)
+		if err := os.WriteFile(m.brokerKubeconfig, kubeconfig, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// BrokerKubeconfigPath is the broker kubeconfig file the member's controller reads (--broker-kubeconfig), and
+// watches for new credentials: the member's own with Options.BrokerIdentities, else the broker administrator's.
+func (m *Member) BrokerKubeconfigPath() string { return m.brokerKubeconfig }
+
+// ReadBrokerSecret makes the member's controller, from its next start on, read its broker kubeconfig from the
+// member Secret BrokerSecret, as deployed (--broker-secret), instead of a file; nothing creates the Secret.
+func (m *Member) ReadBrokerSecret() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.brokerSecret = true
+}
+
+// ControllerReady asks the member's controller process for /readyz, and returns why it is not ready.
+func (m *Member) ControllerReady(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.healthAddr+"/readyz?verbose", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s's controller: /readyz %s: %s", m.Name, resp.Status, body)
+	}
 	return nil
 }
 

@@ -16,13 +16,16 @@ import (
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/mcsctl"
 	"vksfleet.dev/fleet/mcsctl/install"
 	"vksfleet.dev/fleet/test/clusterset"
@@ -43,7 +46,6 @@ import (
 const (
 	controllerNamespace  = "mcs-system"
 	controllerDeployment = "mcs-controller"
-	brokerSecret         = "broker-kubeconfig"
 	dnsNamespace         = metav1.NamespaceSystem
 	dnsDeployment        = "coredns"
 	// installTimeout bounds each wait of the install: pods start in seconds once their images are loaded.
@@ -54,6 +56,10 @@ const (
 	// one plugin more, which kubeadm's Corefile does not load.
 	kubeadmDNSImage = "ghcr.io/vksfleet/coredns:v0.1.0"
 )
+
+// BrokerSecret is the member Secret whose key "kubeconfig" the deployed controller reads the broker kubeconfig
+// from (--broker-secret).
+var BrokerSecret = types.NamespacedName{Namespace: controllerNamespace, Name: "broker-kubeconfig"}
 
 // productPods selects the pods of one part of our product on a member, by the labels build/deploy gives them.
 type productPods struct {
@@ -80,18 +86,7 @@ func (m *Member) pods(ctx context.Context, sel productPods) ([]corev1.Pod, error
 // kubectl-mcs command tree run in process: `kubectl mcs broker init` on the broker, then `kubectl mcs join` for
 // every member at once; it then waits until every member's controller and DNS are available.
 func (f *Fleet) install(ctx context.Context) error {
-	// As cmd/kubectl-mcs does: its errors come back to us.
-	ctrl.SetLogger(logr.Discard())
-	kubeconfig, err := f.Kubeconfig()
-	if err != nil {
-		return err
-	}
-	f.KubeconfigPath = filepath.Join(f.dir, "kubeconfig")
-	if err := os.WriteFile(f.KubeconfigPath, kubeconfig, 0o600); err != nil {
-		return err
-	}
-	f.BrokerInfoPath = filepath.Join(f.dir, "broker-info.yaml")
-	if _, err := f.KubectlMCS(ctx, "--context", clusterset.BrokerName, "broker", "init", "--clusterset", f.Members[0].SetName, "--broker-info", f.BrokerInfoPath); err != nil {
+	if err := f.brokerInit(ctx); err != nil {
 		return err
 	}
 	if f.opts.Bare {
@@ -120,6 +115,24 @@ func (f *Fleet) install(ctx context.Context) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// brokerInit writes the fleet's kubeconfig (KubeconfigPath) and runs `kubectl mcs broker init` on the broker,
+// which writes BrokerInfoPath.
+func (f *Fleet) brokerInit(ctx context.Context) error {
+	// As cmd/kubectl-mcs does: its errors come back to us.
+	ctrl.SetLogger(logr.Discard())
+	kubeconfig, err := f.Kubeconfig()
+	if err != nil {
+		return err
+	}
+	f.KubeconfigPath = filepath.Join(f.dir, "kubeconfig")
+	if err := os.WriteFile(f.KubeconfigPath, kubeconfig, 0o600); err != nil {
+		return err
+	}
+	f.BrokerInfoPath = filepath.Join(f.dir, "broker-info.yaml")
+	_, err = f.KubectlMCS(ctx, "--context", clusterset.BrokerName, "broker", "init", "--clusterset", f.Members[0].SetName, "--broker-info", f.BrokerInfoPath)
+	return err
 }
 
 // KubectlMCS runs `kubectl mcs` in process on the fleet's kubeconfig (every member's context and the broker's, by
@@ -164,6 +177,33 @@ func (m *Member) started(ctx context.Context) error {
 		return err
 	}
 	return m.findDNS(ctx)
+}
+
+// BrokerServiceAccount is the member's ServiceAccount on the broker, as join names it.
+func (m *Member) BrokerServiceAccount() types.NamespacedName {
+	return types.NamespacedName{Namespace: names.BrokerNamespace(m.ID), Name: install.MemberServiceAccount(m.ID)}
+}
+
+// BrokerKubeconfig asks the broker, as its administrator, for a token of the member's broker ServiceAccount,
+// valid for life (at least the API server's 10 minutes) and bound to the Secret bound of its broker namespace
+// when bound is not nil, so that deleting that Secret revokes it; it returns the kubeconfig join would give the
+// member with that token. The members must have their broker identities (with nodes, or
+// Options.BrokerIdentities).
+func (m *Member) BrokerKubeconfig(ctx context.Context, life time.Duration, bound *corev1.Secret) ([]byte, error) {
+	info, err := install.ReadBrokerInfo(m.fleet.BrokerInfoPath)
+	if err != nil {
+		return nil, err
+	}
+	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(life / time.Second))}}
+	if bound != nil {
+		req.Spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: "Secret", APIVersion: "v1", Name: bound.Name, UID: bound.UID}
+	}
+	sa := m.BrokerServiceAccount()
+	tok, err := m.fleet.Broker.Kube.CoreV1().ServiceAccounts(sa.Namespace).CreateToken(ctx, sa.Name, req, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("creating the broker token of %s: %w", sa, err)
+	}
+	return install.MemberKubeconfig(info, tok.Status.Token)
 }
 
 // scaleController sets the controller Deployment's replicas and arguments (the manifest's, then --lease-grace

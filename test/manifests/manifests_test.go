@@ -26,6 +26,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -34,8 +35,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -53,6 +56,8 @@ import (
 const (
 	// fieldManager owns every field the test applies.
 	fieldManager = "vksfleet-manifests-test"
+	// brokerSecretName is the Secret the controller Deployment reads its broker kubeconfig from.
+	brokerSecretName = "broker-kubeconfig"
 	// timeout bounds every wait for the controllers.
 	timeout = 2 * time.Minute
 	// leaseGrace is short so that the controllers renew their broker Leases (an update) within a second or two.
@@ -646,6 +651,17 @@ func checkLeastPrivilege(ctx context.Context, t *testing.T, cs *clusterset.Clust
 	}
 	brokerA := newClient(brokerIDs[a.Name].impersonate(cs.Broker.Config))
 	localA := newClient(local.impersonate(a.Config))
+	newKube := func(cfg *rest.Config) kubernetes.Interface {
+		k, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	kubeA, brokerKubeA := newKube(local.impersonate(a.Config)), newKube(brokerIDs[a.Name].impersonate(cs.Broker.Config))
+	tokenRequest := func() *authenticationv1.TokenRequest {
+		return &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(600))}}
+	}
 	nsA, nsB := names.BrokerNamespace(a.ID), names.BrokerNamespace(b.ID)
 	record := func(ns string) *mcsv1beta1.ServiceImport {
 		return &mcsv1beta1.ServiceImport{
@@ -688,6 +704,33 @@ func checkLeastPrivilege(ctx context.Context, t *testing.T, cs *clusterset.Clust
 		}, true},
 		{"cluster-a's controller lists Secrets in " + local.namespace, func() error {
 			return localA.List(ctx, &corev1.SecretList{}, client.InNamespace(local.namespace))
+		}, true},
+		// resourceNames restricts list and watch to requests whose field selector names the Secret, as the
+		// controller's watch of its broker kubeconfig does.
+		{"cluster-a's controller lists its broker Secret by name", func() error {
+			return localA.List(ctx, &corev1.SecretList{}, client.InNamespace(local.namespace),
+				client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", brokerSecretName)})
+		}, false},
+		{"cluster-a's controller watches its broker Secret by name", func() error {
+			w, err := kubeA.CoreV1().Secrets(local.namespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + brokerSecretName})
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		}, false},
+		{"cluster-a's controller lists another Secret by name in " + local.namespace, func() error {
+			return localA.List(ctx, &corev1.SecretList{}, client.InNamespace(local.namespace),
+				client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", "other")})
+		}, true},
+		{"cluster-a's broker identity renews its own token", func() error {
+			id := brokerIDs[a.Name]
+			_, err := brokerKubeA.CoreV1().ServiceAccounts(id.namespace).CreateToken(ctx, id.name, tokenRequest(), metav1.CreateOptions{})
+			return err
+		}, false},
+		{"cluster-a's broker identity makes a token for cluster-b's", func() error {
+			id := brokerIDs[b.Name]
+			_, err := brokerKubeA.CoreV1().ServiceAccounts(id.namespace).CreateToken(ctx, id.name, tokenRequest(), metav1.CreateOptions{})
+			return err
 		}, true},
 		{"cluster-a's controller deletes a user's ServiceExport", func() error {
 			return localA.Delete(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: demoNamespace, Name: "web"}}, dry)
