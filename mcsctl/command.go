@@ -83,7 +83,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		Long: `kubectl mcs talks to the broker (--context, default the context "broker", else the current context), learns
 the members' cluster ids from their namespaces and Leases there, and reads each member through the kubeconfig
 context whose cluster id matches (or the --contexts given). --as, --as-group, --token and --request-timeout apply
-to every cluster it talks to. export, unexport, join and unjoin act on one member, and broker init on the broker:
+to every cluster it talks to. export, unexport, join, unjoin and rotate act on one member, and broker init on the broker:
 each names its cluster with --context, as kubectl does.
 
 Exit codes: 0 healthy, 1 unhealthy (a diagnose check failed), 2 could not run.`,
@@ -103,7 +103,7 @@ Exit codes: 0 healthy, 1 unhealthy (a diagnose check failed), 2 could not run.`,
 	pf.Lookup("v").NoOptDefVal = "1"
 	root.AddCommand(o.versionCommand())
 	root.AddCommand(o.statusCommand(), o.servicesCommand(), o.diagnoseCommand(), o.exportCommand(), o.unexportCommand())
-	root.AddCommand(o.brokerCommand(), o.joinCommand(), o.unjoinCommand())
+	root.AddCommand(o.brokerCommand(), o.joinCommand(), o.unjoinCommand(), o.rotateCommand())
 	return root
 }
 

@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"vksfleet.dev/fleet/mcs/brokercred"
 )
 
 var (
@@ -191,9 +193,9 @@ func (k *Keeper) take(u update) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	cred, err := u.kubeconfig, u.err
-	var next *Credential
+	var next *brokercred.Credential
 	if err == nil {
-		if next, err = Parse(cred); err != nil {
+		if next, err = brokercred.Parse(cred); err != nil {
 			refusedTotal.WithLabelValues("invalid").Inc()
 			err = fmt.Errorf("%s: %w", k.Source, err)
 		}
@@ -223,11 +225,11 @@ func (k *Keeper) take(u update) {
 		return
 	}
 	cur := k.transport.Credential()
-	switch Compare(cur, next) {
-	case Unchanged:
+	switch brokercred.Compare(cur, next) {
+	case brokercred.Unchanged:
 		k.refused = nil
 		return
-	case ServerChanged:
+	case brokercred.ServerChanged:
 		refusedTotal.WithLabelValues("server_changed").Inc()
 		k.refused = fmt.Errorf("%s names the broker server %s, but the controller uses %s: restart the controller to move to another broker, "+
 			"or put the server in use back", k.Source, next.Config.Host, cur.Config.Host)
@@ -245,7 +247,7 @@ func (k *Keeper) take(u update) {
 }
 
 // expiryOf is when cred expires, for logs: "none" for a credential without an expiry.
-func expiryOf(cred *Credential) string {
+func expiryOf(cred *brokercred.Credential) string {
 	if cred.Claims == nil || cred.Claims.Expiry.IsZero() {
 		return "none"
 	}
@@ -254,7 +256,7 @@ func expiryOf(cred *Credential) string {
 
 // schedule records cred's expiry and when to renew it: never for a credential the controller cannot renew (no
 // ServiceAccount token, or no expiry). k.mu is held.
-func (k *Keeper) schedule(cred *Credential) {
+func (k *Keeper) schedule(cred *brokercred.Credential) {
 	c := cred.Claims
 	if c == nil || c.Expiry.IsZero() {
 		expiryGauge.Set(0)
@@ -263,7 +265,7 @@ func (k *Keeper) schedule(cred *Credential) {
 	}
 	k.renewAt = time.Time{}
 	if c.Renewable() {
-		k.renewAt = RenewAt(c.IssuedAt, c.Expiry, k.RenewBefore, time.Now())
+		k.renewAt = brokercred.RenewAt(c.IssuedAt, c.Expiry, k.RenewBefore, time.Now())
 		k.Log.V(1).Info("broker token renewal scheduled", "at", k.renewAt, "expiry", c.Expiry)
 	}
 	select {
@@ -301,7 +303,7 @@ func (k *Keeper) renewNow(ctx context.Context) time.Duration {
 
 // renewToken asks the broker for a new token of the ServiceAccount of cur's token, of the same lifetime and
 // bound to the same Secret, and writes it back to the Source.
-func (k *Keeper) renewToken(ctx context.Context, t *Transport, cur *Credential) error {
+func (k *Keeper) renewToken(ctx context.Context, t *Transport, cur *brokercred.Credential) error {
 	c := cur.Claims
 	kube, err := kubernetes.NewForConfig(t.Config())
 	if err != nil {
@@ -322,7 +324,7 @@ func (k *Keeper) renewToken(ctx context.Context, t *Transport, cur *Credential) 
 		return fmt.Errorf("TokenRequest for ServiceAccount %s/%s on the broker (it needs create on serviceaccounts/token in its namespace): %w",
 			c.Namespace, c.ServiceAccount, err)
 	}
-	next, err := WithToken(cur.Kubeconfig, tok.Status.Token)
+	next, err := brokercred.WithToken(cur.Kubeconfig, tok.Status.Token)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,9 @@ import (
 
 	"github.com/go-logr/logr"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"vksfleet.dev/fleet/mcs/brokercred"
+	"vksfleet.dev/fleet/mcs/brokercred/credtest"
 )
 
 // fakeSource is a Source the test never runs: it calls take itself.
@@ -26,10 +29,10 @@ func TestKeeper(t *testing.T) {
 	k.prepare()
 	now := time.Now()
 	bound := func(secret string) []byte {
-		return kubeconfig(t, "https://broker:6443", nil, &clientcmdapi.AuthInfo{Token: jwt(t, saClaims(now, time.Hour, secret))})
+		return credtest.Kubeconfig(t, "https://broker:6443", nil, &clientcmdapi.AuthInfo{Token: credtest.JWT(t, credtest.SAClaims(now, time.Hour, secret))})
 	}
-	opaqueKubeconfig := kubeconfig(t, "https://broker:6443", nil, &clientcmdapi.AuthInfo{Token: "opaque"})
-	opaque, err := Parse(opaqueKubeconfig)
+	opaqueKubeconfig := credtest.Kubeconfig(t, "https://broker:6443", nil, &clientcmdapi.AuthInfo{Token: "opaque"})
+	opaque, err := brokercred.Parse(opaqueKubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,10 +49,10 @@ func TestKeeper(t *testing.T) {
 		{name: "invalid later: the credential in use stays", deliver: update{kubeconfig: []byte("{{{")}, wantID: "creds-1", renews: true},
 		{name: "deleted later: the credential in use stays", deliver: update{err: errors.New("deleted")}, wantID: "creds-1", renews: true},
 		{name: "rotated", deliver: update{kubeconfig: bound("creds-2")}, wantID: "creds-2", renews: true},
-		{name: "another server: refused", deliver: update{kubeconfig: kubeconfig(t, "https://other:6443", nil, &clientcmdapi.AuthInfo{Token: "x"})},
+		{name: "another server: refused", deliver: update{kubeconfig: credtest.Kubeconfig(t, "https://other:6443", nil, &clientcmdapi.AuthInfo{Token: "x"})},
 			wantID: "creds-2", wantCheck: "restart the controller", renews: true},
 		{name: "the server in use again", deliver: update{kubeconfig: bound("creds-2")}, wantID: "creds-2", renews: true},
-		{name: "a client certificate that is no PEM: kept out", deliver: update{kubeconfig: kubeconfig(t, "https://broker:6443", nil,
+		{name: "a client certificate that is no PEM: kept out", deliver: update{kubeconfig: credtest.Kubeconfig(t, "https://broker:6443", nil,
 			&clientcmdapi.AuthInfo{ClientCertificateData: []byte("cert"), ClientKeyData: []byte("key")})}, wantID: "creds-2", renews: true},
 		{name: "an opaque token: nothing to renew", deliver: update{kubeconfig: opaqueKubeconfig}, wantID: opaque.ID()},
 	}

@@ -9,6 +9,8 @@ import (
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/connrotation"
+
+	"vksfleet.dev/fleet/mcs/brokercred"
 )
 
 // Transport is the broker clients' http.RoundTripper: it sends each request with the credential switched in
@@ -21,13 +23,13 @@ type Transport struct {
 
 // inner is one credential's transport.
 type inner struct {
-	cred   *Credential
+	cred   *brokercred.Credential
 	rt     http.RoundTripper
 	dialer *connrotation.Dialer
 }
 
 // NewTransport returns a Transport that sends with cred.
-func NewTransport(cred *Credential) (*Transport, error) {
+func NewTransport(cred *brokercred.Credential) (*Transport, error) {
 	t := &Transport{}
 	return t, t.Switch(cred)
 }
@@ -38,12 +40,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // Credential is the credential in use.
-func (t *Transport) Credential() *Credential { return t.cur.Load().cred }
+func (t *Transport) Credential() *brokercred.Credential { return t.cur.Load().cred }
 
 // Switch sends every request from now on with cred, and closes the connections of the credential it replaces.
 // cred must reach the same server (Compare), since the clients built on Config keep its URL.
-func (t *Transport) Switch(cred *Credential) error {
-	if old := t.cur.Load(); old != nil && Compare(old.cred, cred) == ServerChanged {
+func (t *Transport) Switch(cred *brokercred.Credential) error {
+	if old := t.cur.Load(); old != nil && brokercred.Compare(old.cred, cred) == brokercred.ServerChanged {
 		return fmt.Errorf("the broker server changed from %s to %s: a credential switch keeps the server", old.cred.Config.Host, cred.Config.Host)
 	}
 	dialer := connrotation.NewDialer((&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext)

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"vksfleet.dev/fleet/mcs/brokercred"
+	"vksfleet.dev/fleet/mcs/brokercred/credtest"
 )
 
 // TestTransportSwitch checks what an operator who revokes the old token relies on: after Switch, requests carry
@@ -27,8 +30,8 @@ func TestTransportSwitch(t *testing.T) {
 	}))
 	defer srv.Close()
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-	parse := func(token string) *Credential {
-		c, err := Parse(kubeconfig(t, srv.URL, ca, &clientcmdapi.AuthInfo{Token: token}))
+	parse := func(token string) *brokercred.Credential {
+		c, err := brokercred.Parse(credtest.Kubeconfig(t, srv.URL, ca, &clientcmdapi.AuthInfo{Token: token}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,7 +75,7 @@ func TestTransportSwitch(t *testing.T) {
 		t.Errorf("Credential() has token %q", got)
 	}
 
-	other, err := Parse(kubeconfig(t, "https://elsewhere:6443", nil, &clientcmdapi.AuthInfo{Token: "x"}))
+	other, err := brokercred.Parse(credtest.Kubeconfig(t, "https://elsewhere:6443", nil, &clientcmdapi.AuthInfo{Token: "x"}))
 	if err != nil {
 		t.Fatal(err)
 	}

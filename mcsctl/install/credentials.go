@@ -2,11 +2,7 @@ package install
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -17,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"vksfleet.dev/fleet/mcs/brokercred"
 	"vksfleet.dev/fleet/mcs/names"
 )
 
@@ -77,12 +74,15 @@ func usableCredential(ctx context.Context, kubeconfig []byte, info BrokerInfo, m
 	if cfg.Host != info.Server || string(cfg.CAData) != string(info.CertificateAuthorityData) {
 		return fmt.Errorf("it reaches %s with another CA than the broker-info's", cfg.Host)
 	}
-	exp, err := tokenExpiry(cfg.BearerToken)
+	claims, err := brokercred.ParseToken(cfg.BearerToken)
 	if err != nil {
 		return err
 	}
-	if time.Until(exp) < minLeft {
-		return fmt.Errorf("its token expires at %s", exp.UTC().Format(time.RFC3339))
+	if claims.Expiry.IsZero() {
+		return fmt.Errorf("its token has no expiry")
+	}
+	if time.Until(claims.Expiry) < minLeft {
+		return fmt.Errorf("its token expires at %s", claims.Expiry.UTC().Format(time.RFC3339))
 	}
 	c, err := newClient(cfg, "broker")
 	if err != nil {
@@ -93,28 +93,6 @@ func usableCredential(ctx context.Context, kubeconfig []byte, info BrokerInfo, m
 		return fmt.Errorf("the broker does not accept its token: %w", err)
 	}
 	return nil
-}
-
-// tokenExpiry reads a JWT's exp claim, unverified: the broker verifies tokens; this only decides when to replace one.
-func tokenExpiry(token string) (time.Time, error) {
-	parts := strings.Split(token, ".")
-	if len(parts) != 3 {
-		return time.Time{}, errors.New("its token is not a JWT")
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
-	if err != nil {
-		return time.Time{}, fmt.Errorf("its token's payload: %w", err)
-	}
-	var claims struct {
-		Exp *int64 `json:"exp"`
-	}
-	if err := json.Unmarshal(payload, &claims); err != nil {
-		return time.Time{}, fmt.Errorf("its token's claims: %w", err)
-	}
-	if claims.Exp == nil {
-		return time.Time{}, errors.New("its token has no expiry")
-	}
-	return time.Unix(*claims.Exp, 0), nil
 }
 
 // readMemberKubeconfig returns the member's broker kubeconfig, or nil when its Secret is absent.

@@ -1,13 +1,11 @@
 package install
 
 import (
-	"encoding/base64"
 	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -138,29 +136,5 @@ func TestMemberOverlay(t *testing.T) {
 	}
 	if _, err := memberOverlay("coredns", "", ""); err == nil || !strings.Contains(err.Error(), "standalone, replace, cluster-local") {
 		t.Errorf("an unknown mode gives %v", err)
-	}
-}
-
-func TestTokenExpiry(t *testing.T) {
-	jwt := func(payload string) string {
-		return "e30." + base64.RawURLEncoding.EncodeToString([]byte(payload)) + ".sig"
-	}
-	for _, tc := range []struct {
-		name, token string
-		want        time.Time
-		err         string
-	}{
-		{"exp", jwt(`{"exp":1800000000}`), time.Unix(1800000000, 0), ""},
-		{"no exp", jwt(`{"sub":"x"}`), time.Time{}, "no expiry"},
-		{"not a JWT", "abc", time.Time{}, "not a JWT"},
-		{"bad payload", "e30.!!.sig", time.Time{}, "payload"},
-		{"bad claims", jwt(`[`), time.Time{}, "claims"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := tokenExpiry(tc.token)
-			if (err == nil) != (tc.err == "") || err != nil && !strings.Contains(err.Error(), tc.err) || !got.Equal(tc.want) {
-				t.Errorf("tokenExpiry = %v, %v; want %v, %q", got, err, tc.want, tc.err)
-			}
-		})
 	}
 }

@@ -2,6 +2,7 @@
 // nothing of ours installed): `kubectl mcs broker init`, then `kubectl mcs join` for each member, one with our DNS
 // in place of kube-dns and one with our DNS standalone behind kubeadm's, brings a service exported in one member
 // to the pods of the other by its clusterset.local name, through kube-proxy; a second join changes nothing;
+// `kubectl mcs rotate` replaces a member's broker credential and revokes the old one without dropping a request;
 // `kubectl mcs unjoin` removes the member from the broker and the other member, restores its Corefile, and leaves
 // of ours only what it says it leaves.
 package join
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -27,6 +30,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
+	"vksfleet.dev/fleet/mcs/brokercred"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/mcsctl/install"
 	"vksfleet.dev/fleet/test/clusterset"
@@ -106,6 +110,8 @@ func TestJoinAndUnjoin(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Run("a pod of cluster-b reaches web by its clusterset.local name", func(t *testing.T) { reach(t, b) })
+
+	t.Run("rotating cluster-a's credential drops no request", func(t *testing.T) { rotate(t, f, a, b) })
 
 	t.Run("unjoin leaves nothing of cluster-b", func(t *testing.T) { unjoin(t, f, a, b) })
 }
@@ -319,6 +325,82 @@ func unjoin(t *testing.T, f *fleet.Fleet, a, b *fleet.Member) {
 	// cluster-a still serves web; cluster-b's Lease is gone with its namespace, so nothing of it is imported.
 	if err := a.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &mcsv1beta1.ServiceImport{}); err != nil {
 		t.Errorf("cluster-a lost its own export's import: %v", err)
+	}
+}
+
+// rotate runs `kubectl mcs rotate` on a while a pod of b sends requests to a's web, and checks that none failed,
+// that a's controller renewed its Lease with the new credential, and that the broker refuses the old token.
+func rotate(t *testing.T, f *fleet.Fleet, a, b *fleet.Member) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	secret := &corev1.Secret{}
+	if err := a.Client.Get(ctx, client.ObjectKey{Namespace: "mcs-system", Name: "broker-kubeconfig"}, secret); err != nil {
+		t.Fatal(err)
+	}
+	old, err := brokercred.Parse(secret.Data["kubeconfig"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	loop, err := workload.StartLoop(ctx, b.Kube, workload.LoopPod("rotation-loop", ns, fmt.Sprintf("web.%s.svc.clusterset.local:%d", ns, workload.EchoPort),
+		50*time.Millisecond, 10*time.Minute), timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now().UnixMilli()
+	poll.T(t, timeout, "the loop's first answers", func() error {
+		if n := len(loop.Requests(start, 0)); n < 10 {
+			return fmt.Errorf("%d requests so far", n)
+		}
+		return nil
+	})
+	out, err := f.KubectlMCS(ctx, "--context", a.Name, "rotate", "--broker-info", f.BrokerInfoPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kubectl mcs rotate:\n%s", out)
+	rotated := time.Now()
+	lease := &coordinationv1.Lease{}
+	poll.T(t, timeout, "cluster-a's Lease renewed after the rotation", func() error {
+		if err := f.Broker.Client.Get(ctx, client.ObjectKey{Namespace: names.BrokerNamespace(a.ID), Name: names.LeaseName}, lease); err != nil {
+			return err
+		}
+		if lease.Spec.RenewTime == nil || !lease.Spec.RenewTime.After(rotated) {
+			return fmt.Errorf("last renewed at %v", lease.Spec.RenewTime)
+		}
+		return nil
+	})
+	if got := lease.Annotations[names.AnnotationCredential]; got == old.ID() || got == "" {
+		t.Errorf("the Lease names credential %q, the old one is %q", got, old.ID())
+	}
+	// The API server may keep a token's authentication for a few seconds.
+	poll.T(t, timeout, "the broker refuses the old token", func() error {
+		c, err := client.New(old.Config, client.Options{})
+		if err != nil {
+			return err
+		}
+		err = c.Create(ctx, &authenticationv1.SelfSubjectReview{})
+		if apierrors.IsUnauthorized(err) {
+			return nil
+		}
+		return fmt.Errorf("a request with the old token gave %v, want 401 Unauthorized", err)
+	})
+	end := time.Now().UnixMilli()
+	poll.T(t, timeout, "the loop reported every request until now", func() error {
+		if !loop.Reported(end) {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+	reqs := loop.Requests(start, end)
+	failed := 0
+	for _, r := range reqs {
+		if !r.OK {
+			failed++
+		}
+	}
+	t.Logf("%d requests from cluster-b to web in cluster-a during the rotation (%d ms), %d failed", len(reqs), end-start, failed)
+	if failed > 0 || len(reqs) < 20 {
+		t.Errorf("%d of %d requests failed; want none failed, and at least 20", failed, len(reqs))
 	}
 }
 

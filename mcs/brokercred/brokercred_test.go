@@ -1,53 +1,18 @@
-package brokercreds
+package brokercred
 
 import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"vksfleet.dev/fleet/mcs/brokercred/credtest"
 )
-
-// jwt makes an unsigned token with the claims given: the controller never checks a signature.
-func jwt(t *testing.T, claims map[string]any) string {
-	t.Helper()
-	payload, err := json.Marshal(claims)
-	if err != nil {
-		t.Fatal(err)
-	}
-	enc := base64.RawURLEncoding.EncodeToString
-	return enc([]byte(`{"alg":"RS256"}`)) + "." + enc(payload) + ".c2ln"
-}
-
-// saClaims are the claims of a ServiceAccount token of member-a in ns, issued at iat for life, bound to secret
-// when it is not empty.
-func saClaims(iat time.Time, life time.Duration, secret string) map[string]any {
-	k := map[string]any{"namespace": "ns", "serviceaccount": map[string]any{"name": "member-a", "uid": "sa-uid"}}
-	if secret != "" {
-		k["secret"] = map[string]any{"name": secret, "uid": "secret-uid"}
-	}
-	return map[string]any{"iat": iat.Unix(), "exp": iat.Add(life).Unix(), "kubernetes.io": k, "sub": "system:serviceaccount:ns:member-a"}
-}
-
-// kubeconfig writes a kubeconfig for server with the user given.
-func kubeconfig(t *testing.T, server string, ca []byte, user *clientcmdapi.AuthInfo) []byte {
-	t.Helper()
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["broker"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
-	cfg.AuthInfos["member"] = user
-	cfg.Contexts["broker"] = &clientcmdapi.Context{Cluster: "broker", AuthInfo: "member"}
-	cfg.CurrentContext = "broker"
-	out, err := clientcmd.Write(*cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 func TestParseToken(t *testing.T) {
 	iat := time.Unix(1_700_000_000, 0)
@@ -57,12 +22,12 @@ func TestParseToken(t *testing.T) {
 		want    Claims
 		wantErr string
 	}{
-		{name: "bound to a Secret", token: jwt(t, saClaims(iat, time.Hour, "creds-2")),
+		{name: "bound to a Secret", token: credtest.JWT(t, credtest.SAClaims(iat, time.Hour, "creds-2")),
 			want: Claims{IssuedAt: iat, Expiry: iat.Add(time.Hour), Namespace: "ns", ServiceAccount: "member-a", BoundSecret: "creds-2", BoundSecretUID: "secret-uid"}},
-		{name: "unbound", token: jwt(t, saClaims(iat, 10*time.Minute, "")),
+		{name: "unbound", token: credtest.JWT(t, credtest.SAClaims(iat, 10*time.Minute, "")),
 			want: Claims{IssuedAt: iat, Expiry: iat.Add(10 * time.Minute), Namespace: "ns", ServiceAccount: "member-a"}},
-		{name: "no expiry: a legacy Secret token", token: jwt(t, map[string]any{"kubernetes.io/serviceaccount/namespace": "ns"})},
-		{name: "padded payload", token: strings.Replace(jwt(t, map[string]any{"exp": iat.Unix()}), ".c2ln", "==.c2ln", 1),
+		{name: "no expiry: a legacy Secret token", token: credtest.JWT(t, map[string]any{"kubernetes.io/serviceaccount/namespace": "ns"})},
+		{name: "padded payload", token: strings.Replace(credtest.JWT(t, map[string]any{"exp": iat.Unix()}), ".c2ln", "==.c2ln", 1),
 			want: Claims{Expiry: iat}},
 		{name: "opaque token", token: "abcdef.0123456789abcdef", wantErr: "not a JWT"},
 		{name: "payload not base64", token: "a.!!.c", wantErr: "not base64url"},
@@ -88,20 +53,20 @@ func TestParseToken(t *testing.T) {
 }
 
 func TestParse(t *testing.T) {
-	tok := jwt(t, saClaims(time.Unix(1_700_000_000, 0), time.Hour, ""))
+	tok := credtest.JWT(t, credtest.SAClaims(time.Unix(1_700_000_000, 0), time.Hour, ""))
 	cases := []struct {
 		name       string
 		kubeconfig []byte
 		wantErr    string
 		renewable  bool
 	}{
-		{name: "ServiceAccount token", kubeconfig: kubeconfig(t, "https://broker:6443", nil, &clientcmdapi.AuthInfo{Token: tok}), renewable: true},
-		{name: "client certificate", kubeconfig: kubeconfig(t, "https://broker:6443", nil, &clientcmdapi.AuthInfo{ClientCertificateData: []byte("cert"), ClientKeyData: []byte("key")})},
-		{name: "opaque token", kubeconfig: kubeconfig(t, "https://broker:6443", nil, &clientcmdapi.AuthInfo{Token: "opaque"})},
+		{name: "ServiceAccount token", kubeconfig: credtest.Kubeconfig(t, "https://broker:6443", nil, &clientcmdapi.AuthInfo{Token: tok}), renewable: true},
+		{name: "client certificate", kubeconfig: credtest.Kubeconfig(t, "https://broker:6443", nil, &clientcmdapi.AuthInfo{ClientCertificateData: []byte("cert"), ClientKeyData: []byte("key")})},
+		{name: "opaque token", kubeconfig: credtest.Kubeconfig(t, "https://broker:6443", nil, &clientcmdapi.AuthInfo{Token: "opaque"})},
 		{name: "empty", kubeconfig: []byte(" \n"), wantErr: "empty"},
 		{name: "not YAML", kubeconfig: []byte("{{{"), wantErr: "does not parse"},
-		{name: "no credential", kubeconfig: kubeconfig(t, "https://broker:6443", nil, &clientcmdapi.AuthInfo{}), wantErr: "no token, client certificate"},
-		{name: "no server", kubeconfig: kubeconfig(t, "", nil, &clientcmdapi.AuthInfo{Token: tok}), wantErr: "does not parse"},
+		{name: "no credential", kubeconfig: credtest.Kubeconfig(t, "https://broker:6443", nil, &clientcmdapi.AuthInfo{}), wantErr: "no token, client certificate"},
+		{name: "no server", kubeconfig: credtest.Kubeconfig(t, "", nil, &clientcmdapi.AuthInfo{Token: tok}), wantErr: "does not parse"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -124,7 +89,7 @@ func TestParse(t *testing.T) {
 
 func TestCompare(t *testing.T) {
 	iat := time.Unix(1_700_000_000, 0)
-	tok1, tok2 := jwt(t, saClaims(iat, time.Hour, "")), jwt(t, saClaims(iat.Add(time.Minute), time.Hour, ""))
+	tok1, tok2 := credtest.JWT(t, credtest.SAClaims(iat, time.Hour, "")), credtest.JWT(t, credtest.SAClaims(iat.Add(time.Minute), time.Hour, ""))
 	parse := func(b []byte) *Credential {
 		c, err := Parse(b)
 		if err != nil {
@@ -132,7 +97,7 @@ func TestCompare(t *testing.T) {
 		}
 		return c
 	}
-	base := parse(kubeconfig(t, "https://broker:6443", []byte("ca-1"), &clientcmdapi.AuthInfo{Token: tok1}))
+	base := parse(credtest.Kubeconfig(t, "https://broker:6443", []byte("ca-1"), &clientcmdapi.AuthInfo{Token: tok1}))
 	// The same server and token under other names.
 	renamed := clientcmdapi.NewConfig()
 	renamed.Clusters["hub"] = &clientcmdapi.Cluster{Server: "https://broker:6443", CertificateAuthorityData: []byte("ca-1")}
@@ -150,10 +115,10 @@ func TestCompare(t *testing.T) {
 	}{
 		{"same file", parse(base.Kubeconfig), Unchanged},
 		{"same credential, other names", parse(renamedBytes), Unchanged},
-		{"new token", parse(kubeconfig(t, "https://broker:6443", []byte("ca-1"), &clientcmdapi.AuthInfo{Token: tok2})), Rotated},
-		{"new CA bundle", parse(kubeconfig(t, "https://broker:6443", []byte("ca-1\nca-2"), &clientcmdapi.AuthInfo{Token: tok1})), Rotated},
-		{"client certificate instead", parse(kubeconfig(t, "https://broker:6443", []byte("ca-1"), &clientcmdapi.AuthInfo{ClientCertificateData: []byte("c"), ClientKeyData: []byte("k")})), Rotated},
-		{"other server", parse(kubeconfig(t, "https://broker-2:6443", []byte("ca-1"), &clientcmdapi.AuthInfo{Token: tok2})), ServerChanged},
+		{"new token", parse(credtest.Kubeconfig(t, "https://broker:6443", []byte("ca-1"), &clientcmdapi.AuthInfo{Token: tok2})), Rotated},
+		{"new CA bundle", parse(credtest.Kubeconfig(t, "https://broker:6443", []byte("ca-1\nca-2"), &clientcmdapi.AuthInfo{Token: tok1})), Rotated},
+		{"client certificate instead", parse(credtest.Kubeconfig(t, "https://broker:6443", []byte("ca-1"), &clientcmdapi.AuthInfo{ClientCertificateData: []byte("c"), ClientKeyData: []byte("k")})), Rotated},
+		{"other server", parse(credtest.Kubeconfig(t, "https://broker-2:6443", []byte("ca-1"), &clientcmdapi.AuthInfo{Token: tok2})), ServerChanged},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -194,7 +159,7 @@ func TestRenewAt(t *testing.T) {
 
 func TestID(t *testing.T) {
 	iat := time.Unix(1_700_000_000, 0)
-	unbound := jwt(t, saClaims(iat, time.Hour, ""))
+	unbound := credtest.JWT(t, credtest.SAClaims(iat, time.Hour, ""))
 	hash := func(s string) string {
 		sum := sha256.Sum256([]byte(s))
 		return hex.EncodeToString(sum[:])[:12]
@@ -204,14 +169,14 @@ func TestID(t *testing.T) {
 		user *clientcmdapi.AuthInfo
 		want string
 	}{
-		{"bound to a Secret: its name", &clientcmdapi.AuthInfo{Token: jwt(t, saClaims(iat, time.Hour, "member-a-creds-7"))}, "member-a-creds-7"},
+		{"bound to a Secret: its name", &clientcmdapi.AuthInfo{Token: credtest.JWT(t, credtest.SAClaims(iat, time.Hour, "member-a-creds-7"))}, "member-a-creds-7"},
 		{"unbound: a hash of the token", &clientcmdapi.AuthInfo{Token: unbound}, hash(unbound)},
 		{"opaque token: its hash", &clientcmdapi.AuthInfo{Token: "opaque"}, hash("opaque")},
 		{"client certificate: its hash", &clientcmdapi.AuthInfo{ClientCertificateData: []byte("cert"), ClientKeyData: []byte("key")}, hash("cert")},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cred, err := Parse(kubeconfig(t, "https://broker:6443", nil, c.user))
+			cred, err := Parse(credtest.Kubeconfig(t, "https://broker:6443", nil, c.user))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -227,7 +192,7 @@ func TestID(t *testing.T) {
 }
 
 func TestWithToken(t *testing.T) {
-	old := kubeconfig(t, "https://broker:6443", []byte("ca"), &clientcmdapi.AuthInfo{Token: "old"})
+	old := credtest.Kubeconfig(t, "https://broker:6443", []byte("ca"), &clientcmdapi.AuthInfo{Token: "old"})
 	out, err := WithToken(old, "new")
 	if err != nil {
 		t.Fatal(err)

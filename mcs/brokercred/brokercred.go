@@ -1,11 +1,11 @@
-// Package brokercreds keeps the mcs-controller's broker credentials current: it reads a broker kubeconfig
-// (Parse), tells what a new one changes (Compare), reads a ServiceAccount token's lifetime and identity from its
-// claims (ParseToken, RenewAt), names the credential in use without revealing it (ID), and at run time swaps the
-// credentials under a running controller (Transport, Keeper) and renews tokens before they expire.
+// Package brokercred reads a member's broker credential, for the controller that keeps it current and for
+// kubectl mcs that rotates it: it parses a broker kubeconfig (Parse), tells what a new one changes (Compare),
+// reads a ServiceAccount token's lifetime and identity from its claims (ParseToken, RenewAt), names the
+// credential in use without revealing it (ID), and replaces a kubeconfig's token (WithToken).
 //
-// The functions of this file are pure: they read no file and reach no server, so that every decision the
-// controller takes about a credential is table-tested.
-package brokercreds
+// Its functions are pure: they read no file and reach no server, so that every decision about a credential is
+// table-tested.
+package brokercred
 
 import (
 	"bytes"

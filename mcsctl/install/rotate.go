@@ -1,0 +1,133 @@
+package install
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"vksfleet.dev/fleet/mcs/brokercred"
+	"vksfleet.dev/fleet/mcs/clusterid"
+	"vksfleet.dev/fleet/mcs/names"
+)
+
+// RotateOptions say what to rotate.
+type RotateOptions struct {
+	// CAOnly keeps the member's token and writes the broker-info's server and CA bundle into its kubeconfig, after
+	// the broker's serving certificate moved to another CA.
+	CAOnly bool
+	// TokenExpiration is how long the new token lasts.
+	TokenExpiration time.Duration
+	// Wait bounds the wait for the controller to take the new credential.
+	Wait time.Duration
+}
+
+// Rotate gives the member a new broker credential and revokes the old one once its controller runs with the new:
+// a token bound to a new Secret on the broker, written into the member's Secret, which the controller switches to
+// without a restart; when the member's broker Lease names the new credential, the Secret the old token was bound
+// to is deleted, which revokes it (and every token renewed from it). With CAOnly, the kubeconfig takes the
+// broker-info's server and CA bundle, and the token stays.
+func Rotate(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts RotateOptions, out io.Writer) error {
+	s := steps{out}
+	m, err := newClient(memberCfg, "member")
+	if err != nil {
+		return err
+	}
+	b, err := newClient(info.Config(), "broker")
+	if err != nil {
+		return err
+	}
+	var id string
+	err = s.do("cluster id", func() (string, error) {
+		dyn, err := dynamic.NewForConfig(memberCfg)
+		if err != nil {
+			return "", err
+		}
+		if id, _, err = clusterid.Read(ctx, dyn); err != nil {
+			return "", err
+		}
+		if id == "" {
+			return "", fmt.Errorf("the member has no cluster id: join it first")
+		}
+		return id, nil
+	})
+	if err != nil {
+		return err
+	}
+	var old *brokercred.Credential
+	err = s.do("current credential", func() (string, error) {
+		kubeconfig, err := readMemberKubeconfig(ctx, m)
+		if err != nil {
+			return "", err
+		}
+		if kubeconfig == nil {
+			return "", fmt.Errorf("no Secret %s/%s: join the member first", controllerNamespace, brokerSecret)
+		}
+		if old, err = brokercred.Parse(kubeconfig); err != nil {
+			return "", err
+		}
+		return old.ID(), nil
+	})
+	if err != nil {
+		return err
+	}
+	if opts.CAOnly {
+		return s.do("broker server and CA", func() (string, error) {
+			kubeconfig, err := MemberKubeconfig(info, old.Config.BearerToken)
+			if err != nil {
+				return "", err
+			}
+			if err := writeMemberKubeconfig(ctx, m, kubeconfig); err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("the member reaches %s with the broker-info's CA bundle (%d bytes); its token is kept", info.Server, len(info.CertificateAuthorityData)), nil
+		})
+	}
+	var anchor string
+	err = s.do("new credential", func() (string, error) {
+		var kubeconfig []byte
+		if kubeconfig, anchor, err = mintCredential(ctx, b, info, id, opts.TokenExpiration); err != nil {
+			return "", err
+		}
+		if err := writeMemberKubeconfig(ctx, m, kubeconfig); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("a token bound to %s/%s, for %v, in Secret %s/%s", names.BrokerNamespace(id), anchor, opts.TokenExpiration, controllerNamespace, brokerSecret), nil
+	})
+	if err != nil {
+		return err
+	}
+	err = s.do("controller switched", func() (string, error) {
+		key := client.ObjectKey{Namespace: names.BrokerNamespace(id), Name: names.LeaseName}
+		return "its broker Lease names " + anchor, waitFor(ctx, opts.Wait, func() error {
+			var l coordinationv1.Lease
+			if err := b.Get(ctx, key, &l); err != nil {
+				return err
+			}
+			if got := l.Annotations[names.AnnotationCredential]; got != anchor {
+				return fmt.Errorf("the member's broker Lease names credential %q, not %q yet: see `kubectl -n %s logs deploy/%s`", got, anchor, controllerNamespace, controllerDeployment)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	return s.do("old credential revoked", func() (string, error) {
+		if old.Claims == nil || old.Claims.BoundSecret == "" {
+			return fmt.Sprintf("not bound to a Secret (%s): it stays valid until it expires, or until you delete the ServiceAccount's other tokens' objects", old.ID()), nil
+		}
+		anchor := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: names.BrokerNamespace(id), Name: old.Claims.BoundSecret}}
+		if err := b.Delete(ctx, anchor); client.IgnoreNotFound(err) != nil {
+			return "", err
+		}
+		return fmt.Sprintf("deleted %s/%s, which its token was bound to", anchor.Namespace, anchor.Name), nil
+	})
+}
