@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
+
+	"vksfleet.dev/fleet/mcs/brokercred"
 )
 
 // Source is where the broker kubeconfig lives: a file or a Secret of the member cluster.
@@ -35,9 +37,6 @@ type Source interface {
 // ErrReplaced is Source.Write's error when the kubeconfig no longer holds the credential that was renewed: an
 // operator replaced it meanwhile, and their credential wins.
 var ErrReplaced = errors.New("the broker kubeconfig was replaced meanwhile")
-
-// SecretKey is the key of the broker Secret that holds the kubeconfig.
-const SecretKey = "kubeconfig"
 
 // FileSource is a kubeconfig file, read every Interval. Reading the content by its path, rather than watching the
 // file, also follows the kubelet's swap of the `..data` symlink of a mounted Secret or ConfigMap.
@@ -126,9 +125,9 @@ func (s *SecretSource) Run(ctx context.Context, deliver func([]byte, error)) {
 		if !ok {
 			return
 		}
-		data, ok := secret.Data[SecretKey]
+		data, ok := secret.Data[brokercred.SecretKey]
 		if !ok {
-			deliver(nil, fmt.Errorf("secret %s has no key %q", s.Key, SecretKey))
+			deliver(nil, fmt.Errorf("secret %s has no key %q", s.Key, brokercred.SecretKey))
 			return
 		}
 		deliver(data, nil)
@@ -148,7 +147,7 @@ func (s *SecretSource) Run(ctx context.Context, deliver func([]byte, error)) {
 		defer cancel()
 		if cache.WaitForCacheSync(syncCtx.Done(), informer.HasSynced) {
 			if _, exists, _ := store.GetByKey(s.Key.String()); !exists {
-				deliver(nil, fmt.Errorf("secret %s not found: create it with the key %q holding the broker kubeconfig", s.Key, SecretKey))
+				deliver(nil, fmt.Errorf("secret %s not found: create it with the key %q holding the broker kubeconfig", s.Key, brokercred.SecretKey))
 			}
 			return
 		}
@@ -184,10 +183,10 @@ func (s *SecretSource) Write(ctx context.Context, prev, next []byte) error {
 		if err != nil {
 			return fmt.Errorf("reading secret %s: %w", s.Key, err)
 		}
-		if !bytes.Equal(secret.Data[SecretKey], prev) {
+		if !bytes.Equal(secret.Data[brokercred.SecretKey], prev) {
 			return ErrReplaced
 		}
-		secret.Data[SecretKey] = next
+		secret.Data[brokercred.SecretKey] = next
 		_, err = s.Client.CoreV1().Secrets(s.Key.Namespace).Update(ctx, secret, metav1.UpdateOptions{})
 		if err != nil && !apierrors.IsConflict(err) {
 			return fmt.Errorf("updating secret %s: %w", s.Key, err)

@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"vksfleet.dev/fleet/mcs/brokercred"
 )
 
 // delivery is one call of a Source's deliver.
@@ -118,7 +120,7 @@ func TestSecretSource(t *testing.T) {
 	if d := next(t, got); d.err == nil || !strings.Contains(d.err.Error(), `no key "kubeconfig"`) {
 		t.Fatalf("without the key: %+v", d)
 	}
-	secret.Data = map[string][]byte{SecretKey: []byte("one")}
+	secret.Data = map[string][]byte{brokercred.SecretKey: []byte("one")}
 	if _, err := secrets.Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

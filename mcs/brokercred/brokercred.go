@@ -23,6 +23,9 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
+// SecretKey is the key of a member's broker Secret that holds the broker kubeconfig.
+const SecretKey = "kubeconfig"
+
 // Credential is one broker kubeconfig, parsed and checked.
 type Credential struct {
 	// Kubeconfig is the file's content, as read.

@@ -24,7 +24,7 @@ const (
 	// AnnotationClusterID carries the full cluster id wherever a label can only hold LabelValue(id).
 	AnnotationClusterID = "mcs.vksfleet.dev/cluster-id"
 	// AnnotationCredential, on a member's broker Lease, names the broker credential the member's controller uses
-	// (brokercreds.Credential.ID: a bound Secret's name or a hash, never the credential), so that an operator who
+	// (brokercred.Credential.ID: a bound Secret's name or a hash, never the credential), so that an operator who
 	// rotates it sees when the new one took before revoking the old.
 	AnnotationCredential = "mcs.vksfleet.dev/credential"
 	// AnnotationExportCreated is the ServiceExport creationTimestamp (RFC 3339) on a broker export record.

@@ -21,7 +21,6 @@ import (
 const (
 	controllerNamespace = "mcs-system"
 	brokerSecret        = "broker-kubeconfig"
-	brokerSecretKey     = "kubeconfig"
 )
 
 // credentialPrefix starts the name of each Secret on the broker that a member's token is bound to: deleting it
@@ -102,7 +101,7 @@ func readMemberKubeconfig(ctx context.Context, member client.Client) ([]byte, er
 	if client.IgnoreNotFound(err) != nil {
 		return nil, err
 	}
-	return s.Data[brokerSecretKey], nil
+	return s.Data[brokercred.SecretKey], nil
 }
 
 // writeMemberKubeconfig creates or replaces the member's broker Secret, in a namespace the member manifests
@@ -117,7 +116,7 @@ func writeMemberKubeconfig(ctx context.Context, member client.Client, kubeconfig
 	if client.IgnoreNotFound(err) != nil {
 		return err
 	}
-	s.Data = map[string][]byte{brokerSecretKey: kubeconfig}
+	s.Data = map[string][]byte{brokercred.SecretKey: kubeconfig}
 	if err != nil {
 		return member.Create(ctx, s)
 	}

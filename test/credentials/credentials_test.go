@@ -31,7 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"vksfleet.dev/fleet/controller/brokercreds"
+	"vksfleet.dev/fleet/mcs/brokercred"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/plugin/mcstest"
 	"vksfleet.dev/fleet/test/clusterset"
@@ -113,11 +113,11 @@ func TestLongRenewal(t *testing.T) {
 	secret := restartWithShortToken(t, f, m, 0)
 	read := func() string { return readToken(t, m) }
 	for i := range 2 {
-		claims, err := brokercreds.ParseToken(read())
+		claims, err := brokercred.ParseToken(read())
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(t, brokercreds.RenewAt(claims.IssuedAt, claims.Expiry, 0, time.Now()).Add(-20*time.Second), fmt.Sprintf("renewal %d nearly due", i+1))
+		waitUntil(t, brokercred.RenewAt(claims.IssuedAt, claims.Expiry, 0, time.Now()).Add(-20*time.Second), fmt.Sprintf("renewal %d nearly due", i+1))
 		w := watchFleet(t, f, "web")
 		expired := waitForRenewals(t, f, m, read, secret, 0, 1)
 		w.waitRenewals(t, 3)
@@ -231,17 +231,17 @@ func waitForRenewals(t *testing.T, f *fleet.Fleet, m *fleet.Member, read func() 
 		life = 8 * time.Minute
 	}
 	for i := range n {
-		var claims brokercreds.Claims
+		var claims brokercred.Claims
 		poll.T(t, life+wait, fmt.Sprintf("%s: renewal %d written back", m.Name, i+1), func() error {
 			next := read()
 			if next == token {
 				return errors.New("the token is the one written last")
 			}
-			old, err := brokercreds.ParseToken(token)
+			old, err := brokercred.ParseToken(token)
 			if err != nil {
 				return err
 			}
-			if claims, err = brokercreds.ParseToken(next); err != nil {
+			if claims, err = brokercred.ParseToken(next); err != nil {
 				return err
 			}
 			token, replaced = next, old.Expiry
@@ -307,7 +307,7 @@ func testMissingSecret(t *testing.T, f *fleet.Fleet, m, exporter *fleet.Member) 
 		t.Fatal(err)
 	}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: fleet.BrokerSecret.Namespace, Name: fleet.BrokerSecret.Name},
-		Data: map[string][]byte{brokercreds.SecretKey: kubeconfig}}
+		Data: map[string][]byte{brokercred.SecretKey: kubeconfig}}
 	if err := m.Client.Create(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +323,7 @@ func testMissingSecret(t *testing.T, f *fleet.Fleet, m, exporter *fleet.Member) 
 		if err := m.Client.Get(ctx, fleet.BrokerSecret, s); err != nil {
 			t.Fatal(err)
 		}
-		cred, err := brokercreds.Parse(s.Data[brokercreds.SecretKey])
+		cred, err := brokercred.Parse(s.Data[brokercred.SecretKey])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -412,7 +412,7 @@ func readToken(t *testing.T, m *fleet.Member) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cred, err := brokercreds.Parse(data)
+	cred, err := brokercred.Parse(data)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@
 package join
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -26,12 +27,16 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
 	"vksfleet.dev/fleet/mcs/brokercred"
 	"vksfleet.dev/fleet/mcs/names"
+	"vksfleet.dev/fleet/mcsctl"
 	"vksfleet.dev/fleet/mcsctl/install"
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/dataplane"
@@ -55,7 +60,7 @@ func TestJoinAndUnjoin(t *testing.T) {
 	ctx := context.Background()
 	log := proc.TestLog(t)
 	f, err := fleet.Start(ctx, fleet.Options{
-		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(2), Nodes: 1},
+		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(3), Nodes: 1},
 		// The manifests' own lease grace: the controllers run join's arguments unchanged, which a second join
 		// must leave as they are.
 		Log: log, Bare: true,
@@ -68,14 +73,15 @@ func TestJoinAndUnjoin(t *testing.T) {
 			t.Errorf("stopping the fleet: %v", err)
 		}
 	})
-	a, b := f.Member("cluster-a"), f.Member("cluster-b")
+	a, b, c := f.Member("cluster-a"), f.Member("cluster-b"), f.Member("cluster-c")
 
-	// cluster-a's DNS is ours in place of kube-dns; cluster-b keeps kubeadm's, which forwards clusterset.local to ours.
-	modes := map[*fleet.Member]string{a: install.DNSReplace, b: install.DNSStandalone}
+	// cluster-a's DNS is ours in place of kube-dns; cluster-b keeps kubeadm's, which forwards clusterset.local to
+	// ours; cluster-c has no DNS of ours, and finds imports in cluster.local.
+	modes := map[*fleet.Member]string{a: install.DNSReplace, b: install.DNSStandalone, c: install.DNSClusterLocal}
 	start := time.Now()
 	outs := map[*fleet.Member]string{}
 	var mu sync.Mutex
-	errs := make(chan error, 2)
+	errs := make(chan error, len(f.Members))
 	for _, m := range f.Members {
 		go func() {
 			out, err := m.Join(ctx, modes[m])
@@ -94,7 +100,7 @@ func TestJoinAndUnjoin(t *testing.T) {
 	if want := "all 2 replicas run the new Corefile"; !strings.Contains(outs[b], want) {
 		t.Errorf("cluster-b's join does not say %q:\n%s", want, outs[b])
 	}
-	t.Logf("both members joined in %v", time.Since(start).Round(time.Millisecond))
+	t.Logf("%d members joined in %v", len(f.Members), time.Since(start).Round(time.Millisecond))
 
 	t.Run("a second join changes nothing", func(t *testing.T) { rejoin(t, f, b) })
 
@@ -109,7 +115,13 @@ func TestJoinAndUnjoin(t *testing.T) {
 	if err := a.Client.Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}}); err != nil {
 		t.Fatal(err)
 	}
-	t.Run("a pod of cluster-b reaches web by its clusterset.local name", func(t *testing.T) { reach(t, b) })
+	t.Run("a pod of cluster-b reaches web by its clusterset.local name", func(t *testing.T) {
+		reach(t, b, fmt.Sprintf("web.%s.svc.clusterset.local", ns))
+	})
+	t.Run("a pod of cluster-c reaches web by its cluster-local name", func(t *testing.T) {
+		reach(t, c, fmt.Sprintf("web-clusterset.%s.svc.cluster.local", ns))
+	})
+	t.Run("status and diagnose on contexts named anything", func(t *testing.T) { statusAndDiagnose(t, f) })
 
 	t.Run("rotating cluster-a's credential drops no request", func(t *testing.T) { rotate(t, f, a, b) })
 
@@ -174,15 +186,15 @@ func versions(t *testing.T, f *fleet.Fleet, m *fleet.Member) map[string]string {
 	return out
 }
 
-// reach sends requests from a pod of m to web.join.svc.clusterset.local through kube-proxy, once the name answers,
-// and requires every one answered by cluster-a.
-func reach(t *testing.T, m *fleet.Member) {
+// reach sends requests from a pod of m to web by the name host through kube-proxy, once the name answers, and
+// requires every one answered by cluster-a.
+func reach(t *testing.T, m *fleet.Member, host string) {
 	ctx := context.Background()
 	if err := m.Client.Create(ctx, workload.ClientPod("client", ns)); err != nil {
 		t.Fatal(err)
 	}
 	kubectl := kubectlPath(t)
-	url := fmt.Sprintf("http://web.%s.svc.clusterset.local:%d/", ns, workload.ServicePort)
+	url := fmt.Sprintf("http://%s:%d/", host, workload.ServicePort)
 	exec := func(cmd string) (string, error) {
 		out, stderr, code, err := workload.Kubectl(ctx, kubectl, m.KubeconfigPath, m.Name, "exec", "-n", ns, "client", "--", "sh", "-c", cmd)
 		if err != nil || code != 0 {
@@ -193,7 +205,7 @@ func reach(t *testing.T, m *fleet.Member) {
 	// Both of web's pods are ready, and imported as such.
 	poll.T(t, timeout, "web's 2 endpoints ready in "+m.Name, func() error {
 		var slices discoveryv1.EndpointSliceList
-		if err := m.Client.List(ctx, &slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelManagedBy: names.ManagedBy}); err != nil {
+		if err := m.Client.List(ctx, &slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelManagedBy: names.ManagedBy, mcsv1beta1.LabelServiceName: "web"}); err != nil {
 			return err
 		}
 		ready := 0
@@ -214,7 +226,7 @@ func reach(t *testing.T, m *fleet.Member) {
 	})
 	// Each replica of the cluster's DNS reloads its Corefile on its own time (kubeadm's reload plugin checks every
 	// 30 s, after the kubelet updated the mounted ConfigMap): wait until every one answers the name.
-	name := fmt.Sprintf("web.%s.svc.clusterset.local", ns)
+	name := host
 	poll.T(t, timeout, "every DNS replica of "+m.Name+" answers "+name, func() error {
 		var pods corev1.PodList
 		if err := m.Client.List(ctx, &pods, client.InNamespace("kube-system"), client.MatchingLabels{"k8s-app": "kube-dns"}); err != nil {
@@ -325,6 +337,43 @@ func unjoin(t *testing.T, f *fleet.Fleet, a, b *fleet.Member) {
 	// cluster-a still serves web; cluster-b's Lease is gone with its namespace, so nothing of it is imported.
 	if err := a.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &mcsv1beta1.ServiceImport{}); err != nil {
 		t.Errorf("cluster-a lost its own export's import: %v", err)
+	}
+}
+
+// statusAndDiagnose runs `kubectl mcs status` and `kubectl mcs diagnose join/web --in-cluster` on a kubeconfig
+// whose contexts are renamed as an operator's may be, with one more of an unrelated cluster that does not answer,
+// and requires exit 0 from both: the members are found on the broker and matched to contexts by cluster id.
+// cluster-c, in the cluster-local mode, serves no clusterset.local name, so diagnose leaves it out (--contexts).
+func statusAndDiagnose(t *testing.T, f *fleet.Fleet) {
+	cfg, err := clientcmd.LoadFromFile(f.KubeconfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renamed := map[string]string{"broker": "hub-prod", "cluster-a": "eu-west-1/admin", "cluster-b": "us-east@ops", "cluster-c": "apac"}
+	for from, to := range renamed {
+		cfg.Contexts[to] = cfg.Contexts[from]
+		delete(cfg.Contexts, from)
+	}
+	cfg.Clusters["laptop"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:1"}
+	cfg.Contexts["kind-laptop"] = &clientcmdapi.Context{Cluster: "laptop", AuthInfo: "cluster-a"}
+	cfg.CurrentContext = "kind-laptop"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, args := range [][]string{
+		{"--context", "hub-prod", "status"},
+		{"--context", "hub-prod", "--contexts", "eu-west-1/admin,us-east@ops", "diagnose", ns + "/web", "--in-cluster"},
+	} {
+		var out bytes.Buffer
+		cmd := mcsctl.NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &out})
+		cmd.SetArgs(append([]string{"--kubeconfig", path}, args...))
+		err := cmd.ExecuteContext(ctx)
+		t.Logf("kubectl mcs %s:\n%s", strings.Join(args, " "), out.String())
+		if code := mcsctl.ExitCode(err); code != 0 {
+			t.Errorf("kubectl mcs %s: exit %d (%v)", strings.Join(args, " "), code, err)
+		}
 	}
 }
 
