@@ -12,15 +12,21 @@ import (
 // CoreDNS into kubectl-mcs).
 const multiclusterDirective = "multicluster"
 
-// servesZone reports whether a Corefile has a multicluster stanza for the clusterset zone: the directive with the
-// zone among its arguments, or without zones in a server block whose keys include the zone. The Corefile is
-// parsed with CoreDNS's own parser, so comments, quoting and snippets count as CoreDNS counts them.
-func servesZone(corefile string) (bool, error) {
+// servesZone says how a Corefile serves the clusterset zone: "multicluster" for a multicluster stanza (the
+// directive with the zone among its arguments, or without zones in a server block whose keys include the zone),
+// "forward" for a server block of the zone that forwards it (kubectl mcs join's standalone DNS mode), or "" when it
+// does not. The Corefile is parsed with CoreDNS's own parser, so comments, quoting and snippets count as CoreDNS
+// counts them.
+func servesZone(corefile string) (string, error) {
 	blocks, err := caddyfile.Parse(corefileKey, strings.NewReader(corefile), nil)
 	if err != nil {
-		return false, fmt.Errorf("the Corefile does not parse: %w", err)
+		return "", fmt.Errorf("the Corefile does not parse: %w", err)
 	}
+	forwards := false
 	for _, b := range blocks {
+		if len(b.Tokens["forward"]) > 0 && slices.ContainsFunc(b.Keys, isClustersetZone) {
+			forwards = true
+		}
 		tokens := b.Tokens[multiclusterDirective]
 		if len(tokens) == 0 {
 			continue
@@ -34,10 +40,13 @@ func servesZone(corefile string) (bool, error) {
 			zones = b.Keys
 		}
 		if slices.ContainsFunc(zones, isClustersetZone) {
-			return true, nil
+			return multiclusterDirective, nil
 		}
 	}
-	return false, nil
+	if forwards {
+		return "forward", nil
+	}
+	return "", nil
 }
 
 // isClustersetZone matches a zone or server block key naming the clusterset zone ("clusterset.local",

@@ -4,23 +4,25 @@ import "testing"
 
 func TestServesZone(t *testing.T) {
 	cases := []struct {
-		name, corefile string
-		want, err      bool
+		name, corefile, want string
+		err                  bool
 	}{
-		{"stanza with the zone", ".:53 {\n  kubernetes cluster.local\n  multicluster clusterset.local {\n    ttl 5\n  }\n}\n", true, false},
-		{"zone with a dot and PTR zones", ".:53 {\n  multicluster clusterset.local. in-addr.arpa\n}\n", true, false},
-		{"zone from the server block", "clusterset.local:53 {\n  multicluster\n}\n", true, false},
-		{"no stanza", ".:53 {\n  kubernetes cluster.local\n  forward . /etc/resolv.conf\n}\n", false, false},
-		{"commented out", ".:53 {\n  # multicluster clusterset.local\n  errors\n}\n", false, false},
-		{"another zone", ".:53 {\n  multicluster example.org\n}\n", false, false},
-		{"zoneless stanza in a root block", ".:53 {\n  multicluster\n}\n", false, false},
-		{"broken", ".:53 {\n  multicluster clusterset.local {\n", false, true},
+		{"stanza with the zone", ".:53 {\n  kubernetes cluster.local\n  multicluster clusterset.local {\n    ttl 5\n  }\n}\n", "multicluster", false},
+		{"zone with a dot and PTR zones", ".:53 {\n  multicluster clusterset.local. in-addr.arpa\n}\n", "multicluster", false},
+		{"zone from the server block", "clusterset.local:53 {\n  multicluster\n}\n", "multicluster", false},
+		{"no stanza", ".:53 {\n  kubernetes cluster.local\n  forward . /etc/resolv.conf\n}\n", "", false},
+		{"commented out", ".:53 {\n  # multicluster clusterset.local\n  errors\n}\n", "", false},
+		{"another zone", ".:53 {\n  multicluster example.org\n}\n", "", false},
+		{"zoneless stanza in a root block", ".:53 {\n  multicluster\n}\n", "", false},
+		{"forwarded, as join's standalone mode appends", ".:53 {\n  forward . /etc/resolv.conf\n}\n# BEGIN vksfleet multicluster\nclusterset.local:53 {\n    errors\n    forward . 10.96.0.20\n}\n# END vksfleet multicluster\n", "forward", false},
+		{"a clusterset.local block without forward", "clusterset.local:53 {\n  errors\n}\n", "", false},
+		{"broken", ".:53 {\n  multicluster clusterset.local {\n", "", true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			got, err := servesZone(c.corefile)
 			if got != c.want || (err != nil) != c.err {
-				t.Errorf("servesZone = %v, %v; want %v, error %v", got, err, c.want, c.err)
+				t.Errorf("servesZone = %q, %v; want %q, error %v", got, err, c.want, c.err)
 			}
 		})
 	}

@@ -128,14 +128,16 @@ func corefileCheck(m *Member) Check {
 		c.Hint = "the cluster's DNS reads its configuration elsewhere: the dns check asks the DNS server itself whether it serves clusterset.local"
 		return c
 	}
-	ok, err := servesZone(*m.Corefile)
+	how, err := servesZone(*m.Corefile)
 	switch {
 	case err != nil:
 		c.Result, c.Message = Fail, err.Error()
 		c.Hint = fmt.Sprintf("fix the Corefile: kubectl --context %s -n %s edit configmap %s", m.Context, metav1.NamespaceSystem, corednsConfigMap)
-	case !ok:
-		c.Result, c.Message = Fail, "the Corefile has no multicluster stanza for clusterset.local"
+	case how == "":
+		c.Result, c.Message = Fail, "the Corefile has no multicluster stanza for clusterset.local, and does not forward it"
 		c.Hint = noZoneHint(m)
+	case how == "forward":
+		c.Result, c.Message = Pass, "the Corefile forwards clusterset.local (the standalone DNS of kubectl mcs join): the dns check asks whether it answers"
 	default:
 		c.Result, c.Message = Pass, "the Corefile serves clusterset.local with multicluster"
 	}

@@ -88,7 +88,7 @@ func probePod(image string) *corev1.Pod {
 			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65534),
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 			Containers: []corev1.Container{{
-				Name: probeContainer, Image: image, Command: []string{"sleep", fmt.Sprint(int(probeDeadline / time.Second))},
+				Name: probeContainer, Image: image, ImagePullPolicy: corev1.PullIfNotPresent, Command: []string{"sleep", fmt.Sprint(int(probeDeadline / time.Second))},
 				SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false),
 					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
 			}},
