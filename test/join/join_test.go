@@ -1,7 +1,8 @@
 // Package join proves the README's install section on a bare local clusterset (real kubelets, kubeadm's DNS,
-// nothing of ours installed): `kubectl mcs broker init`, then `kubectl mcs join` for each member, one with our DNS
-// in place of kube-dns and one with our DNS standalone behind kubeadm's, brings a service exported in one member
-// to the pods of the other by its clusterset.local name, through kube-proxy; a second join changes nothing;
+// nothing of ours installed): `kubectl mcs broker init`, then `kubectl mcs join` for each member, in each DNS mode
+// (our DNS in place of kube-dns, our DNS standalone behind kubeadm's, no DNS of ours and cluster-local names),
+// brings a service exported in one member to the pods of the others, through kube-proxy; a second join changes
+// nothing; status and diagnose pass on contexts named anything;
 // `kubectl mcs rotate` replaces a member's broker credential and revokes the old one without dropping a request;
 // `kubectl mcs unjoin` removes the member from the broker and the other member, restores its Corefile, and leaves
 // of ours only what it says it leaves.
@@ -373,6 +374,10 @@ func statusAndDiagnose(t *testing.T, f *fleet.Fleet) {
 		t.Logf("kubectl mcs %s:\n%s", strings.Join(args, " "), out.String())
 		if code := mcsctl.ExitCode(err); code != 0 {
 			t.Errorf("kubectl mcs %s: exit %d (%v)", strings.Join(args, " "), code, err)
+		}
+		// From a pod, every check can be made: none may be left UNKNOWN.
+		if args[len(args)-1] == "--in-cluster" && strings.Contains(out.String(), "UNKNOWN") {
+			t.Errorf("kubectl mcs %s left checks UNKNOWN", strings.Join(args, " "))
 		}
 	}
 }
