@@ -55,11 +55,7 @@ const minCredentialLeft = time.Hour
 // applied server-side, and credentials the broker still accepts are kept.
 func Join(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts JoinOptions, out io.Writer) (string, error) {
 	s := steps{out}
-	m, err := newClient(memberCfg, "member")
-	if err != nil {
-		return "", err
-	}
-	b, err := newClient(info.Config(), "broker")
+	m, b, err := clients(memberCfg, info)
 	if err != nil {
 		return "", err
 	}

@@ -9,12 +9,10 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"vksfleet.dev/fleet/mcs/brokercred"
-	"vksfleet.dev/fleet/mcs/clusterid"
 	"vksfleet.dev/fleet/mcs/names"
 )
 
@@ -36,27 +34,14 @@ type RotateOptions struct {
 // broker-info's server and CA bundle, and the token stays.
 func Rotate(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts RotateOptions, out io.Writer) error {
 	s := steps{out}
-	m, err := newClient(memberCfg, "member")
-	if err != nil {
-		return err
-	}
-	b, err := newClient(info.Config(), "broker")
+	m, b, err := clients(memberCfg, info)
 	if err != nil {
 		return err
 	}
 	var id string
 	err = s.do("cluster id", func() (string, error) {
-		dyn, err := dynamic.NewForConfig(memberCfg)
-		if err != nil {
-			return "", err
-		}
-		if id, _, err = clusterid.Read(ctx, dyn); err != nil {
-			return "", err
-		}
-		if id == "" {
-			return "", fmt.Errorf("the member has no cluster id: join it first")
-		}
-		return id, nil
+		id, err = memberID(ctx, memberCfg)
+		return id, err
 	})
 	if err != nil {
 		return err

@@ -4,14 +4,19 @@
 package install
 
 import (
+	"context"
 	"fmt"
 	"io"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
+	"vksfleet.dev/fleet/mcs/clusterid"
 )
 
 // steps prints each step's outcome to out.
@@ -48,4 +53,30 @@ func newClient(cfg *rest.Config, cluster string) (client.Client, error) {
 		return nil, fmt.Errorf("connecting to the %s: %w", cluster, err)
 	}
 	return c, nil
+}
+
+// clients are the member's and the broker's clients of a command that acts on one member: the broker's with the
+// joiner's token of the broker-info.
+func clients(memberCfg *rest.Config, info BrokerInfo) (member, broker client.Client, err error) {
+	if member, err = newClient(memberCfg, "member"); err != nil {
+		return nil, nil, err
+	}
+	broker, err = newClient(info.Config(), "broker")
+	return member, broker, err
+}
+
+// memberID reads a joined member's cluster id from its ClusterProperty.
+func memberID(ctx context.Context, cfg *rest.Config) (string, error) {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return "", err
+	}
+	id, _, err := clusterid.Read(ctx, dyn)
+	if err != nil {
+		return "", err
+	}
+	if id == "" {
+		return "", fmt.Errorf("the member has no ClusterProperty %s: was it joined? (unjoin takes --cluster-id)", aboutv1alpha1.ClusterIDName)
+	}
+	return id, clusterid.Validate(id)
 }

@@ -15,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -37,11 +36,7 @@ type UnjoinOptions struct {
 // controller's own objects; and it prints what it leaves, and why.
 func Unjoin(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts UnjoinOptions, out io.Writer) error {
 	s := steps{out}
-	m, err := newClient(memberCfg, "member")
-	if err != nil {
-		return err
-	}
-	b, err := newClient(info.Config(), "broker")
+	m, b, err := clients(memberCfg, info)
 	if err != nil {
 		return err
 	}
@@ -50,17 +45,8 @@ func Unjoin(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts U
 		if id != "" {
 			return id + ", as given", clusterid.Validate(id)
 		}
-		dyn, err := dynamic.NewForConfig(memberCfg)
-		if err != nil {
-			return "", err
-		}
-		if id, _, err = clusterid.Read(ctx, dyn); err != nil {
-			return "", err
-		}
-		if id == "" {
-			return "", fmt.Errorf("the member has no ClusterProperty %s: pass --cluster-id", "cluster.clusterset.k8s.io")
-		}
-		return id, clusterid.Validate(id)
+		id, err = memberID(ctx, memberCfg)
+		return id, err
 	})
 	if err != nil {
 		return err
