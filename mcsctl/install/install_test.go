@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"vksfleet.dev/fleet/build/deploy"
 )
@@ -136,5 +137,36 @@ func TestMemberOverlay(t *testing.T) {
 	}
 	if _, err := memberOverlay("coredns", "", ""); err == nil || !strings.Contains(err.Error(), "standalone, replace, cluster-local") {
 		t.Errorf("an unknown mode gives %v", err)
+	}
+}
+
+// TestWithoutUnservedPolicy renders a member's manifests and leaves out the admission policy as for a cluster that
+// does not serve it, and only it.
+func TestWithoutUnservedPolicy(t *testing.T) {
+	overlay, err := memberOverlay(DNSStandalone, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifests, err := deploy.RenderOverlay(overlay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := decode(manifests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := len(objs)
+	kept, dropped := withoutUnservedPolicy(objs, func(gvk schema.GroupVersionKind) bool { return true })
+	if len(kept) != all || dropped != 0 {
+		t.Errorf("a cluster serving every kind: %d of %d kept, %d dropped", len(kept), all, dropped)
+	}
+	kept, dropped = withoutUnservedPolicy(objs, func(gvk schema.GroupVersionKind) bool { return gvk.Group != "admissionregistration.k8s.io" })
+	if dropped != 2 || len(kept) != all-2 {
+		t.Errorf("a cluster without the policy API: %d of %d kept, %d dropped; want the policy and its binding dropped", len(kept), all, dropped)
+	}
+	for _, o := range kept {
+		if o.GroupVersionKind().Group == "admissionregistration.k8s.io" {
+			t.Errorf("%s %s kept", o.GetKind(), o.GetName())
+		}
 	}
 }

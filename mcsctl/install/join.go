@@ -7,10 +7,14 @@ import (
 	"strings"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -124,8 +128,26 @@ func Join(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts Joi
 		if err != nil {
 			return "", err
 		}
-		n, err := applyRendered(ctx, m, func() ([]byte, error) { return deploy.RenderOverlay(overlay) })
-		return fmt.Sprintf("applied %d objects, DNS mode %s", n, opts.DNS), err
+		manifests, err := deploy.RenderOverlay(overlay)
+		if err != nil {
+			return "", err
+		}
+		objs, err := decode(manifests)
+		if err != nil {
+			return "", err
+		}
+		objs, dropped := withoutUnservedPolicy(objs, func(gvk schema.GroupVersionKind) bool {
+			_, err := m.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
+			return !meta.IsNoMatchError(err)
+		})
+		if err := apply(ctx, m, objs); err != nil {
+			return "", err
+		}
+		did := fmt.Sprintf("applied %d objects, DNS mode %s", len(objs), opts.DNS)
+		if dropped > 0 {
+			did += fmt.Sprintf("; the cluster serves no ValidatingAdmissionPolicy (Kubernetes before 1.30), so the controller's --denied-export-namespaces alone refuses exports in the shared namespaces (%d policy objects left out)", dropped)
+		}
+		return did, nil
 	})
 	if err != nil {
 		return "", err
@@ -242,6 +264,23 @@ func splitRef(ref string) (name, tag, digest string) {
 		return ref, "", digest
 	}
 	return ref[:i], ref[i+1:], digest
+}
+
+// withoutUnservedPolicy leaves out the admission policy's objects when the cluster does not serve their kind: the
+// policy is a second line (the controller refuses the same exports), and a cluster older than the API must still
+// join. Any other kind the cluster does not serve fails the apply, as it should.
+func withoutUnservedPolicy(objs []*unstructured.Unstructured, served func(schema.GroupVersionKind) bool) ([]*unstructured.Unstructured, int) {
+	kept := objs[:0:0]
+	dropped := 0
+	for _, o := range objs {
+		gvk := o.GroupVersionKind()
+		if gvk.Group == admissionregistrationv1.GroupName && !served(gvk) {
+			dropped++
+			continue
+		}
+		kept = append(kept, o)
+	}
+	return kept, dropped
 }
 
 // applyRendered applies what render renders, and returns the number of objects.

@@ -13,6 +13,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
@@ -216,7 +217,8 @@ func deleteRendered(ctx context.Context, c client.Client, dir string, wait time.
 	var namespaces []string
 	for _, o := range objs {
 		err := c.Delete(ctx, o)
-		if apierrors.IsNotFound(err) {
+		// A kind the cluster does not serve has no object: the admission policy before Kubernetes 1.30.
+		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
 			continue
 		}
 		if err != nil {
