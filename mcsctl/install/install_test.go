@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -93,18 +94,7 @@ func TestMemberOverlay(t *testing.T) {
 			args:        []string{"--cluster-local-services", "--broker-secret=mcs-system/broker-kubeconfig"}, noArgs: []string{"--dns-address=kube-dns.kube-system.svc.cluster.local.:53"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			overlay, err := memberOverlay(tc.mode, tc.controller, tc.dns)
-			if err != nil {
-				t.Fatal(err)
-			}
-			manifests, err := deploy.RenderOverlay(overlay)
-			if err != nil {
-				t.Fatal(err)
-			}
-			objs, err := decode(manifests)
-			if err != nil {
-				t.Fatal(err)
-			}
+			objs := renderMember(t, tc.mode, tc.controller, tc.dns)
 			got := map[string]string{}
 			var args []string
 			for _, o := range objs {
@@ -143,18 +133,7 @@ func TestMemberOverlay(t *testing.T) {
 // TestWithoutUnservedPolicy renders a member's manifests and leaves out the admission policy as for a cluster that
 // does not serve it, and only it.
 func TestWithoutUnservedPolicy(t *testing.T) {
-	overlay, err := memberOverlay(DNSStandalone, "", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	manifests, err := deploy.RenderOverlay(overlay)
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := decode(manifests)
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := renderMember(t, DNSStandalone, "", "")
 	all := len(objs)
 	kept, dropped := withoutUnservedPolicy(objs, func(gvk schema.GroupVersionKind) bool { return true })
 	if len(kept) != all || dropped != 0 {
@@ -169,4 +148,22 @@ func TestWithoutUnservedPolicy(t *testing.T) {
 			t.Errorf("%s %s kept", o.GetKind(), o.GetName())
 		}
 	}
+}
+
+// renderMember renders a member's manifests as join applies them.
+func renderMember(t *testing.T, mode, controllerRef, dnsRef string) []*unstructured.Unstructured {
+	t.Helper()
+	overlay, err := memberOverlay(mode, controllerRef, dnsRef)
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifests, err := deploy.RenderOverlay(overlay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := decode(manifests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
 }
