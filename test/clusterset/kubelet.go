@@ -323,11 +323,8 @@ func kubeletConfig(c *Cluster, n *Node, data string) (string, error) {
 		// The host's resolv.conf is not the node's business.
 		"resolvConf": filepath.Join(data, "resolv.conf"),
 		// The default, /var/log/pods, is shared by every kubelet on the host.
-		"podLogsDir": filepath.Join(data, "pods"),
-		"failSwapOn": false,
-		// A ConfigMap's change reaches the pods that mount it at their next sync: kubeadm's default minute would
-		// make every Corefile edit a minute-long wait in tests.
-		"syncFrequency":       "10s",
+		"podLogsDir":          filepath.Join(data, "pods"),
+		"failSwapOn":          false,
 		"serializeImagePulls": false,
 		// No image can be pulled again: never collect one. Evict only when the disk is really full.
 		"imageGCHighThresholdPercent": 100,
