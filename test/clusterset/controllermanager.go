@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"vksfleet.dev/fleet/test/proc"
@@ -113,20 +114,29 @@ func FreePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// handedOut holds the ports this process gave out, so that two servers it starts never get the same one.
+// handedOut holds the ports this process gave out, each with the file whose lock reserves it machine-wide until
+// the process exits, so that no two servers started by any test process get the same port.
 var handedOut = struct {
 	sync.Mutex
-	ports map[int]bool
-}{ports: map[int]bool{}}
+	ports map[int]*os.File
+}{ports: map[int]*os.File{}}
 
 // lowestPort is the bottom of the range freePortOn draws from: below it are well-known and registered services.
 const lowestPort = 10000
 
+// portLocks is the folder of the per-port lock files, shared by every test process on the machine.
+var portLocks = filepath.Join(os.TempDir(), "vksfleet-ports")
+
 // freePortOn returns a port free for TCP and UDP on the given local address. It draws at random below the
 // kernel's ephemeral range: a port from that range, free when asked, can be taken as the source port of any
 // outgoing connection before the server that was given it binds (CI saw a controller fail with "address
-// already in use" that way).
+// already in use" that way). The port stays reserved for this process, against the test processes that run
+// beside it, until it exits: the kernel does not keep another process from drawing the same port before the
+// server binds it, and CoreDNS, binding with SO_REUSEPORT, would then share it silently.
 func freePortOn(host string) (int, error) {
+	if err := os.MkdirAll(portLocks, 0o777); err != nil {
+		return 0, fmt.Errorf("clusterset: the port locks folder: %w", err)
+	}
 	top := ephemeralLow()
 	for range 200 {
 		port := lowestPort + rand.IntN(top-lowestPort)
@@ -140,22 +150,33 @@ func freePortOn(host string) (int, error) {
 	return 0, fmt.Errorf("no port below %d free for both TCP and UDP on %s after 200 tries", top, host)
 }
 
-// claim records port as handed out, unless it already was.
+// claim reserves port for this process, unless this or another test process holds it.
 func claim(port int) bool {
 	handedOut.Lock()
 	defer handedOut.Unlock()
-	if handedOut.ports[port] {
+	if handedOut.ports[port] != nil {
 		return false
 	}
-	handedOut.ports[port] = true
+	f, err := os.OpenFile(filepath.Join(portLocks, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return false
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return false
+	}
+	handedOut.ports[port] = f
 	return true
 }
 
-// release forgets a claimed port that turned out to be in use by another process.
+// release gives back a claimed port that turned out to be in use by a process outside the tests.
 func release(port int) {
 	handedOut.Lock()
 	defer handedOut.Unlock()
-	delete(handedOut.ports, port)
+	if f := handedOut.ports[port]; f != nil {
+		f.Close() // closing the file drops its lock
+		delete(handedOut.ports, port)
+	}
 }
 
 // bindable reports whether port is free for both TCP and UDP on host.
