@@ -21,7 +21,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -67,10 +66,17 @@ func Run(ctx context.Context, opts Options) (err error) {
 	log = log.WithValues("cluster", id, "clusterSet", clusterSet)
 	opts.Local, opts.Broker = countWrites(opts.Local, id, "local"), countWrites(opts.Broker, id, "broker")
 
+	direct, err := client.New(opts.Broker, client.Options{Scheme: a.broker})
+	if err != nil {
+		return fmt.Errorf("controller: broker: %w", err)
+	}
+	scopes := newScopeReader(direct, id, log)
 	reset := false
 	for {
-		err := runManager(ctx, opts, id, a, log)
+		err := runManager(ctx, opts, id, a, scopes, log)
 		switch {
+		case errors.Is(err, errScopeChanged):
+			// Nothing is lost: the imports stay as they are while the next run's caches fill.
 		case errors.Is(err, errBrokerReset):
 			// The broker lost this member's Lease, with its data: the watches of a broker whose etcd was wiped
 			// resume from resource versions it no longer has and may never deliver again, so the caches start
@@ -144,9 +150,16 @@ func resolveID(ctx context.Context, opts Options) (id, clusterSet string, err er
 var errBrokerReset = errors.New("the broker lost this member's Lease")
 
 // runManager runs the controller's manager until ctx ends or the broker is found reset.
-func runManager(ctx context.Context, opts Options, id string, a apis, log logr.Logger) error {
-	mgr, brokerCluster, brokerDirect, err := newClusters(ctx, opts, a, log)
+func runManager(ctx context.Context, opts Options, id string, a apis, scopes *scopeReader, log logr.Logger) error {
+	scope, err := scopes.read(ctx)
 	if err != nil {
+		return fmt.Errorf("controller: broker: %w", err)
+	}
+	mgr, brokerCluster, brokerDirect, err := newClusters(ctx, opts, a, scope, log)
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(&scopeWatch{reader: scopes, scope: scope}); err != nil {
 		return err
 	}
 	r := &reconciler{
@@ -198,7 +211,7 @@ func runManager(ctx context.Context, opts Options, id string, a apis, log logr.L
 	if err := mgr.AddReadyzCheck("broker", hb.ready); err != nil {
 		return err
 	}
-	log.Info("starting", "leaseGrace", opts.LeaseGrace, "deniedExportNamespaces", opts.DeniedExportNamespaces, "brokerNamespace", names.BrokerNamespace(id),
+	log.Info("starting", "leaseGrace", opts.LeaseGrace, "deniedExportNamespaces", opts.DeniedExportNamespaces, "brokerNamespace", names.BrokerNamespace(id), "brokerScope", scope.String(),
 		"localAPI", a.localGV, "brokerAPI", a.brokerGV, "clusterLocalServices", opts.ClusterLocalServices, "dnsAddress", opts.DNSAddress)
 	return mgr.Start(ctx)
 }
@@ -206,7 +219,7 @@ func runManager(ctx context.Context, opts Options, id string, a apis, log logr.L
 // newClusters builds the clients of one run of the manager, none started: the member's manager, the broker's
 // cluster, whose cache the manager starts and which sees only the objects of broker.Selector, and an uncached
 // broker client. Both caches carry the indexes that the reconciler looks objects up by.
-func newClusters(ctx context.Context, opts Options, a apis, log logr.Logger) (manager.Manager, cluster.Cluster, client.Client, error) {
+func newClusters(ctx context.Context, opts Options, a apis, scope brokerScope, log logr.Logger) (manager.Manager, cluster.Cluster, client.Client, error) {
 	mgr, err := ctrl.NewManager(opts.Local, manager.Options{
 		Scheme:                  a.local,
 		Logger:                  log,
@@ -225,7 +238,7 @@ func newClusters(ctx context.Context, opts Options, a apis, log logr.Logger) (ma
 	brokerCluster, err := cluster.New(opts.Broker, func(o *cluster.Options) {
 		o.Scheme = a.broker
 		o.Logger = log.WithName("broker")
-		o.Cache = cache.Options{DefaultLabelSelector: broker.Selector}
+		o.Cache = scope.cacheOptions()
 	})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("controller: broker: %w", err)

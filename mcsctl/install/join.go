@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -89,10 +90,12 @@ func Join(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts Joi
 		return "", err
 	}
 	err = s.do("broker identity", func() (string, error) {
-		if err := brokerIdentity(ctx, b, id); err != nil {
+		others, err := brokerIdentity(ctx, b, id)
+		if err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("namespace %s, ServiceAccount %s, read access to every member's records", names.BrokerNamespace(id), MemberServiceAccount(id)), nil
+		return fmt.Sprintf("namespace %s, ServiceAccount %s; reads and is read by %d other members; listed in the member directory",
+			names.BrokerNamespace(id), MemberServiceAccount(id), others), nil
 	})
 	if err != nil {
 		return "", err
@@ -216,23 +219,38 @@ func forward(ctx context.Context, s steps, cfg *rest.Config, m client.Client, wa
 }
 
 // BrokerIdentity gives the member id its identity on the broker, as join does: its broker namespace, its
-// ServiceAccount (MemberServiceAccount) and bindings, read access to every member's records and write access to
-// its own.
+// ServiceAccount (MemberServiceAccount) and write access there, read access to every other member's namespace
+// and theirs to its own, and its entry in the member directory.
 func BrokerIdentity(ctx context.Context, info BrokerInfo, id string) error {
 	b, err := newClient(info.Config(), "broker")
 	if err != nil {
 		return err
 	}
-	return brokerIdentity(ctx, b, id)
+	_, err = brokerIdentity(ctx, b, id)
+	return err
 }
 
-// brokerIdentity applies the member's overlay of build/deploy/member on the broker.
-func brokerIdentity(ctx context.Context, b client.Client, id string) error {
+// legacyReaderBinding is the ClusterRoleBinding that let a member read the whole broker before the directory: a
+// join takes it away.
+func legacyReaderBinding(id string) client.Object {
+	return &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: readerRole + "-" + id}}
+}
+
+// brokerIdentity applies the member's overlay of build/deploy/member on the broker, and grants reads. It returns
+// the number of other members.
+func brokerIdentity(ctx context.Context, b client.Client, id string) (int, error) {
 	overlay := member.Kustomization("../deploy/member", id, "-"+id)
 	if _, err := applyRendered(ctx, b, func() ([]byte, error) { return deploy.RenderOverlay(overlay) }); err != nil {
-		return fmt.Errorf("%w (is the broker-info's token still valid? `kubectl mcs broker init` writes a new one)", err)
+		return 0, fmt.Errorf("%w (is the broker-info's token still valid? `kubectl mcs broker init` writes a new one)", err)
 	}
-	return nil
+	others, err := GrantReads(ctx, b, id)
+	if err != nil {
+		return 0, err
+	}
+	if err := b.Delete(ctx, legacyReaderBinding(id)); client.IgnoreNotFound(err) != nil {
+		return 0, fmt.Errorf("deleting the cluster-wide read binding of earlier releases: %w", err)
+	}
+	return others, nil
 }
 
 // resolveID returns the member's cluster id: the one asked for, written as its ClusterProperty (which must not

@@ -10,7 +10,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -76,10 +75,10 @@ func Unjoin(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts U
 	}
 	err = s.do("broker identity and records", func() (string, error) {
 		ns := names.BrokerNamespace(id)
-		for _, o := range []client.Object{
-			&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "mcs-broker-reader-" + id}},
-			&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
-		} {
+		if err := revokeReads(ctx, b, id); err != nil {
+			return "", err
+		}
+		for _, o := range []client.Object{legacyReaderBinding(id), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}} {
 			if err := b.Delete(ctx, o); client.IgnoreNotFound(err) != nil {
 				return "", fmt.Errorf("deleting %T %s: %w", o, o.GetName(), err)
 			}
@@ -88,7 +87,7 @@ func Unjoin(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts U
 		if err != nil {
 			err = fmt.Errorf("%w: the broker's namespace controller empties it, then removes it", err)
 		}
-		return fmt.Sprintf("namespace %s (its records, Lease, ServiceAccount and credentials) and its read binding deleted", ns), err
+		return fmt.Sprintf("namespace %s (its records, Lease, ServiceAccount and credentials), its directory entry and its read bindings deleted", ns), err
 	})
 	if err != nil {
 		return err

@@ -188,9 +188,7 @@ func startCluster(ctx context.Context, spec clusterSpec, assets string) (c *Clus
 		return c, err
 	}
 	if !spec.member {
-		if spec.nodes > 0 {
-			c.kcm, err = startControllerManager(ctx, assets, c.dir, c.KubeconfigPath, "", brokerControllers, spec.log)
-		}
+		c.kcm, err = startControllerManager(ctx, assets, c.dir, c.KubeconfigPath, "", brokerControllers, spec.log)
 		return c, err
 	}
 	c.PodCIDRs = podCIDRs(spec.index)

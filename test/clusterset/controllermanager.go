@@ -33,10 +33,11 @@ var controllers = []string{
 // holds is published.
 var kubeletControllers = []string{"nodelifecycle", "serviceaccount", "root-ca-cert-publisher"}
 
-// brokerControllers are what a broker with kubelet members runs: there, members join and leave with kubectl mcs,
-// and unjoin deletes a member's broker namespace, which only the namespace controller empties and removes, as on
-// any real API server.
-var brokerControllers = []string{"namespace", "garbagecollector"}
+// brokerControllers are what every broker runs, as any real API server has them: members join and leave with
+// kubectl mcs, and unjoin deletes a member's broker namespace, which only the namespace controller empties and
+// removes; each member's broker namespace has a ResourceQuota, and quota admission refuses every write in it until
+// the quota controller has computed its usage.
+var brokerControllers = []string{"namespace", "garbagecollector", "resourcequota"}
 
 // startControllerManager starts kube-controller-manager with the controllers ctrls and waits until its /healthz
 // answers. For a member with kubelet nodes, rootCAFile is the API server's serving CA: kubeletControllers run too,

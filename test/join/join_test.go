@@ -35,6 +35,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
+	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/mcs/brokercred"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/mcsctl"
@@ -102,6 +103,18 @@ func TestJoinAndUnjoin(t *testing.T) {
 		t.Errorf("cluster-b's join does not say %q:\n%s", want, outs[b])
 	}
 	t.Logf("%d members joined in %v", len(f.Members), time.Since(start).Round(time.Millisecond))
+	// The three joined at once: each pair still reads each other's broker namespace.
+	for _, reader := range f.Members {
+		for _, owner := range f.Members {
+			if reader == owner {
+				continue
+			}
+			key := client.ObjectKey{Namespace: names.BrokerNamespace(owner.ID), Name: "mcs-reader-" + reader.ID}
+			if err := f.Broker.Client.Get(ctx, key, &rbacv1.RoleBinding{}); err != nil {
+				t.Errorf("%s may not read %s's broker namespace: %v", reader.Name, owner.Name, err)
+			}
+		}
+	}
 
 	t.Run("a second join changes nothing", func(t *testing.T) { rejoin(t, f, b) })
 
@@ -294,8 +307,11 @@ func unjoin(t *testing.T, f *fleet.Fleet, a, b *fleet.Member) {
 		"cluster-b's broker namespace": func() error {
 			return gone(f.Broker.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: names.BrokerNamespace(b.ID)}})
 		},
-		"cluster-b's read binding on the broker": func() error {
-			return gone(f.Broker.Client, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "mcs-broker-reader-" + b.ID}})
+		"cluster-b's entry in the member directory": func() error {
+			return gone(f.Broker.Client, broker.DirectoryEntry(b.ID))
+		},
+		"cluster-b's read binding in cluster-a's broker namespace": func() error {
+			return gone(f.Broker.Client, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: names.BrokerNamespace(a.ID), Name: "mcs-reader-" + b.ID}})
 		},
 		"mcs-system in cluster-b": func() error {
 			return gone(b.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "mcs-system"}})

@@ -4,12 +4,15 @@ package kubeletnodes
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -249,7 +252,47 @@ func testExecLogs(t *testing.T, c *clusterset.Cluster, kubectl func(...string) (
 		if want := "serve: cluster=" + c.Name + " pod=" + p.Name; code != 0 || !strings.Contains(out, want) {
 			t.Errorf("kubectl logs %s: exit %d, output %q; want a line with %q", p.Name, code, out, want)
 		}
+		// Only the API server may: a kubelet refuses a caller without its client certificate (the fake kubelet of
+		// earlier releases served exec and logs to anyone who reached the node).
+		for _, path := range []string{"/exec/" + namespace + "/" + p.Name + "/" + p.Spec.Containers[0].Name + "?command=hostname&output=1", "/containerLogs/" + namespace + "/" + p.Name + "/" + p.Spec.Containers[0].Name, "/pods"} {
+			if code := anonymousKubelet(t, c, p.Spec.NodeName, path); code != http.StatusUnauthorized {
+				t.Errorf("an anonymous request to the kubelet of %s for %s: HTTP %d, want %d", p.Spec.NodeName, path, code, http.StatusUnauthorized)
+			}
+		}
 	}
+}
+
+// anonymousKubelet sends a request without a client certificate to the kubelet of node, at the address and port
+// its Node advertises, and returns the HTTP status. It does not check the kubelet's serving certificate: what is
+// tested is the kubelet's check of the caller.
+func anonymousKubelet(t *testing.T, c *clusterset.Cluster, node, path string) int {
+	t.Helper()
+	n, err := c.Kube.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var host string
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP && host == "" {
+			host = a.Address
+		}
+	}
+	port := strconv.Itoa(int(n.Status.DaemonEndpoints.KubeletEndpoint.Port))
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	method := http.MethodGet
+	if strings.HasPrefix(path, "/exec/") {
+		method = http.MethodPost
+	}
+	req, err := http.NewRequest(method, "https://"+net.JoinHostPort(host, port)+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, req.URL, err)
+	}
+	defer resp.Body.Close()
+	return resp.StatusCode
 }
 
 // testService runs serve's request loop in a client pod against each pod's addresses (both families) and the

@@ -48,7 +48,9 @@ import (
 
 	"vksfleet.dev/fleet/build/deploy/member"
 	"vksfleet.dev/fleet/controller"
+	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/mcs/names"
+	"vksfleet.dev/fleet/mcsctl/install"
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/poll"
 )
@@ -137,6 +139,13 @@ func TestDeployManifests(t *testing.T) {
 	applyAll(ctx, t, clusterset.BrokerName, cs.Broker.Client, brokerAll)
 	if t.Failed() {
 		t.FailNow()
+	}
+	// What join adds to the rendered identities: each pair of members reads each other's namespace, and the
+	// directory lists them.
+	for _, m := range cs.Members {
+		if _, err := install.GrantReads(ctx, cs.Broker.Client, m.ID); err != nil {
+			t.Fatalf("granting %s reads: %v", m.Name, err)
+		}
 	}
 	t.Logf("applied %d objects to each member and %d to the broker in %v", len(memberObjs), len(brokerAll),
 		time.Since(applyStart).Round(time.Millisecond))
@@ -234,8 +243,10 @@ func TestDeployManifests(t *testing.T) {
 	})
 	t.Logf("export imported and Ready in %v", time.Since(exportStart).Round(time.Millisecond))
 
-	// 5. Least privilege: what the rendered identities must not be able to do.
+	// 5. Least privilege: what the rendered identities must not be able to do, and the quota of each member's
+	// broker namespace.
 	checkLeastPrivilege(ctx, t, cs, local, identities)
+	checkQuota(ctx, t, cs, identities[a.Name])
 
 	// 6. Renewals: each broker Lease is updated, not only created.
 	for _, m := range cs.Members {
@@ -591,7 +602,8 @@ func waitForBindings(ctx context.Context, t *testing.T, cs *clusterset.ClusterSe
 			return errors.Join(
 				allowed(localC.List(ctx, &mcsv1beta1.ServiceExportList{}, client.Limit(1))),
 				allowed(localC.Get(ctx, client.ObjectKey{Namespace: local.leaderElectionNamespace, Name: "probe"}, &coordinationv1.Lease{})),
-				allowed(brokerC.List(ctx, &coordinationv1.LeaseList{}, client.Limit(1))),
+				allowed(brokerC.List(ctx, &corev1.ConfigMapList{}, client.InNamespace(broker.DirectoryNamespace))),
+				allowed(brokerC.List(ctx, &coordinationv1.LeaseList{}, client.InNamespace(names.BrokerNamespace(cs.Members[0].ID)))),
 				allowed(brokerC.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "probe"}}, client.DryRunAll)),
 			)
 		})
@@ -684,6 +696,24 @@ func checkLeastPrivilege(ctx context.Context, t *testing.T, cs *clusterset.Clust
 		{"cluster-a's broker identity reads cluster-b's Lease", func() error {
 			return brokerA.Get(ctx, client.ObjectKey{Namespace: nsB, Name: names.LeaseName}, &coordinationv1.Lease{})
 		}, false},
+		{"cluster-a's broker identity reads the member directory", func() error {
+			return brokerA.List(ctx, &corev1.ConfigMapList{}, client.InNamespace(broker.DirectoryNamespace))
+		}, false},
+		{"cluster-a's broker identity writes the member directory", func() error {
+			return brokerA.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: broker.DirectoryNamespace, Name: "least-privilege-probe"}}, dry)
+		}, true},
+		{"cluster-a's broker identity lists EndpointSlices in every namespace", func() error {
+			return brokerA.List(ctx, &discoveryv1.EndpointSliceList{})
+		}, true},
+		{"cluster-a's broker identity lists the broker's own EndpointSlices in default", func() error {
+			return brokerA.List(ctx, &discoveryv1.EndpointSliceList{}, client.InNamespace(metav1.NamespaceDefault))
+		}, true},
+		{"cluster-a's broker identity lists ServiceImports in every namespace", func() error {
+			return brokerA.List(ctx, &mcsv1beta1.ServiceImportList{})
+		}, true},
+		{"cluster-a's broker identity lists the broker's own Leases in kube-system", func() error {
+			return brokerA.List(ctx, &coordinationv1.LeaseList{}, client.InNamespace(metav1.NamespaceSystem))
+		}, true},
 		{"cluster-a's broker identity writes a record in cluster-b's broker namespace", func() error {
 			return brokerA.Create(ctx, record(nsB), dry)
 		}, true},
@@ -744,6 +774,62 @@ func checkLeastPrivilege(ctx context.Context, t *testing.T, cs *clusterset.Clust
 		case !c.forbidden && err != nil:
 			t.Errorf("%s: want success, got %v", c.what, err)
 		}
+	}
+}
+
+// checkQuota fills cluster-a's broker namespace up to its Lease quota as an administrator, and checks that
+// cluster-a's identity may then create no more: the quota is enforced there, with its usage computed by the
+// broker's quota controller.
+func checkQuota(ctx context.Context, t *testing.T, cs *clusterset.ClusterSet, id identity) {
+	t.Helper()
+	a := cs.Member("cluster-a")
+	ns := names.BrokerNamespace(a.ID)
+	var quota corev1.ResourceQuota
+	poll.T(t, 30*time.Second, "the quota controller computes cluster-a's broker quota", func() error {
+		quotas := &corev1.ResourceQuotaList{}
+		if err := cs.Broker.Client.List(ctx, quotas, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		if len(quotas.Items) != 1 {
+			return fmt.Errorf("%d ResourceQuotas in %s, want 1", len(quotas.Items), ns)
+		}
+		quota = quotas.Items[0]
+		if _, ok := quota.Status.Used["count/leases.coordination.k8s.io"]; !ok {
+			return fmt.Errorf("quota %s/%s has no Lease usage yet: %+v", ns, quota.Name, quota.Status)
+		}
+		return nil
+	})
+	limit := quota.Spec.Hard["count/leases.coordination.k8s.io"]
+	var filler []client.Object
+	t.Cleanup(func() {
+		for _, o := range filler {
+			if err := cs.Broker.Client.Delete(ctx, o); err != nil {
+				t.Errorf("deleting %s: %v", o.GetName(), err)
+			}
+		}
+	})
+	poll.T(t, 30*time.Second, "an administrator fills cluster-a's Lease quota", func() error {
+		leases := &coordinationv1.LeaseList{}
+		if err := cs.Broker.Client.List(ctx, leases, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		if int64(len(leases.Items)) >= limit.Value() {
+			return nil
+		}
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("quota-filler-%d", len(filler))}}
+		if err := cs.Broker.Client.Create(ctx, l); err != nil {
+			return err
+		}
+		filler = append(filler, l)
+		return fmt.Errorf("%d Leases of %d", len(leases.Items)+1, limit.Value())
+	})
+	brokerA, err := client.New(id.impersonate(cs.Broker.Config), client.Options{Scheme: clusterset.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = brokerA.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "over-quota"}}, client.DryRunAll)
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "exceeded quota") {
+		t.Errorf("cluster-a's identity creates a Lease over its quota of %s: want Forbidden (exceeded quota), got %v", limit.String(), err)
 	}
 }
 

@@ -1,0 +1,53 @@
+package broker
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"vksfleet.dev/fleet/mcs/names"
+)
+
+func TestMembers(t *testing.T) {
+	entry := func(name, id string) corev1.ConfigMap {
+		e := *DirectoryEntry(id)
+		e.Name = name
+		return e
+	}
+	valid := func(id string) corev1.ConfigMap { return entry(names.BrokerNamespace(id), id) }
+	long := strings.Repeat("a", 64)
+	tests := []struct {
+		name    string
+		entries []corev1.ConfigMap
+		want    []string // namespaces
+		refused int
+	}{
+		{"none", nil, nil, 0},
+		{"sorted by namespace", []corev1.ConfigMap{valid("zeta"), valid("alpha")}, []string{names.BrokerNamespace("alpha"), names.BrokerNamespace("zeta")}, 0},
+		{"an entry pointing at another namespace", []corev1.ConfigMap{entry("kube-system", "alpha"), valid("beta")}, []string{names.BrokerNamespace("beta")}, 1},
+		{"an entry naming another member's namespace", []corev1.ConfigMap{entry(names.BrokerNamespace("beta"), "alpha")}, nil, 1},
+		{"an invalid id", []corev1.ConfigMap{entry(names.BrokerNamespace("Bad_ID"), "Bad_ID")}, nil, 1},
+		{"a label too long for DNS", []corev1.ConfigMap{entry(names.BrokerNamespace(long), long)}, nil, 1},
+		{"no id", []corev1.ConfigMap{{}}, nil, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			members, refused := Members(tt.entries)
+			var got []string
+			for _, m := range members {
+				if m.Namespace != names.BrokerNamespace(m.ClusterID) {
+					t.Errorf("member %s has namespace %s", m.ClusterID, m.Namespace)
+				}
+				got = append(got, m.Namespace)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("namespaces %v, want %v", got, tt.want)
+			}
+			if len(refused) != tt.refused {
+				t.Errorf("refused %q, want %d", refused, tt.refused)
+			}
+		})
+	}
+}

@@ -1,0 +1,183 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"vksfleet.dev/fleet/controller/broker"
+	"vksfleet.dev/fleet/mcs/names"
+)
+
+// brokerScope is what of the broker this member reads: every namespace, for an identity that may (the broker's
+// administrator, or a member bound to mcs-broker-reader cluster-wide, as members were before the directory), or
+// else its own broker namespace and those of the members the directory lists that it may read.
+type brokerScope struct {
+	all        bool
+	namespaces []string // sorted; empty when all
+}
+
+func (s brokerScope) equal(o brokerScope) bool {
+	return s.all == o.all && slices.Equal(s.namespaces, o.namespaces)
+}
+
+func (s brokerScope) String() string {
+	if s.all {
+		return "every namespace"
+	}
+	return strings.Join(s.namespaces, ",")
+}
+
+// cacheOptions confine the broker cache to the scope, and to the objects members write there.
+func (s brokerScope) cacheOptions() cache.Options {
+	o := cache.Options{DefaultLabelSelector: broker.Selector}
+	if !s.all {
+		o.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range s.namespaces {
+			o.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return o
+}
+
+// scopeReads are what the broker cache lists and watches in each namespace of the scope: mcs-broker-reader's
+// rules.
+var scopeReads = []authorizationv1.ResourceAttributes{
+	{Group: "multicluster.x-k8s.io", Resource: "serviceimports"},
+	{Group: "discovery.k8s.io", Resource: "endpointslices"},
+	{Group: "coordination.k8s.io", Resource: "leases"},
+}
+
+// scopeReader works out the broker scope from the directory and access reviews of the broker's own. A namespace
+// once found readable is not reviewed again: the poll costs one directory list and the reviews of the
+// cluster-wide reads.
+type scopeReader struct {
+	client client.Client // uncached
+	own    string
+	log    logr.Logger
+
+	readable map[string]bool
+	logged   map[string]bool // what was said about refused or unreadable entries, said once each
+}
+
+func newScopeReader(c client.Client, clusterID string, log logr.Logger) *scopeReader {
+	return &scopeReader{client: c, own: names.BrokerNamespace(clusterID), log: log, readable: map[string]bool{}, logged: map[string]bool{}}
+}
+
+// read returns the scope this member's broker identity has now.
+func (r *scopeReader) read(ctx context.Context) (brokerScope, error) {
+	all, err := r.allowed(ctx, "")
+	if err != nil {
+		return brokerScope{}, err
+	}
+	if all {
+		return brokerScope{all: true}, nil
+	}
+	scope := brokerScope{namespaces: []string{r.own}}
+	entries := &corev1.ConfigMapList{}
+	err = r.client.List(ctx, entries, client.InNamespace(broker.DirectoryNamespace), client.MatchingLabelsSelector{Selector: broker.DirectorySelector})
+	if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
+		r.once("no directory", "this member may not read the member directory: it reads its own broker namespace only; `kubectl mcs join` again grants it",
+			"namespace", broker.DirectoryNamespace, "error", err.Error())
+		return scope, nil
+	}
+	if err != nil {
+		return scope, err
+	}
+	members, refused := broker.Members(entries.Items)
+	for _, why := range refused {
+		r.once(why, "member directory entry ignored", "reason", why)
+	}
+	for _, m := range members {
+		if m.Namespace == r.own {
+			continue
+		}
+		if !r.readable[m.Namespace] {
+			ok, err := r.allowed(ctx, m.Namespace)
+			if err != nil {
+				return scope, err
+			}
+			if !ok {
+				r.once("unreadable "+m.Namespace, "a member the directory lists is not readable by this member: its records are not imported here until `kubectl mcs join` runs again for either member",
+					"member", m.ClusterID, "namespace", m.Namespace)
+				continue
+			}
+			r.readable[m.Namespace] = true
+		}
+		scope.namespaces = append(scope.namespaces, m.Namespace)
+	}
+	slices.Sort(scope.namespaces)
+	return scope, nil
+}
+
+// allowed says whether this identity may watch every kind of scopeReads in namespace ns ("": every namespace).
+// Watch stands for the reads a cache makes: every role that grants it grants list too.
+func (r *scopeReader) allowed(ctx context.Context, ns string) (bool, error) {
+	for _, res := range scopeReads {
+		attrs := res
+		attrs.Namespace, attrs.Verb = ns, "watch"
+		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &attrs}}
+		if err := r.client.Create(ctx, review); err != nil {
+			return false, fmt.Errorf("reviewing this member's broker access: %w", err)
+		}
+		if !review.Status.Allowed {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func (r *scopeReader) once(key, msg string, kv ...any) {
+	if !r.logged[key] {
+		r.logged[key] = true
+		r.log.Info(msg, kv...)
+	}
+}
+
+// errScopeChanged ends a run of the manager when members joined or left: the broker cache is confined to the
+// namespaces of one scope, so the next run starts one for the new scope.
+var errScopeChanged = errors.New("the members this member may read changed")
+
+// scopePoll is how often the directory is read: a member that joined is imported from within about this long.
+const scopePoll = 5 * time.Second
+
+// scopeWatch ends the run once the scope differs from the one its broker cache was built for. It runs on every
+// replica, leader or not, since each holds a broker cache.
+type scopeWatch struct {
+	reader *scopeReader
+	scope  brokerScope
+}
+
+func (w *scopeWatch) Start(ctx context.Context) error {
+	t := time.NewTicker(scopePoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		now, err := w.reader.read(ctx)
+		if err != nil {
+			// The broker is unreachable or refuses: the heartbeat reports that; the scope stays as it is.
+			continue
+		}
+		if !now.equal(w.scope) {
+			w.reader.log.Info("broker scope changed: restarting with a cache for the new one", "was", w.scope.String(), "now", now.String())
+			return errScopeChanged
+		}
+	}
+}
+
+// NeedLeaderElection is false: every replica's broker cache follows the scope.
+func (w *scopeWatch) NeedLeaderElection() bool { return false }
