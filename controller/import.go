@@ -215,7 +215,7 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 		return 0, nil
 	}
 	missing := imports.Missing(exports, sources, r.id, r.liveness.Alive)
-	ready, requeue := r.ready(ctx, si, want, exported, desiredSlices, missing)
+	ready, requeue := r.ready(si, want, exported, desiredSlices, missing)
 	if ready == nil {
 		return requeue, nil
 	}
@@ -268,6 +268,9 @@ func (r *reconciler) unimport(ctx context.Context, key types.NamespacedName, got
 	errs = append(errs, apply.Slices(ctx, r.local, got.slices, nil), apply.Slices(ctx, r.local, got.clusterLocalSlices, nil))
 	forgetLocality(r.id, key)
 	r.readyWaits.forget(key)
+	if r.dns != nil {
+		r.dns.forget(key)
+	}
 	return errors.Join(errs...)
 }
 

@@ -104,11 +104,18 @@ const (
 // headless import, until it has a ready endpoint to answer):
 // no condition is returned (nothing to write) while the hold lasts, then Pending saying what is awaited,
 // rechecked until it comes. An import already Ready at its generation is not asked about again: later endpoint
-// changes do not make it unready, as they do not for the slices.
-func (r *reconciler) ready(ctx context.Context, si, want *mcsv1beta1.ServiceImport, exported []corev1.IPFamily,
+// changes do not make it unready, as they do not for the slices. The DNS server is never asked here: r.dns asks
+// it beside the workers, and brings the import back when its answer changes.
+func (r *reconciler) ready(si, want *mcsv1beta1.ServiceImport, exported []corev1.IPFamily,
 	slices []discoveryv1.EndpointSlice, missing string) (*metav1.Condition, time.Duration) {
 	key := types.NamespacedName{Namespace: si.Namespace, Name: si.Name}
 	c := imports.Ready(want, exported, si.Generation)
+	waitsForDNS := false
+	defer func() {
+		if r.dns != nil && !waitsForDNS {
+			r.dns.forget(key) // asked nothing more, whatever made it stop waiting
+		}
+	}()
 	if c.Status != metav1.ConditionTrue {
 		r.readyWaits.forget(key)
 		return &c, 0
@@ -117,15 +124,16 @@ func (r *reconciler) ready(ctx context.Context, si, want *mcsv1beta1.ServiceImpo
 		stored.Status == metav1.ConditionTrue && stored.ObservedGeneration == si.Generation {
 		return stored, 0
 	}
-	waiting := missing
-	if waiting != "" {
+	var waiting string
+	if missing != "" {
 		waiting = "Waiting for " + missing + "."
 	} else if r.dns != nil {
 		checks := imports.DNSChecks(want, slices, DNSZone)
 		if len(checks) == 0 {
 			// Only a headless import with no ready endpoint asks nothing: its name is NXDOMAIN until one is ready.
 			waiting = "Waiting for a ready endpoint: a headless service's name resolves to its ready endpoints only."
-		} else if why := r.dns.failed(ctx, checks); why != "" {
+		} else if why := r.dns.answer(key, checks); why != "" {
+			waitsForDNS = true
 			waiting = fmt.Sprintf("Waiting for this cluster's DNS server %s to answer the service: %s.", r.dns.addr, why)
 		}
 	}
@@ -137,6 +145,9 @@ func (r *reconciler) ready(ctx context.Context, si, want *mcsv1beta1.ServiceImpo
 		return &c, 0
 	}
 	if wait := r.readyWaits.wait(key, time.Now()); wait > 0 {
+		if waitsForDNS {
+			return nil, wait // a new answer brings the import back sooner
+		}
 		return nil, min(wait, readyRetry)
 	}
 	c.Status, c.Reason, c.Message = metav1.ConditionFalse, string(mcsv1beta1.ServiceImportReasonPending), waiting
