@@ -2,46 +2,55 @@ package controller
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/controller/imports"
+	"vksfleet.dev/fleet/test/poll"
 )
 
 // tcpOnly is the name the test server answers over TCP only: over UDP its answer is truncated and empty.
 const tcpOnly = "big.ns.svc.clusterset.local."
 
-// startDNS serves fixed records over UDP and TCP on one loopback port and returns its address. A name it has no
-// record of is NXDOMAIN; a type it has none of is answered empty.
-func startDNS(t *testing.T) string {
+// testDNS is a DNS server on loopback, over UDP and TCP on one port, that answers from records a test may change
+// and counts the questions it gets for each name. A name it has no record of is NXDOMAIN; a type it has none of
+// is answered empty.
+type testDNS struct {
+	addr  string
+	mu    sync.Mutex
+	rrs   []dns.RR
+	asked map[string]int
+}
+
+func startDNS(t *testing.T) *testDNS {
 	t.Helper()
-	var rrs []dns.RR
-	for _, s := range []string{
-		"web.ns.svc.clusterset.local. 5 IN A 10.0.0.1",
+	d := &testDNS{asked: map[string]int{}}
+	d.set(t, "web.ns.svc.clusterset.local. 5 IN A 10.0.0.1",
 		"web.ns.svc.clusterset.local. 5 IN AAAA fd00::1",
-		tcpOnly + " 5 IN A 10.0.0.2",
+		tcpOnly+" 5 IN A 10.0.0.2",
 		"wrong.ns.svc.clusterset.local. 5 IN A 10.9.9.9",
-		"v6only.ns.svc.clusterset.local. 5 IN AAAA fd00::6",
-	} {
-		rr, err := dns.NewRR(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rrs = append(rrs, rr)
-	}
+		"v6only.ns.svc.clusterset.local. 5 IN AAAA fd00::6")
 	handler := dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
 		m := new(dns.Msg)
 		m.SetReply(req)
 		q, known := req.Question[0], false
-		for _, rr := range rrs {
+		d.mu.Lock()
+		d.asked[strings.ToLower(q.Name)]++
+		for _, rr := range d.rrs {
 			if strings.EqualFold(rr.Header().Name, q.Name) {
 				known = true
 				if rr.Header().Rrtype == q.Qtype {
@@ -49,6 +58,7 @@ func startDNS(t *testing.T) string {
 				}
 			}
 		}
+		d.mu.Unlock()
 		switch {
 		case !known:
 			m.Rcode = dns.RcodeNameError
@@ -79,7 +89,34 @@ func startDNS(t *testing.T) string {
 		<-started
 		t.Cleanup(func() { _ = srv.Shutdown() })
 	}
-	return pc.LocalAddr().String()
+	d.addr = pc.LocalAddr().String()
+	return d
+}
+
+// set replaces the records of the names it gives records of.
+func (d *testDNS) set(t *testing.T, records ...string) {
+	t.Helper()
+	var rrs []dns.RR
+	for _, s := range records {
+		rr, err := dns.NewRR(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rrs = append(rrs, rr)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.rrs = slices.DeleteFunc(d.rrs, func(old dns.RR) bool {
+		return slices.ContainsFunc(rrs, func(rr dns.RR) bool { return strings.EqualFold(rr.Header().Name, old.Header().Name) })
+	})
+	d.rrs = append(d.rrs, rrs...)
+}
+
+// questions returns how many questions the server got for name.
+func (d *testDNS) questions(name string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.asked[strings.ToLower(name)]
 }
 
 // deadAddress is a loopback address where nothing listens.
@@ -101,14 +138,14 @@ func addrs(s ...string) []netip.Addr {
 	return out
 }
 
-func TestDNSProbeFailed(t *testing.T) {
-	live, dead := startDNS(t), deadAddress(t)
+func TestDNSProbeAsk(t *testing.T) {
+	live, dead := startDNS(t).addr, deadAddress(t)
 	name := func(svc string) string { return svc + ".ns.svc.clusterset.local." }
 	cases := []struct {
 		name   string
 		addr   string
 		checks []imports.DNSCheck
-		want   string // a prefix of the answer; "" for none
+		want   string // the answer; "" for none
 	}{
 		{"A answered", live, []imports.DNSCheck{{Name: name("web"), Want: addrs("10.0.0.1")}}, ""},
 		{"A and AAAA answered", live, []imports.DNSCheck{{Name: name("web"), Want: addrs("10.0.0.1")},
@@ -121,17 +158,19 @@ func TestDNSProbeFailed(t *testing.T) {
 		{"no address of the family yet", live, []imports.DNSCheck{{Name: name("v6only")}}, name("v6only") + " A: no address yet"},
 		{"the first failing check", live, []imports.DNSCheck{{Name: name("web"), Want: addrs("10.0.0.1")},
 			{Name: name("web"), IPv6: true, Want: addrs("fd00::9")}}, name("web") + " AAAA: answered [fd00::1], want [fd00::9]"},
-		{"no server listening", dead, []imports.DNSCheck{{Name: name("web")}}, name("web") + " A: no answer from " + dead},
+		// Without the socket's addresses, whose local port changes at every question.
+		{"no server listening", dead, []imports.DNSCheck{{Name: name("web")}},
+			name("web") + " A: no answer from " + dead + ": read: connection refused"},
 	}
 	for _, c := range cases {
-		got := newDNSProbe(c.addr).failed(context.Background(), c.checks)
-		if (c.want == "") != (got == "") || !strings.HasPrefix(got, c.want) {
-			t.Errorf("%s: failed = %q, want %q", c.name, got, c.want)
+		if got := newDNSProbe(c.addr).ask(context.Background(), c.checks); got != c.want {
+			t.Errorf("%s: ask = %q, want %q", c.name, got, c.want)
 		}
 	}
 }
 
-// A server that did not answer is not asked again for silentPause: a silent server costs one timeout per pause.
+// A server that did not answer is not asked again for silentPause: a silent server costs one timeout per pause,
+// and each import's answer names its own question.
 func TestDNSProbeSilentServer(t *testing.T) {
 	silent, err := net.ListenPacket("udp", "127.0.0.1:0") // reads nothing: every question times out
 	if err != nil {
@@ -139,20 +178,194 @@ func TestDNSProbeSilentServer(t *testing.T) {
 	}
 	defer silent.Close()
 	p := newDNSProbe(silent.LocalAddr().String())
-	checks := []imports.DNSCheck{{Name: "web.ns.svc.clusterset.local."}}
-	start := time.Now()
-	first := p.failed(context.Background(), checks)
-	asked := time.Since(start)
-	start = time.Now()
-	second := p.failed(context.Background(), checks)
-	if !strings.Contains(first, "no answer") || second != first || asked < dnsTimeout || time.Since(start) > dnsTimeout/10 {
-		t.Errorf("first %q after %v, second %q after %v: want the second at once, with the first's reason",
-			first, asked, second, time.Since(start))
+	clk := clocktesting.NewFakeClock(time.Now())
+	p.clock = clk
+	web, db := []imports.DNSCheck{{Name: "web.ns.svc.clusterset.local."}}, []imports.DNSCheck{{Name: "db.ns.svc.clusterset.local."}}
+	timed := func(checks []imports.DNSCheck) (string, time.Duration) {
+		start := time.Now()
+		why := p.ask(context.Background(), checks)
+		return why, time.Since(start)
+	}
+	noAnswer := ": no answer from " + p.addr + ": i/o timeout"
+	first, took := timed(web)
+	if first != question(web[0])+noAnswer || took < dnsTimeout {
+		t.Errorf("first question: %q after %v, want no answer after the timeout", first, took)
+	}
+	clk.Step(silentPause - time.Millisecond)
+	if second, took := timed(db); second != question(db[0])+noAnswer || took > dnsTimeout/2 {
+		t.Errorf("within the pause: %q after %v, want no answer at once, naming its own question", second, took)
+	}
+	clk.Step(time.Millisecond)
+	if third, took := timed(db); third != question(db[0])+noAnswer || took < dnsTimeout {
+		t.Errorf("after the pause: %q after %v, want the server asked again", third, took)
+	}
+}
+
+// probeUnderTest is a probe of addr running on a fake clock, with the imports it brings back.
+type probeUnderTest struct {
+	*dnsProbe
+	clk        *clocktesting.FakeClock
+	enqueuedMu sync.Mutex
+	enqueued   []types.NamespacedName
+}
+
+func startProbe(t *testing.T, addr string) *probeUnderTest {
+	t.Helper()
+	pt := &probeUnderTest{dnsProbe: newDNSProbe(addr), clk: clocktesting.NewFakeClock(time.Now())}
+	pt.clock = pt.clk
+	pt.enqueue = func(_ context.Context, keys ...types.NamespacedName) error {
+		pt.enqueuedMu.Lock()
+		defer pt.enqueuedMu.Unlock()
+		pt.enqueued = append(pt.enqueued, keys...)
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- pt.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("probe: %v", err)
+		}
+	})
+	return pt
+}
+
+// until polls cond every millisecond for up to 10 s, failing t with what when it does not hold by then.
+func until(t *testing.T, what string, cond func() error) {
+	t.Helper()
+	if err := poll.Until(context.Background(), time.Millisecond, 10*time.Second, cond); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// times returns how often key was brought back to the workers.
+func (pt *probeUnderTest) times(key types.NamespacedName) int {
+	pt.enqueuedMu.Lock()
+	defer pt.enqueuedMu.Unlock()
+	return len(slices.DeleteFunc(slices.Clone(pt.enqueued), func(k types.NamespacedName) bool { return k != key }))
+}
+
+// settled says whether the probe waits for its timer, having asked the server n questions of name.
+func (pt *probeUnderTest) settled(srv *testDNS, name string, n int) func() error {
+	return func() error {
+		if got := srv.questions(name); got != n || !pt.clk.HasWaiters() {
+			return fmt.Errorf("%d questions (want %d), timer set: %v", got, n, pt.clk.HasWaiters())
+		}
+		return nil
+	}
+}
+
+// An import is asked at once, then again after waits that double from minDNSBackoff up to maxDNSBackoff; other
+// checks start over. Each answer is kept, and only one that changed brings the import back.
+func TestDNSProbeBackoff(t *testing.T) {
+	srv := startDNS(t)
+	pt := startProbe(t, srv.addr)
+	key := types.NamespacedName{Namespace: "ns", Name: "wrong"}
+	name := "wrong.ns.svc.clusterset.local."
+	checks := []imports.DNSCheck{{Name: name, Want: addrs("10.0.0.9")}}
+	wrong := name + " A: answered [10.9.9.9], want [10.0.0.9]"
+
+	if got := pt.answer(key, checks); got != name+" A: not asked yet" {
+		t.Fatalf("before the first question: %q", got)
+	}
+	until(t, "the first question", pt.settled(srv, name, 1))
+	if got := pt.answer(key, checks); got != wrong || pt.times(key) != 1 {
+		t.Fatalf("after the first question: %q, brought back %d times; want %q, once", got, pt.times(key), wrong)
+	}
+	wait := minDNSBackoff
+	for n := 2; n <= 10; n++ {
+		pt.clk.Step(wait - time.Millisecond)
+		if got := srv.questions(name); got != n-1 || !pt.clk.HasWaiters() {
+			t.Fatalf("question %d asked %v early", n, time.Millisecond)
+		}
+		pt.clk.Step(time.Millisecond)
+		until(t, fmt.Sprintf("question %d, %v after the one before", n, wait), pt.settled(srv, name, n))
+		wait = min(2*wait, maxDNSBackoff)
+		pt.mu.Lock()
+		next := pt.waiting[key].next.Sub(pt.clk.Now())
+		pt.mu.Unlock()
+		if next != wait {
+			t.Fatalf("after question %d: the next in %v, want %v", n, next, wait)
+		}
+	}
+	if wait != maxDNSBackoff || pt.times(key) != 1 {
+		t.Errorf("backoff %v after 10 questions, brought back %d times: want %v, once (the answer never changed)",
+			wait, pt.times(key), maxDNSBackoff)
+	}
+
+	// The server changes its answer: the import is brought back once, and asks as often as before.
+	srv.set(t, name+" 5 IN A 10.0.0.9")
+	pt.clk.Step(wait)
+	until(t, "the answer after the server's change", func() error {
+		if got := pt.answer(key, checks); got != "" || pt.times(key) != 2 {
+			return fmt.Errorf("answer %q, brought back %d times", got, pt.times(key))
+		}
+		return nil
+	})
+
+	// Other checks (the import's IP changed) are asked at once and back off from the start.
+	checks = []imports.DNSCheck{{Name: name, Want: addrs("10.0.0.1")}}
+	n := srv.questions(name)
+	if got := pt.answer(key, checks); got != name+" A: not asked yet" {
+		t.Fatalf("new checks before their first question: %q", got)
+	}
+	until(t, "the new checks' first question", pt.settled(srv, name, n+1))
+	pt.clk.Step(minDNSBackoff)
+	until(t, "the new checks' second question, after the shortest wait", pt.settled(srv, name, n+2))
+	if got := pt.answer(key, checks); got != name+" A: answered [10.0.0.9], want [10.0.0.1]" || pt.times(key) != 3 {
+		t.Errorf("new checks: %q, brought back %d times", got, pt.times(key))
+	}
+}
+
+// A forgotten import is asked nothing more, and nothing of it is kept.
+func TestDNSProbeForget(t *testing.T) {
+	srv := startDNS(t)
+	pt := startProbe(t, srv.addr)
+	gone, other := types.NamespacedName{Namespace: "ns", Name: "wrong"}, types.NamespacedName{Namespace: "ns", Name: "web"}
+	goneName, otherName := "wrong.ns.svc.clusterset.local.", "web.ns.svc.clusterset.local."
+	pt.answer(gone, []imports.DNSCheck{{Name: goneName, Want: addrs("10.0.0.9")}})
+	until(t, "the first question", pt.settled(srv, goneName, 1))
+	pt.forget(gone)
+	pt.clk.Step(time.Hour)
+	// Another import's question shows that the probe went round again since.
+	pt.answer(other, []imports.DNSCheck{{Name: otherName, Want: addrs("10.0.0.9")}})
+	until(t, "the other import's question", pt.settled(srv, otherName, 1))
+	pt.forget(other)
+	pt.mu.Lock()
+	kept := len(pt.waiting)
+	pt.mu.Unlock()
+	if n := srv.questions(goneName); n != 1 || kept != 0 {
+		t.Errorf("the forgotten import asked %d times (want once), %d imports kept (want none)", n, kept)
+	}
+}
+
+// An answer to checks that were forgotten or replaced while it was asked is not kept, nor brings anything back.
+func TestDNSProbeStaleAnswer(t *testing.T) {
+	srv := startDNS(t)
+	p := newDNSProbe(srv.addr)
+	p.enqueue = func(_ context.Context, keys ...types.NamespacedName) error {
+		t.Errorf("brought back %v", keys)
+		return nil
+	}
+	key := types.NamespacedName{Namespace: "ns", Name: "web"}
+	old := []imports.DNSCheck{{Name: "web.ns.svc.clusterset.local.", Want: addrs("10.0.0.1")}}
+	p.answer(key, old)
+	asked := p.waiting[key]
+	p.answer(key, []imports.DNSCheck{{Name: "web.ns.svc.clusterset.local.", Want: addrs("10.0.0.2")}})
+	p.probe(context.Background(), key, asked)
+	if w := p.waiting[key]; w.asked {
+		t.Errorf("the replaced checks' answer was kept: %+v", w)
+	}
+	p.forget(key)
+	p.probe(context.Background(), key, asked)
+	if len(p.waiting) != 0 {
+		t.Errorf("a forgotten import's answer was kept: %v", p.waiting)
 	}
 }
 
 func TestReady(t *testing.T) {
-	live, dead := startDNS(t), deadAddress(t)
+	live, dead := startDNS(t).addr, deadAddress(t)
 	v4 := []corev1.IPFamily{corev1.IPv4Protocol}
 	wanted := func(ips ...string) *mcsv1beta1.ServiceImport {
 		return &mcsv1beta1.ServiceImport{ObjectMeta: objMeta("ns", "web"),
@@ -175,32 +388,51 @@ func TestReady(t *testing.T) {
 		msg     string                 // in the condition's message
 		requeue time.Duration
 		missing string // the exporters' slices not imported yet
+		// waits says whether the probe still asks about the import afterwards.
+		waits bool
 	}{
-		{"no DNS to ask", "", 0, wanted("10.0.0.9"), nil, metav1.ConditionTrue, imports.Ready(wanted("10.0.0.9"), v4, 3).Message, 0, ""},
-		{"not ready anyway: DNS not asked", dead, 0, wanted(), nil, metav1.ConditionFalse, "Waiting for the cluster-set IPs", 0, ""},
-		{"DNS answers", live, hour, wanted("10.0.0.1"), nil, metav1.ConditionTrue, imports.ReadyResolvesMessage, 0, ""},
-		{"within the hold", live, hour, wanted("10.0.0.9"), nil, "", "", readyRetry, ""},
-		{"after the hold", live, 0, wanted("10.0.0.9"), nil, metav1.ConditionFalse, live + " to answer the service: web.ns.svc.clusterset.local. A: answered [10.0.0.1], want [10.0.0.9]", readyRecheck, ""},
-		{"stored Ready at this generation: DNS not asked", dead, 0, wanted("10.0.0.9"), readyAt(3), metav1.ConditionTrue, "checked before", 0, ""},
-		{"stored Ready at an older generation", dead, 0, wanted("10.0.0.9"), readyAt(2), metav1.ConditionFalse, "DNS server " + dead, readyRecheck, ""},
-		{"headless without a ready endpoint: nothing resolves yet", live, 0, headless, nil, metav1.ConditionFalse, "Waiting for a ready endpoint", readyRecheck, ""},
-		{"headless without a ready endpoint, no DNS to ask", "", 0, headless, nil, metav1.ConditionTrue, "programmed", 0, ""},
-		{"slices missing, within the hold", live, hour, wanted("10.0.0.1"), nil, "", "", readyRetry, "the endpoints of b (0 of 1 EndpointSlices)"},
-		{"slices missing after the hold, no DNS", "", 0, wanted("10.0.0.1"), nil, metav1.ConditionFalse, "Waiting for the endpoints of b (0 of 1 EndpointSlices).", readyRecheck, "the endpoints of b (0 of 1 EndpointSlices)"},
-		{"slices missing but Ready at this generation", "", 0, wanted("10.0.0.1"), readyAt(3), metav1.ConditionTrue, "checked before", 0, "the endpoints of b (0 of 1 EndpointSlices)"},
+		{"no DNS to ask", "", 0, wanted("10.0.0.9"), nil, metav1.ConditionTrue, imports.Ready(wanted("10.0.0.9"), v4, 3).Message, 0, "", false},
+		{"not ready anyway: DNS not asked", dead, 0, wanted(), nil, metav1.ConditionFalse, "Waiting for the cluster-set IPs", 0, "", false},
+		{"DNS answers", live, hour, wanted("10.0.0.1"), nil, metav1.ConditionTrue, imports.ReadyResolvesMessage, 0, "", false},
+		// A new answer brings the import back: nothing to look at before the hold ends.
+		{"within the hold", live, hour, wanted("10.0.0.9"), nil, "", "", hour, "", true},
+		{"after the hold", live, 0, wanted("10.0.0.9"), nil, metav1.ConditionFalse, live + " to answer the service: web.ns.svc.clusterset.local. A: answered [10.0.0.1], want [10.0.0.9]", readyRecheck, "", true},
+		{"stored Ready at this generation: DNS not asked", dead, 0, wanted("10.0.0.9"), readyAt(3), metav1.ConditionTrue, "checked before", 0, "", false},
+		{"stored Ready at an older generation", dead, 0, wanted("10.0.0.9"), readyAt(2), metav1.ConditionFalse, "DNS server " + dead, readyRecheck, "", true},
+		{"headless without a ready endpoint: nothing resolves yet", live, 0, headless, nil, metav1.ConditionFalse, "Waiting for a ready endpoint", readyRecheck, "", false},
+		{"headless without a ready endpoint, no DNS to ask", "", 0, headless, nil, metav1.ConditionTrue, "programmed", 0, "", false},
+		{"slices missing, within the hold", live, hour, wanted("10.0.0.1"), nil, "", "", readyRetry, "the endpoints of b (0 of 1 EndpointSlices)", false},
+		{"slices missing after the hold, no DNS", "", 0, wanted("10.0.0.1"), nil, metav1.ConditionFalse, "Waiting for the endpoints of b (0 of 1 EndpointSlices).", readyRecheck, "the endpoints of b (0 of 1 EndpointSlices)", false},
+		{"slices missing but Ready at this generation", "", 0, wanted("10.0.0.1"), readyAt(3), metav1.ConditionTrue, "checked before", 0, "the endpoints of b (0 of 1 EndpointSlices)", false},
 	}
+	key := types.NamespacedName{Namespace: "ns", Name: "web"}
 	for _, c := range cases {
 		r := testReconciler(nil, nil)
 		r.readyWaits = newHold(c.hold)
-		if c.addr != "" {
-			r.dns = newDNSProbe(c.addr)
-		}
 		si := &mcsv1beta1.ServiceImport{ObjectMeta: objMeta("ns", "web")}
 		si.Generation = 3
 		if c.stored != nil {
 			si.Status.Conditions = []metav1.Condition{*c.stored}
 		}
-		got, requeue := r.ready(context.Background(), si, c.want, v4, nil, c.missing)
+		if c.addr != "" {
+			// The reconcile hands the probe the import's questions; it reads the answer once the probe has it.
+			pt := startProbe(t, c.addr)
+			r.dns = pt.dnsProbe
+			r.ready(si, c.want, v4, nil, c.missing)
+			until(t, c.name+": the probe's answer", func() error {
+				pt.mu.Lock()
+				defer pt.mu.Unlock()
+				if w := pt.waiting[key]; w != nil && !w.asked {
+					return errors.New("not asked yet")
+				}
+				return nil
+			})
+		}
+		got, requeue := r.ready(si, c.want, v4, nil, c.missing)
+		// The hold counts real time from the first call: an hour's has a little less left.
+		if c.requeue == hour && requeue > hour-time.Minute {
+			requeue = hour
+		}
 		switch {
 		case requeue != c.requeue:
 			t.Errorf("%s: requeue %v, want %v", c.name, requeue, c.requeue)
@@ -209,5 +441,27 @@ func TestReady(t *testing.T) {
 		case c.status != "" && (got == nil || got.Status != c.status || !strings.Contains(got.Message, c.msg) || got.ObservedGeneration != 3):
 			t.Errorf("%s: condition %+v, want %s at generation 3 with a message containing %q", c.name, got, c.status, c.msg)
 		}
+		if r.dns != nil {
+			r.dns.mu.Lock()
+			_, waits := r.dns.waiting[key]
+			r.dns.mu.Unlock()
+			if waits != c.waits {
+				t.Errorf("%s: the probe asks about the import: %v, want %v", c.name, waits, c.waits)
+			}
+		}
+	}
+}
+
+// Before the probe has asked, a Pending status says so.
+func TestReadyNotAskedYet(t *testing.T) {
+	r := testReconciler(nil, nil)
+	r.readyWaits = newHold(0)
+	r.dns = newDNSProbe(deadAddress(t)) // not started: it asks nothing
+	si := &mcsv1beta1.ServiceImport{ObjectMeta: objMeta("ns", "web")}
+	want := &mcsv1beta1.ServiceImport{ObjectMeta: objMeta("ns", "web"), Spec: mcsv1beta1.ServiceImportSpec{
+		Type: mcsv1beta1.ClusterSetIP, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}, IPs: []string{"10.0.0.1"}}}
+	got, _ := r.ready(si, want, want.Spec.IPFamilies, nil, "")
+	if got == nil || got.Status != metav1.ConditionFalse || !strings.HasSuffix(got.Message, "web.ns.svc.clusterset.local. A: not asked yet.") {
+		t.Errorf("condition %+v, want False saying the server is not asked yet", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -146,12 +147,23 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 	// The broker may be losing its data, or have lost it and not have it back yet: what a withdrawal would delete
 	// is kept while the view is untrusted (regaining trust reconciles every service again), and until the view has
 	// shown the withdrawal for the hold, long enough for a lost broker to be noticed. Only the withdrawal waits:
-	// every other change to the import goes on.
+	// every other change to the import goes on. A view untrusted for longer than the hold, which may last, shows
+	// on the import (the WithdrawalHeld condition, and an Event when it appears).
 	holding, holdWait := false, time.Duration(0)
+	var held *metav1.Condition
 	if !nsGone && withdraws(got.si, got.derived, got.slices, key, exports, sources) {
 		if holdWait = r.withdrawals.wait(key, time.Now()); holdWait > 0 || !r.trusted(ctx) {
 			r.log.V(1).Info("holding back a withdrawal", "service", key, "wait", holdWait)
+			if holdWait == 0 {
+				held = &metav1.Condition{Type: ConditionWithdrawalHeld, Status: metav1.ConditionTrue,
+					Reason: ReasonBrokerViewUntrusted, Message: heldMessage}
+			}
 			if len(exports) == 0 {
+				if held != nil && got.si != nil {
+					held.ObservedGeneration = got.si.Generation
+					_, err := r.updateImportStatus(ctx, got.si, got.si.Status.DeepCopy(), held)
+					return 0, err
+				}
 				return holdWait, nil
 			}
 			holding = true
@@ -205,9 +217,9 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 	if derivedErr != nil {
 		return 0, derivedErr
 	}
-	if holding {
-		// The status waits with the withdrawal: the import is not what the view shows yet.
-		return holdWait, derivedErr
+	if holding && held == nil {
+		// The status waits the short hold with the withdrawal: the import is not what the view shows yet.
+		return holdWait, nil
 	}
 	if !programmed {
 		// The slices were just created: their events bring the service back once the cache has them, and the status
@@ -215,11 +227,14 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 		return 0, nil
 	}
 	missing := imports.Missing(exports, sources, r.id, r.liveness.Alive)
-	ready, requeue := r.ready(ctx, si, want, exported, desiredSlices, missing)
+	ready, requeue := r.ready(si, want, exported, desiredSlices, missing)
 	if ready == nil {
 		return requeue, nil
 	}
-	return requeue, r.importStatus(ctx, si, want, *ready, clusterLocalCond)
+	if held != nil {
+		held.ObservedGeneration = si.Generation
+	}
+	return requeue, r.importStatus(ctx, si, want, *ready, clusterLocalCond, held)
 }
 
 // storedImport is what the controller has stored of a service's import, or has in the way of it.
@@ -268,8 +283,24 @@ func (r *reconciler) unimport(ctx context.Context, key types.NamespacedName, got
 	errs = append(errs, apply.Slices(ctx, r.local, got.slices, nil), apply.Slices(ctx, r.local, got.clusterLocalSlices, nil))
 	forgetLocality(r.id, key)
 	r.readyWaits.forget(key)
+	if r.dns != nil {
+		r.dns.forget(key)
+	}
 	return errors.Join(errs...)
 }
+
+const (
+	// ConditionWithdrawalHeld is the ServiceImport condition, True while the broker's view is untrusted and part
+	// of the import that left it is kept rather than withdrawn.
+	ConditionWithdrawalHeld = "WithdrawalHeld"
+	// ReasonBrokerViewUntrusted is the reason of ConditionWithdrawalHeld, and of the Warning Event when it appears.
+	ReasonBrokerViewUntrusted = "BrokerViewUntrusted"
+)
+
+// heldMessage says why a withdrawal is held and until when: an operator sees what to repair on the broker.
+const heldMessage = "What left the broker's view is kept, not withdrawn: the view is untrusted while this member's " +
+	"broker Lease or sentinel record is missing or cannot be renewed, as when the broker lost its data " +
+	"(mcs_controller_broker_view_trusted). It is withdrawn once the view is trusted again."
 
 // withdrawalHold is how long a withdrawal must show in the broker view before it is applied: a broker losing its
 // data (a wiped etcd, a deleted CRD) loses this member's sentinel record with the others' records, and within

@@ -10,6 +10,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -142,5 +143,95 @@ func TestHeldWithdrawalLetsOtherChangesThrough(t *testing.T) {
 	}
 	if want := map[string]string{"b": "10.1.0.9", "c": "10.2.0.1"}; !maps.Equal(got, want) {
 		t.Errorf("imported endpoints by cluster %v, want %v: c's withdrawal held, b's change applied", got, want)
+	}
+}
+
+// TestUntrustedViewShowsOnTheImport: a withdrawal the untrusted view holds past the hold shows on the import, as
+// the WithdrawalHeld condition and one Warning Event, while the rest of the status goes on; once the view is
+// trusted again, the withdrawal is applied and the condition goes.
+func TestUntrustedViewShowsOnTheImport(t *testing.T) {
+	ctx := context.Background()
+	key := types.NamespacedName{Namespace: "ns", Name: "web"}
+	local, brokerCluster := newFakeCluster(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}), newFakeCluster(t)
+	r := testReconciler(local, brokerCluster)
+	r.trust, r.withdrawals, r.readyWaits = broker.NewTrust(time.Minute), newHold(0), newHold(0)
+	r.liveness = broker.NewLiveness("a", time.Minute)
+	recorder := events.NewFakeRecorder(100)
+	r.events = recorder
+	export := func(cluster string, port int32) merge.Export {
+		return merge.Export{Cluster: cluster, Created: time.Unix(0, 0), Slices: 1, Spec: mcsv1beta1.ServiceImportSpec{
+			Type: mcsv1beta1.ClusterSetIP, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+			Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: port}}}}
+	}
+	source := func(cluster string) imports.Source {
+		return imports.Source{Cluster: cluster, Slice: discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: cluster + "-1"}, AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}}},
+		}}
+	}
+	run := func(exports []merge.Export, sources ...imports.Source) *mcsv1beta1.ServiceImport {
+		t.Helper()
+		if _, err := r.importService(ctx, key, exports, merge.Merge(exports), sources, locality.Topology{}); err != nil {
+			t.Fatal(err)
+		}
+		si := &mcsv1beta1.ServiceImport{}
+		if err := local.Get(ctx, key, si); err != nil {
+			t.Fatal(err)
+		}
+		return si
+	}
+	held := func(si *mcsv1beta1.ServiceImport) *metav1.Condition {
+		return meta.FindStatusCondition(si.Status.Conditions, ConditionWithdrawalHeld)
+	}
+	warnings := func() int {
+		n := 0
+		for {
+			select {
+			case e := <-recorder.Events:
+				if strings.Contains(e, ReasonBrokerViewUntrusted) {
+					n++
+				}
+			default:
+				return n
+			}
+		}
+	}
+	bc := []merge.Export{export("b", 80), export("c", 80)}
+	run(bc, source("b"), source("c"))
+	if si := run(bc, source("b"), source("c")); held(si) != nil || len(si.Status.Clusters) != 2 {
+		t.Fatalf("trusted view, nothing withdrawn: status %+v", si.Status)
+	}
+
+	// c's export leaves the untrusted view, and b's port changes: b's change goes on, status included.
+	bOnly := []merge.Export{export("b", 8080)}
+	si := run(bOnly, source("b"))
+	if c := held(si); c == nil || c.Status != metav1.ConditionTrue || c.Reason != ReasonBrokerViewUntrusted ||
+		c.ObservedGeneration != si.Generation {
+		t.Errorf("c's withdrawal held: WithdrawalHeld %+v, want True/%s at generation %d", c, ReasonBrokerViewUntrusted, si.Generation)
+	}
+	if len(si.Status.Clusters) != 1 || si.Spec.Ports[0].Port != 8080 {
+		t.Errorf("the rest of the import held back with the withdrawal: ports %+v, clusters %+v", si.Spec.Ports, si.Status.Clusters)
+	}
+	// Every export leaves the view, as when the broker lost its data: the import stays, still saying why.
+	if si := run(nil); held(si) == nil {
+		t.Errorf("all exports gone from the untrusted view: WithdrawalHeld gone, status %+v", si.Status)
+	}
+	if n := warnings(); n != 1 {
+		t.Errorf("%d %s Events, want one, when the condition appeared", n, ReasonBrokerViewUntrusted)
+	}
+
+	// The view is trusted again: c's slice leaves, and the condition with it.
+	if err := brokerCluster.Create(ctx, broker.Sentinel("a")); err != nil {
+		t.Fatal(err)
+	}
+	r.trust.Vouch()
+	r.trust.Observe(true, time.Now())
+	si = run(bOnly, source("b"))
+	slices := &discoveryv1.EndpointSliceList{}
+	if err := local.List(ctx, slices, client.InNamespace("ns")); err != nil {
+		t.Fatal(err)
+	}
+	if held(si) != nil || len(slices.Items) != 1 || slices.Items[0].Annotations[names.AnnotationClusterID] != "b" {
+		t.Errorf("view trusted: WithdrawalHeld %+v and %d slices, want none and b's alone", held(si), len(slices.Items))
 	}
 }

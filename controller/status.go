@@ -56,34 +56,55 @@ func (r *reconciler) exportStatus(ctx context.Context, se *mcsv1beta1.ServiceExp
 	return nil
 }
 
-// importStatus writes the ServiceImport's status: the clusters, endpointSliceObjects, Ready and, when reflecting
-// into cluster.local, ClusterLocalService, with a Warning Event when that one turns False for a new reason.
+// importStatus writes the ServiceImport's status: the clusters, endpointSliceObjects, Ready, WithdrawalHeld
+// while held is set and, when reflecting into cluster.local, ClusterLocalService, with a Warning Event when that
+// one turns False for a new reason.
 func (r *reconciler) importStatus(ctx context.Context, si, want *mcsv1beta1.ServiceImport, ready metav1.Condition,
-	clusterLocal *metav1.Condition) error {
+	clusterLocal, held *metav1.Condition) error {
 	status := si.Status.DeepCopy()
 	status.Clusters = want.Status.Clusters
 	status.EndpointSliceObjects = want.Status.EndpointSliceObjects
 	meta.SetStatusCondition(&status.Conditions, ready)
-	before := meta.FindStatusCondition(si.Status.Conditions, imports.ConditionClusterLocalService)
-	if clusterLocal != nil {
-		meta.SetStatusCondition(&status.Conditions, *clusterLocal)
-	} else {
-		meta.RemoveStatusCondition(&status.Conditions, imports.ConditionClusterLocalService)
+	setCondition(&status.Conditions, imports.ConditionClusterLocalService, clusterLocal)
+	written, err := r.updateImportStatus(ctx, si, status, held)
+	if err != nil || !written {
+		return err
 	}
+	before := meta.FindStatusCondition(si.Status.Conditions, imports.ConditionClusterLocalService)
+	if c := clusterLocal; c != nil && c.Status == metav1.ConditionFalse && (before == nil || before.Reason != c.Reason) {
+		r.events.Eventf(si, nil, corev1.EventTypeWarning, c.Reason, "Reflect", "%s", c.Message)
+	}
+	return nil
+}
+
+// updateImportStatus writes status as the ServiceImport si's, with the WithdrawalHeld condition held (removed when
+// nil), if it differs from the stored one, and says whether it did; a Warning Event tells when held appears.
+func (r *reconciler) updateImportStatus(ctx context.Context, si *mcsv1beta1.ServiceImport,
+	status *mcsv1beta1.ServiceImportStatus, held *metav1.Condition) (bool, error) {
+	setCondition(&status.Conditions, ConditionWithdrawalHeld, held)
 	if equality.Semantic.DeepEqual(*status, si.Status) {
-		return nil
+		return false, nil
 	}
 	upd := si.DeepCopy()
 	upd.Status = *status
 	if err := r.local.Status().Update(ctx, upd); apierrors.IsNotFound(err) {
-		return nil // withdrawn meanwhile: its deletion reconciles again
+		return false, nil // withdrawn meanwhile: its deletion reconciles again
 	} else if err != nil {
-		return fmt.Errorf("updating the status of ServiceImport %s/%s: %w", si.Namespace, si.Name, err)
+		return false, fmt.Errorf("updating the status of ServiceImport %s/%s: %w", si.Namespace, si.Name, err)
 	}
-	if c := clusterLocal; c != nil && c.Status == metav1.ConditionFalse && (before == nil || before.Reason != c.Reason) {
-		r.events.Eventf(upd, nil, corev1.EventTypeWarning, c.Reason, "Reflect", "%s", c.Message)
+	if held != nil && meta.FindStatusCondition(si.Status.Conditions, ConditionWithdrawalHeld) == nil {
+		r.events.Eventf(upd, nil, corev1.EventTypeWarning, held.Reason, "Withdraw", "%s", held.Message)
 	}
-	return nil
+	return true, nil
+}
+
+// setCondition sets c in conds, or removes the condition of type typ when c is nil.
+func setCondition(conds *[]metav1.Condition, typ string, c *metav1.Condition) {
+	if c != nil {
+		meta.SetStatusCondition(conds, *c)
+	} else {
+		meta.RemoveStatusCondition(conds, typ)
+	}
 }
 
 const (
@@ -104,11 +125,18 @@ const (
 // headless import, until it has a ready endpoint to answer):
 // no condition is returned (nothing to write) while the hold lasts, then Pending saying what is awaited,
 // rechecked until it comes. An import already Ready at its generation is not asked about again: later endpoint
-// changes do not make it unready, as they do not for the slices.
-func (r *reconciler) ready(ctx context.Context, si, want *mcsv1beta1.ServiceImport, exported []corev1.IPFamily,
+// changes do not make it unready, as they do not for the slices. The DNS server is never asked here: r.dns asks
+// it beside the workers, and brings the import back when its answer changes.
+func (r *reconciler) ready(si, want *mcsv1beta1.ServiceImport, exported []corev1.IPFamily,
 	slices []discoveryv1.EndpointSlice, missing string) (*metav1.Condition, time.Duration) {
 	key := types.NamespacedName{Namespace: si.Namespace, Name: si.Name}
 	c := imports.Ready(want, exported, si.Generation)
+	waitsForDNS := false
+	defer func() {
+		if r.dns != nil && !waitsForDNS {
+			r.dns.forget(key) // asked nothing more, whatever made it stop waiting
+		}
+	}()
 	if c.Status != metav1.ConditionTrue {
 		r.readyWaits.forget(key)
 		return &c, 0
@@ -117,15 +145,16 @@ func (r *reconciler) ready(ctx context.Context, si, want *mcsv1beta1.ServiceImpo
 		stored.Status == metav1.ConditionTrue && stored.ObservedGeneration == si.Generation {
 		return stored, 0
 	}
-	waiting := missing
-	if waiting != "" {
+	var waiting string
+	if missing != "" {
 		waiting = "Waiting for " + missing + "."
 	} else if r.dns != nil {
 		checks := imports.DNSChecks(want, slices, DNSZone)
 		if len(checks) == 0 {
 			// Only a headless import with no ready endpoint asks nothing: its name is NXDOMAIN until one is ready.
 			waiting = "Waiting for a ready endpoint: a headless service's name resolves to its ready endpoints only."
-		} else if why := r.dns.failed(ctx, checks); why != "" {
+		} else if why := r.dns.answer(key, checks); why != "" {
+			waitsForDNS = true
 			waiting = fmt.Sprintf("Waiting for this cluster's DNS server %s to answer the service: %s.", r.dns.addr, why)
 		}
 	}
@@ -137,6 +166,9 @@ func (r *reconciler) ready(ctx context.Context, si, want *mcsv1beta1.ServiceImpo
 		return &c, 0
 	}
 	if wait := r.readyWaits.wait(key, time.Now()); wait > 0 {
+		if waitsForDNS {
+			return nil, wait // a new answer brings the import back sooner
+		}
 		return nil, min(wait, readyRetry)
 	}
 	c.Status, c.Reason, c.Message = metav1.ConditionFalse, string(mcsv1beta1.ServiceImportReasonPending), waiting

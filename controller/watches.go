@@ -25,8 +25,15 @@ import (
 )
 
 // setup registers the controller and its watches: local ServiceExports, Services, EndpointSlices, ServiceImports
-// and Namespaces, and the broker's export records and slices, each mapped to the service it belongs to.
+// and Namespaces, and the broker's export records and slices, each mapped to the service it belongs to; and the
+// DNS probe, if any, which brings back through the triggers the imports whose DNS answer changed.
 func (r *reconciler) setup(mgr ctrl.Manager, brokerCluster cluster.Cluster, triggers *triggers, workers int) error {
+	if r.dns != nil {
+		r.dns.enqueue = triggers.send
+		if err := mgr.Add(r.dns); err != nil {
+			return err
+		}
+	}
 	byService := handler.EnqueueRequestsFromMapFunc(r.mapLocal)
 	byBroker := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 		if key, ok := broker.ServiceOf(obj); ok {
