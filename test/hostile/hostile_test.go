@@ -8,6 +8,7 @@ package hostile
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -17,9 +18,11 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -27,6 +30,7 @@ import (
 	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/controller/merge"
 	"vksfleet.dev/fleet/mcs/names"
+	"vksfleet.dev/fleet/mcsctl/install"
 	"vksfleet.dev/fleet/plugin/mcstest"
 	"vksfleet.dev/fleet/test/fleet"
 	"vksfleet.dev/fleet/test/poll"
@@ -36,7 +40,8 @@ const (
 	ns      = "team"
 	zone    = ".svc.clusterset.local."
 	timeout = 60 * time.Second
-	// mallory is the hostile member: it exists on the broker only, where the test writes with its rights.
+	// mallory is the hostile member: it exists on the broker only, where the test writes with the identity
+	// `kubectl mcs join` gives it.
 	mallory = "mallory"
 )
 
@@ -48,15 +53,16 @@ var crafted = strings.Repeat("a", 52) + "." + strings.Repeat("b", 62) + `\`
 type env struct {
 	f       *fleet.Fleet
 	a, b, c *fleet.Member
-	brokerC client.Client
-	dbAddrs []string // the honest answer to db's A question
+	brokerC client.Client // mallory's broker identity
+	admin   client.Client // the broker's administrator, for what no member can do
+	dbAddrs []string      // the honest answer to db's A question
 }
 
 func TestHostileMemberAndUser(t *testing.T) {
 	f, _, _ := fleet.StartTest(t, 3, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	e := &env{f: f, a: f.Member("cluster-a"), b: f.Member("cluster-b"), c: f.Member("cluster-c"), brokerC: f.Broker.Client,
+	e := &env{f: f, a: f.Member("cluster-a"), b: f.Member("cluster-b"), c: f.Member("cluster-c"), admin: f.Broker.Client,
 		dbAddrs: []string{"10.1.1.1", "10.1.1.2"}}
 	for _, m := range f.Members {
 		if err := mcstest.CreateNamespace(ctx, m.Client, ns); err != nil {
@@ -70,10 +76,9 @@ func TestHostileMemberAndUser(t *testing.T) {
 	e.healthy(t, "the honest fixture")
 	e.waitEndpoints(t, "web", map[string]int{"cluster-a": 2, "cluster-c": 1})
 
-	// The hostile member: its broker namespace and a Lease it keeps renewing, so that it counts as alive.
-	if err := broker.EnsureNamespace(ctx, e.brokerC, mallory); err != nil {
-		t.Fatal(err)
-	}
+	// The hostile member: its identity on the broker, as join gives it, and a Lease it keeps renewing, so that it
+	// counts as alive.
+	e.brokerC = joinedIdentity(ctx, t, f, mallory)
 	go e.renewLeases(ctx)
 
 	t.Run("a namespace user's slice with a crafted cluster id", e.craftedIDSlice)
@@ -86,6 +91,31 @@ func TestHostileMemberAndUser(t *testing.T) {
 	t.Run("a user's invalid exported labels", e.invalidExportedLabels)
 	t.Run("a user's namespace named like a broker namespace", e.brokerLikeNamespace)
 	t.Run("a member's Lease that keeps a dead member alive", e.forgedLease)
+	t.Run("a member's reads and writes outside its broker namespace", e.outsideItsNamespace)
+}
+
+// joinedIdentity prepares the broker as `kubectl mcs broker init` does, gives the member id its broker identity
+// as join does, and returns a client that acts as that identity.
+func joinedIdentity(ctx context.Context, t *testing.T, f *fleet.Fleet, id string) client.Client {
+	t.Helper()
+	info, err := install.BrokerInit(ctx, f.Broker.Config, install.InitOptions{ClusterSet: "clusterset", TokenExpiration: time.Hour}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := install.BrokerIdentity(ctx, info, id); err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.CopyConfig(f.Broker.Config)
+	ns := names.BrokerNamespace(id)
+	cfg.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + ns + ":" + install.MemberServiceAccount(id),
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+	}
+	c, err := client.New(cfg, client.Options{Scheme: f.Broker.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // export creates, in m, a selector-less Service with its own EndpointSlice of endpoints, and exports it.
@@ -207,10 +237,15 @@ func (e *env) renewLeases(ctx context.Context) {
 }
 
 // publish writes a record and slices on the broker as cluster would, in namespace (its broker namespace unless
-// it ground another's), after edit changes the record; it returns a function that deletes them again.
+// it ground another's), after edit changes the record; it returns a function that deletes them again. It writes
+// as mallory in mallory's namespace, and as the administrator elsewhere: no member may write there.
 func (e *env) publish(t *testing.T, cluster, namespace, svc string, edit func(*mcsv1beta1.ServiceImport), slices ...*discoveryv1.EndpointSlice) func() {
 	t.Helper()
 	ctx := context.Background()
+	c := e.admin
+	if namespace == names.BrokerNamespace(mallory) {
+		c = e.brokerC
+	}
 	key := types.NamespacedName{Namespace: ns, Name: svc}
 	rec, err := broker.Record(key, merge.Export{
 		Cluster: cluster, Created: time.Now().Add(-24 * time.Hour), Slices: len(slices),
@@ -231,13 +266,13 @@ func (e *env) publish(t *testing.T, cluster, namespace, svc string, edit func(*m
 		objs = append(objs, out)
 	}
 	for _, o := range objs {
-		if err := e.brokerC.Create(ctx, o); err != nil {
+		if err := c.Create(ctx, o); err != nil {
 			t.Fatalf("creating %s on the broker: %v", o.GetName(), err)
 		}
 	}
 	return func() {
 		for _, o := range objs {
-			if err := e.brokerC.Delete(ctx, o); err != nil {
+			if err := c.Delete(ctx, o); err != nil {
 				t.Errorf("deleting %s from the broker: %v", o.GetName(), err)
 			}
 		}
@@ -285,9 +320,10 @@ func (e *env) forgedImportedSlice(t *testing.T) {
 }
 
 // craftedIDRecord: finding 18. A member that ground a namespace hash for the crafted id publishes a record and a
-// slice there; the id fails validation, so nothing of it is imported.
+// slice there; the id fails validation, so nothing of it is imported. Since join, a member cannot create that
+// namespace (only the joiner can): the administrator does, to show the controllers' own check.
 func (e *env) craftedIDRecord(t *testing.T) {
-	if err := broker.EnsureNamespace(context.Background(), e.brokerC, crafted); err != nil {
+	if err := broker.EnsureNamespace(context.Background(), e.admin, crafted); err != nil {
 		t.Fatal(err)
 	}
 	defer e.publish(t, crafted, names.BrokerNamespace(crafted), "db", func(r *mcsv1beta1.ServiceImport) {
@@ -457,4 +493,40 @@ func (e *env) waitRefused(t *testing.T, reason string) {
 		}
 		return nil
 	})
+}
+
+// outsideItsNamespace: an attack of our own. Mallory tries to read the broker's own objects (where the broker is
+// also a member, its workloads' endpoints), to write or delete in an honest member's namespace, and to list itself
+// in the member directory under another name: the broker refuses each, and every honest import stays as it was.
+func (e *env) outsideItsNamespace(t *testing.T) {
+	ctx := context.Background()
+	nsA := names.BrokerNamespace(e.a.ID)
+	rec := &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: nsA, Name: ns + ".web"},
+		Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, Ports: []mcsv1beta1.ServicePort{mcstest.Port("http", corev1.ProtocolTCP, 80)}}}
+	entry := broker.DirectoryEntry(e.a.ID)
+	entry.Name = "mcs-member-mallory-twin"
+	for what, do := range map[string]func() error{
+		"list EndpointSlices in every namespace": func() error { return e.brokerC.List(ctx, &discoveryv1.EndpointSliceList{}) },
+		"list the broker's own Leases": func() error {
+			return e.brokerC.List(ctx, &coordinationv1.LeaseList{}, client.InNamespace(metav1.NamespaceSystem))
+		},
+		"list ServiceImports in every namespace": func() error { return e.brokerC.List(ctx, &mcsv1beta1.ServiceImportList{}) },
+		"overwrite cluster-a's record of web":    func() error { return e.brokerC.Create(ctx, rec) },
+		"delete cluster-a's Lease": func() error {
+			return e.brokerC.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: nsA, Name: names.LeaseName}})
+		},
+		"add an entry to the member directory":       func() error { return e.brokerC.Create(ctx, entry) },
+		"create a namespace for a ground cluster id": func() error { return broker.EnsureNamespace(ctx, e.brokerC, crafted) },
+	} {
+		if err := do(); !apierrors.IsForbidden(err) {
+			t.Errorf("mallory may %s: want Forbidden, got %v", what, err)
+		}
+	}
+	// What it may: read its own namespace. (The honest members run with the administrator's identity here and
+	// never joined, so no member grants mallory reads of its namespace: test/join covers those grants.)
+	if err := e.brokerC.List(ctx, &mcsv1beta1.ServiceImportList{}, client.InNamespace(names.BrokerNamespace(mallory))); err != nil {
+		t.Errorf("mallory may not read its own records: %v", err)
+	}
+	e.healthy(t, "mallory's tries outside its namespace")
+	e.waitEndpoints(t, "web", map[string]int{"cluster-a": 2, "cluster-c": 1})
 }
