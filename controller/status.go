@@ -50,21 +50,23 @@ func (r *reconciler) exportStatus(ctx context.Context, se *mcsv1beta1.ServiceExp
 	upd := se.DeepCopy()
 	upd.Status.Conditions = conds
 	// A ServiceExport deleted since the cache showed it has no status to write: its deletion reconciles again.
-	if err := r.local.Status().Update(ctx, upd); err != nil && !apierrors.IsNotFound(err) {
+	if err := r.local.Status().Update(ctx, upd); apierrors.IsNotFound(err) {
+		return nil
+	} else if err != nil {
 		return fmt.Errorf("updating the status of ServiceExport %s/%s: %w", se.Namespace, se.Name, err)
 	}
+	conditionEvents(r.events, upd, se.Status.Conditions, conds)
 	return nil
 }
 
 // importStatus writes the ServiceImport's status: the clusters, endpointSliceObjects, Ready and, when reflecting
-// into cluster.local, ClusterLocalService, with a Warning Event when that one turns False for a new reason.
+// into cluster.local, ClusterLocalService, with an Event for every condition that changed.
 func (r *reconciler) importStatus(ctx context.Context, si, want *mcsv1beta1.ServiceImport, ready metav1.Condition,
 	clusterLocal *metav1.Condition) error {
 	status := si.Status.DeepCopy()
 	status.Clusters = want.Status.Clusters
 	status.EndpointSliceObjects = want.Status.EndpointSliceObjects
 	meta.SetStatusCondition(&status.Conditions, ready)
-	before := meta.FindStatusCondition(si.Status.Conditions, imports.ConditionClusterLocalService)
 	if clusterLocal != nil {
 		meta.SetStatusCondition(&status.Conditions, *clusterLocal)
 	} else {
@@ -80,9 +82,7 @@ func (r *reconciler) importStatus(ctx context.Context, si, want *mcsv1beta1.Serv
 	} else if err != nil {
 		return fmt.Errorf("updating the status of ServiceImport %s/%s: %w", si.Namespace, si.Name, err)
 	}
-	if c := clusterLocal; c != nil && c.Status == metav1.ConditionFalse && (before == nil || before.Reason != c.Reason) {
-		r.events.Eventf(upd, nil, corev1.EventTypeWarning, c.Reason, "Reflect", "%s", c.Message)
-	}
+	conditionEvents(r.events, upd, si.Status.Conditions, status.Conditions)
 	return nil
 }
 
