@@ -14,7 +14,7 @@ TEST_TIMEOUT   ?= 30m
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
 
-tools: ## build etcd, kube-apiserver, kube-controller-manager, kubectl, kustomize and helm from source (cached); install dig and dnsperf
+tools: ## build etcd, kube-apiserver, kube-controller-manager, kubectl, kustomize and helm from source (cached); install dig, dnsperf and promtool
 	@bash build/tools.sh
 
 build: ## build every command into bin/, with the local clusterset's test programs (serve, pause)

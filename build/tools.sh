@@ -73,3 +73,14 @@ if [ ${#missing[@]} -gt 0 ]; then
 	$sudo apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+
+# promtool, from Debian's prometheus package, checks the metrics the controller and CoreDNS serve and runs the alert
+# rules' unit tests (build/deploy/monitoring). Without its recommended node exporter; on a machine with systemd, apt
+# also starts Debian's prometheus.service, which no test uses.
+if ! command -v promtool >/dev/null; then
+	echo "tools: installing prometheus (promtool)" >&2
+	sudo=""
+	[ "$(id -u)" = 0 ] || sudo=sudo
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi

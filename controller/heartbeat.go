@@ -31,6 +31,7 @@ type heartbeat struct {
 	renewer   *broker.Renewer
 	duplicate *duplicateID
 	enqueue   *triggers
+	events    *memberEvents
 	log       logr.Logger
 
 	mu        sync.Mutex
@@ -124,7 +125,7 @@ func (h *heartbeat) run(ctx context.Context) error {
 		for _, id := range h.liveness.Observe(leases.Items, now) {
 			alive := h.liveness.Alive(id)
 			h.log.Info("member liveness changed", "member", id, "alive", alive)
-			memberAlive.WithLabelValues(h.id, id).Set(gauge(alive))
+			h.events.changed(id, alive)
 			if err := h.enqueue.cluster(ctx, id); err != nil {
 				return err
 			}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -66,10 +68,13 @@ type reconciler struct {
 // an operator should look at; every other error is returned, naming the API server it came from.
 func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	requeue, err := r.reconcile(ctx, req.NamespacedName)
-	switch {
-	case err != nil && ctx.Err() != nil:
+	if err != nil && ctx.Err() != nil {
 		return reconcile.Result{}, nil // stopping: the next start reconciles everything anyway
-	case err != nil && onlyRaces(err):
+	}
+	failures(err, "", func(target string, err error) {
+		reconcileErrors.WithLabelValues(r.id, target, cause(err)).Inc()
+	})
+	if err != nil && onlyRaces(err) {
 		r.log.V(1).Info("retrying after a race with the cache", "service", req.NamespacedName, "error", err.Error())
 		return reconcile.Result{RequeueAfter: r.races.When(req)}, nil
 	}
@@ -80,30 +85,80 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{RequeueAfter: requeue}, nil
 }
 
-// onlyRaces says whether every error joined in err is an AlreadyExists, a Conflict, or a create refused in a
+// onlyRaces says whether every failure joined in err is an AlreadyExists, a Conflict, or a create refused in a
 // namespace being deleted that the cache still shows live.
 func onlyRaces(err error) bool {
-	switch e := err.(type) {
-	case interface{ Unwrap() []error }:
-		for _, inner := range e.Unwrap() {
-			if !onlyRaces(inner) {
-				return false
-			}
-		}
-		return true
-	case interface{ Unwrap() error }:
-		return onlyRaces(e.Unwrap())
-	}
-	return apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) ||
-		apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause)
+	only := true
+	failures(err, "", func(_ string, err error) {
+		only = only && (apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) ||
+			apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause))
+	})
+	return only
 }
 
-// at names the API server an error came from.
-func at(host string, err error) error {
+// failures calls fn with every failure joined in err (errors.Join, under any wrapping) and the API server it came
+// from, "local" or "broker" ("" when err does not say): a reconcile joins the failures of its steps, and each counts.
+func failures(err error, target string, fn func(target string, err error)) {
+	switch e := err.(type) {
+	case nil:
+	case *apiError:
+		failures(e.err, e.target, fn)
+	case interface{ Unwrap() []error }:
+		for _, inner := range e.Unwrap() {
+			failures(inner, target, fn)
+		}
+	default:
+		// A failure wrapped with context is one failure, unless what it wraps joins several.
+		for inner := errors.Unwrap(err); inner != nil; inner = errors.Unwrap(inner) {
+			if _, joined := inner.(interface{ Unwrap() []error }); joined {
+				failures(inner, target, fn)
+				return
+			}
+			if _, named := inner.(*apiError); named {
+				failures(inner, target, fn)
+				return
+			}
+		}
+		fn(target, err)
+	}
+}
+
+// cause names a failure in mcs_controller_reconcile_errors_total: its Kubernetes status reason, or what kept the
+// request from an answer.
+func cause(err error) string {
+	if reason := apierrors.ReasonForError(err); reason != metav1.StatusReasonUnknown {
+		return string(reason)
+	}
+	var netErr net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout()):
+		return "Timeout"
+	case errors.As(err, &netErr):
+		return "Unreachable"
+	}
+	return "Other"
+}
+
+// apiError is a failure of a request to one of the controller's two API servers.
+type apiError struct {
+	target, host string // target is "local" or "broker"
+	err          error
+}
+
+func (e *apiError) Error() string { return fmt.Sprintf("API server %s: %v", e.host, e.err) }
+
+func (e *apiError) Unwrap() error { return e.err }
+
+// atLocal and atBroker name the API server an error came from.
+func (r *reconciler) atLocal(err error) error { return at("local", r.localHost, err) }
+
+func (r *reconciler) atBroker(err error) error { return at("broker", r.brokerHost, err) }
+
+func at(target, host string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("API server %s: %w", host, err)
+	return &apiError{target: target, host: host, err: err}
 }
 
 // reconcile publishes the service's export, imports it from every cluster's, and writes the export's status. It
@@ -116,27 +171,27 @@ func (r *reconciler) reconcile(ctx context.Context, key types.NamespacedName) (t
 	}
 	if brokerNS, err := r.isBrokerNamespace(ctx, key.Namespace); err != nil || brokerNS {
 		// This member is also the broker: what lies here are broker objects, not exports or imports.
-		return 0, at(r.localHost, err)
+		return 0, r.atLocal(err)
 	}
 	top, err := r.topology(ctx)
 	if err != nil {
-		return 0, at(r.localHost, err)
+		return 0, r.atLocal(err)
 	}
 	se, err := getOrNil(ctx, r.local, key, &mcsv1beta1.ServiceExport{})
 	if err != nil {
-		return 0, at(r.localHost, err)
+		return 0, r.atLocal(err)
 	}
 	own, ownSlices, valid, err := r.export(ctx, key, se, top)
 	if err != nil {
-		return 0, at(r.localHost, err)
+		return 0, r.atLocal(err)
 	}
 	publishRetry, err := r.publish(ctx, key, own, ownSlices)
-	publishErr := at(r.brokerHost, err)
+	publishErr := r.atBroker(err)
 
 	// Import: every cluster's export, with this cluster's taken from the local truth rather than the broker.
 	exports, sources, err := r.gather(ctx, key, own, ownSlices)
 	if err != nil {
-		return 0, errors.Join(publishErr, at(r.brokerHost, err))
+		return 0, errors.Join(publishErr, r.atBroker(err))
 	}
 	merged := merge.Merge(exports)
 	requeue, importErr := r.importService(ctx, key, exports, merged, sources, top)
@@ -144,12 +199,12 @@ func (r *reconciler) reconcile(ctx context.Context, key types.NamespacedName) (t
 	var statusErr error
 	// A publish that lost a race is retried at once: reporting it as Failed would only flap the condition.
 	if se != nil && se.DeletionTimestamp.IsZero() && (publishErr == nil || !onlyRaces(publishErr)) {
-		statusErr = at(r.localHost, r.exportStatus(ctx, se, valid, own != nil, publishErr, merged))
+		statusErr = r.atLocal(r.exportStatus(ctx, se, valid, own != nil, publishErr, merged))
 	}
 	if publishRetry > 0 && (requeue == 0 || publishRetry < requeue) {
 		requeue = publishRetry
 	}
-	return requeue, errors.Join(publishErr, at(r.localHost, importErr), statusErr)
+	return requeue, errors.Join(publishErr, r.atLocal(importErr), statusErr)
 }
 
 // isBrokerNamespace says whether a namespace of this member holds broker objects: one with a broker namespace's

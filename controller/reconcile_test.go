@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -69,7 +73,7 @@ func newFakeCluster(t *testing.T, objs ...client.Object) *fakeCluster {
 // testReconciler is a reconciler of cluster "a" over fake local and broker clusters, with the hold of a Pending
 // import status the controller runs with.
 func testReconciler(local, broker client.Client) *reconciler {
-	return &reconciler{id: "a", local: local, broker: broker, readyWaits: newHold(readyHold), log: logr.Discard()}
+	return &reconciler{id: "a", local: local, broker: broker, readyWaits: newHold(readyHold), events: &events.FakeRecorder{}, log: logr.Discard()}
 }
 
 // objMeta is the metadata of a test object with labels given as key, value pairs.
@@ -98,10 +102,10 @@ func TestOnlyRaces(t *testing.T) {
 		want bool
 	}{
 		{"AlreadyExists", exists, true},
-		{"Conflict, wrapped", at("https://member", fmt.Errorf("updating: %w", conflict)), true},
-		{"races joined in a wrapped join", at("h", fmt.Errorf("slices: %w", errors.Join(exists, nil, conflict))), true},
-		{"a real error among races", errors.Join(exists, at("h", fmt.Errorf("x: %w", errors.Join(conflict, forbidden)))), false},
-		{"a create in a namespace being deleted", at("h", fmt.Errorf("importing: %w", terminating)), true},
+		{"Conflict, wrapped", at("local", "https://member", fmt.Errorf("updating: %w", conflict)), true},
+		{"races joined in a wrapped join", at("broker", "h", fmt.Errorf("slices: %w", errors.Join(exists, nil, conflict))), true},
+		{"a real error among races", errors.Join(exists, at("broker", "h", fmt.Errorf("x: %w", errors.Join(conflict, forbidden)))), false},
+		{"a create in a namespace being deleted", at("broker", "h", fmt.Errorf("importing: %w", terminating)), true},
 		{"a real error", forbidden, false},
 		{"not an API error", errors.New("broken"), false},
 	}
@@ -109,6 +113,24 @@ func TestOnlyRaces(t *testing.T) {
 		if got := onlyRaces(c.err); got != c.want {
 			t.Errorf("%s: onlyRaces(%v) = %v, want %v", c.name, c.err, got, c.want)
 		}
+	}
+}
+
+func TestFailures(t *testing.T) {
+	gr := schema.GroupResource{Resource: "services"}
+	conflict := apierrors.NewConflict(gr, "b", errors.New("the object has been modified"))
+	forbidden := apierrors.NewForbidden(gr, "c", errors.New("no"))
+	refused := &url.Error{Op: "Get", URL: "https://broker", Err: &net.OpError{Op: "dial", Err: errors.New("connection refused")}}
+	err := errors.Join(
+		at("broker", "https://broker", fmt.Errorf("publishing: %w", errors.Join(conflict, refused))),
+		at("local", "https://member", fmt.Errorf("status: %w", forbidden)),
+		at("local", "https://member", context.DeadlineExceeded),
+		errors.New("neither"))
+	var got []string
+	failures(err, "", func(target string, err error) { got = append(got, target+"/"+cause(err)) })
+	want := []string{"broker/Conflict", "broker/Unreachable", "local/Forbidden", "local/Timeout", "/Other"}
+	if !slices.Equal(got, want) {
+		t.Errorf("failures = %v, want %v", got, want)
 	}
 }
 

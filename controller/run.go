@@ -200,11 +200,12 @@ func runManager(ctx context.Context, opts Options, id string, a apis, scopes *sc
 		}
 	}
 	hb := &heartbeat{id: id, grace: opts.LeaseGrace, client: brokerDirect, cache: brokerCluster.GetCache(),
-		liveness: r.liveness, trust: r.trust, local: r.local, enqueue: enqueue, log: log,
+		liveness: r.liveness, trust: r.trust, local: r.local, enqueue: enqueue, events: &memberEvents{rec: r.events, liveness: r.liveness}, log: log,
 		renewer: renewer, duplicate: r.duplicate}
 	if err := mgr.Add(manager.RunnableFunc(hb.run)); err != nil {
 		return err
 	}
+	defer states.add(&runState{id: id, liveness: r.liveness, local: r.local})()
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}

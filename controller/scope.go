@@ -94,7 +94,7 @@ func (r *scopeReader) read(ctx context.Context) (brokerScope, error) {
 	if err != nil {
 		return scope, err
 	}
-	members, refused := broker.Members(entries.Items)
+	members, refused := broker.ReadDirectory(entries.Items)
 	for _, why := range refused {
 		r.once(why, "member directory entry ignored", "reason", why)
 	}

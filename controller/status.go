@@ -50,15 +50,18 @@ func (r *reconciler) exportStatus(ctx context.Context, se *mcsv1beta1.ServiceExp
 	upd := se.DeepCopy()
 	upd.Status.Conditions = conds
 	// A ServiceExport deleted since the cache showed it has no status to write: its deletion reconciles again.
-	if err := r.local.Status().Update(ctx, upd); err != nil && !apierrors.IsNotFound(err) {
+	if err := r.local.Status().Update(ctx, upd); apierrors.IsNotFound(err) {
+		return nil
+	} else if err != nil {
 		return fmt.Errorf("updating the status of ServiceExport %s/%s: %w", se.Namespace, se.Name, err)
 	}
+	conditionEvents(r.events, upd, se.Status.Conditions, conds)
 	return nil
 }
 
 // importStatus writes the ServiceImport's status: the clusters, endpointSliceObjects, Ready, WithdrawalHeld
-// while held is set and, when reflecting into cluster.local, ClusterLocalService, with a Warning Event when that
-// one turns False for a new reason.
+// while held is set and, when reflecting into cluster.local, ClusterLocalService, with an Event for every
+// condition that changed.
 func (r *reconciler) importStatus(ctx context.Context, si, want *mcsv1beta1.ServiceImport, ready metav1.Condition,
 	clusterLocal, held *metav1.Condition) error {
 	status := si.Status.DeepCopy()
@@ -66,19 +69,12 @@ func (r *reconciler) importStatus(ctx context.Context, si, want *mcsv1beta1.Serv
 	status.EndpointSliceObjects = want.Status.EndpointSliceObjects
 	meta.SetStatusCondition(&status.Conditions, ready)
 	setCondition(&status.Conditions, imports.ConditionClusterLocalService, clusterLocal)
-	written, err := r.updateImportStatus(ctx, si, status, held)
-	if err != nil || !written {
-		return err
-	}
-	before := meta.FindStatusCondition(si.Status.Conditions, imports.ConditionClusterLocalService)
-	if c := clusterLocal; c != nil && c.Status == metav1.ConditionFalse && (before == nil || before.Reason != c.Reason) {
-		r.events.Eventf(si, nil, corev1.EventTypeWarning, c.Reason, "Reflect", "%s", c.Message)
-	}
-	return nil
+	_, err := r.updateImportStatus(ctx, si, status, held)
+	return err
 }
 
 // updateImportStatus writes status as the ServiceImport si's, with the WithdrawalHeld condition held (removed when
-// nil), if it differs from the stored one, and says whether it did; a Warning Event tells when held appears.
+// nil), if it differs from the stored one, and says whether it did, with an Event for every condition that changed.
 func (r *reconciler) updateImportStatus(ctx context.Context, si *mcsv1beta1.ServiceImport,
 	status *mcsv1beta1.ServiceImportStatus, held *metav1.Condition) (bool, error) {
 	setCondition(&status.Conditions, ConditionWithdrawalHeld, held)
@@ -92,9 +88,7 @@ func (r *reconciler) updateImportStatus(ctx context.Context, si *mcsv1beta1.Serv
 	} else if err != nil {
 		return false, fmt.Errorf("updating the status of ServiceImport %s/%s: %w", si.Namespace, si.Name, err)
 	}
-	if held != nil && meta.FindStatusCondition(si.Status.Conditions, ConditionWithdrawalHeld) == nil {
-		r.events.Eventf(upd, nil, corev1.EventTypeWarning, held.Reason, "Withdraw", "%s", held.Message)
-	}
+	conditionEvents(r.events, upd, si.Status.Conditions, status.Conditions)
 	return true, nil
 }
 

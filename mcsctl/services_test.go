@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+
+	"vksfleet.dev/fleet/mcs/buildinfo"
 )
 
 func TestMatrix(t *testing.T) {
@@ -164,7 +166,7 @@ func TestSummary(t *testing.T) {
 func TestBuildVersion(t *testing.T) {
 	bi := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: "vksfleet.dev/fleet", Version: "(devel)"},
 		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "22e142b"}, {Key: "vcs.modified", Value: "true"}}}
-	v := buildVersion(bi, true)
+	v := buildVersion(buildinfo.From(bi, true))
 	v.BrokerError = "no broker context"
 	if want := "kubectl-mcs (devel)\ngit revision 22e142b (modified)\ngo1.26.0\nbroker: no broker context\n"; v.text() != want {
 		t.Errorf("version text %q, want %q", v.text(), want)
@@ -173,7 +175,7 @@ func TestBuildVersion(t *testing.T) {
 	if !strings.Contains(v.text(), "broker hub: Kubernetes v1.34.0, mcs-api multicluster.x-k8s.io/v1beta1") {
 		t.Errorf("version text %q", v.text())
 	}
-	if v := buildVersion(nil, false); v.Version != "unknown" {
+	if v := buildVersion(buildinfo.From(nil, false)); v.Version != "unknown" {
 		t.Errorf("without build info: %+v", v)
 	}
 }

@@ -2,11 +2,11 @@ package mcsctl
 
 import (
 	"fmt"
-	"runtime/debug"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/discovery"
 
+	"vksfleet.dev/fleet/mcs/buildinfo"
 	"vksfleet.dev/fleet/mcs/mcsversion"
 )
 
@@ -32,22 +32,9 @@ type BrokerVersion struct {
 	Kubernetes string `json:"kubernetes"`
 }
 
-// buildVersion reads the plugin's version from its build info (debug.ReadBuildInfo): the module version and the
-// vcs settings go build records from a git checkout.
-func buildVersion(bi *debug.BuildInfo, ok bool) VersionInfo {
-	if !ok {
-		return VersionInfo{Version: "unknown", GoVersion: "unknown"}
-	}
-	v := VersionInfo{Version: bi.Main.Version, GoVersion: bi.GoVersion}
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			v.Revision = s.Value
-		case "vcs.modified":
-			v.Modified = s.Value == "true"
-		}
-	}
-	return v
+// buildVersion is the plugin's side of VersionInfo.
+func buildVersion(bi buildinfo.Info) VersionInfo {
+	return VersionInfo{Version: bi.Version, Revision: bi.Revision, Modified: bi.Modified, GoVersion: bi.GoVersion}
 }
 
 func (v VersionInfo) text() string {
@@ -78,7 +65,7 @@ func (o *options) versionCommand() *cobra.Command {
 					return fmt.Errorf("version prints text, json or yaml, not -o %s", o.output)
 				}
 			}
-			v := buildVersion(debug.ReadBuildInfo())
+			v := buildVersion(buildinfo.Read())
 			// The broker's side is extra: the plugin's version prints without a broker, as kubectl version
 			// --client would.
 			if b, err := o.brokerVersion(); err != nil {

@@ -29,11 +29,13 @@ if [ ${#missing[@]} -gt 0 ]; then
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# binary NAME PKG: a static, stripped binary without local paths in $ctx/NAME/NAME.
+# binary NAME PKG: a static, stripped binary without local paths in $ctx/NAME/NAME, which knows its version and
+# revision (mcs_controller_build_info).
 binary() {
 	mkdir -p "$ctx/$1"
 	rm -f "$ctx/$1/"*
-	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$ctx/$1/$1" "$2"
+	CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X vksfleet.dev/fleet/mcs/buildinfo.version=$version -X vksfleet.dev/fleet/mcs/buildinfo.revision=$revision" \
+		-o "$ctx/$1/$1" "$2"
 }
 
 # image NAME DOCKERFILE: builds $repo/NAME:$version from build/images/DOCKERFILE and the context $ctx/NAME.

@@ -57,7 +57,7 @@ func TestDockerfiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"CGO_ENABLED=0 go build -trimpath -ldflags='-s -w'", "binary mcs-controller ./cmd/controller",
+	for _, want := range []string{`CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X vksfleet.dev/fleet/mcs/buildinfo.version=$version -X vksfleet.dev/fleet/mcs/buildinfo.revision=$revision"`, "binary mcs-controller ./cmd/controller",
 		"binary coredns ./cmd/coredns", "setcap cap_net_bind_service=+ep"} {
 		if !strings.Contains(string(build), want) {
 			t.Errorf("build.sh does not contain %q", want)

@@ -20,6 +20,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -41,6 +44,9 @@ type flags struct {
 	opts controller.Options
 	// printBrokerNamespace asks only for the broker namespace of --cluster-id, for the broker's RBAC overlay.
 	printBrokerNamespace bool
+	// logging is the Kubernetes logging flags' configuration (-v, --vmodule, --logging-format), checked by
+	// parseFlags and applied by main.
+	logging *logsapi.LoggingConfiguration
 }
 
 // parseFlags parses and checks the arguments; every mistake is reported before anything connects.
@@ -68,6 +74,8 @@ func parseFlags(args []string, out io.Writer) (flags, error) {
 	fs.StringVar(&f.opts.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address serving /healthz and /readyz; 0 disables")
 	fs.StringVar(&f.opts.MetricsBindAddress, "metrics-bind-address", ":8080", "address serving Prometheus metrics; 0 disables")
 	fs.BoolVar(&f.printBrokerNamespace, "print-broker-namespace", false, "print the broker namespace of --cluster-id, which the broker's RBAC for that member names, and exit")
+	f.logging = logsapi.NewLoggingConfiguration()
+	logsapi.AddGoFlags(f.logging, fs)
 	denied := fs.String("denied-export-namespaces", strings.Join(export.DefaultDeniedNamespaces, ","),
 		"comma-separated namespaces whose ServiceExports are refused (Valid=False, NamespaceNotAllowed); empty refuses none")
 	if err := fs.Parse(args); err != nil {
@@ -106,16 +114,24 @@ func parseFlags(args []string, out io.Writer) (flags, error) {
 	if f.qps <= 0 || f.burst <= 0 {
 		errs = append(errs, fmt.Errorf("--qps %v and --burst %d must be positive", f.qps, f.burst))
 	}
+	if bad := logsapi.Validate(f.logging, nil, nil); len(bad) > 0 {
+		errs = append(errs, fmt.Errorf("logging flags: %w", bad.ToAggregate()))
+	}
 	errs = append(errs, f.opts.Validate())
 	return f, errors.Join(errs...)
 }
 
 func main() {
-	ctrl.SetLogger(klog.NewKlogr())
 	f, err := parseFlags(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return
 	}
+	if err == nil {
+		// Before anything logs: klog, and so controller-runtime's logger, write in the chosen format from here on.
+		err = logsapi.ValidateAndApply(f.logging, nil)
+	}
+	ctrl.SetLogger(klog.NewKlogr())
+	defer logs.FlushLogs()
 	if err == nil && f.printBrokerNamespace {
 		fmt.Println(names.BrokerNamespace(f.opts.ClusterID))
 		return
@@ -126,6 +142,7 @@ func main() {
 		err = run(ctx, f)
 	}
 	if err != nil {
+		logs.FlushLogs()
 		fmt.Fprintln(os.Stderr, "mcs-controller:", err)
 		os.Exit(1)
 	}

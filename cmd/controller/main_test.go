@@ -1,7 +1,13 @@
 package main
 
 import (
+	"bufio"
+	"encoding/json"
+	"errors"
 	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -59,6 +65,10 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--broker-kubeconfig=/b", "--broker-token-renew-before=-1s"}, "must not be negative", nil},
 		{[]string{"--broker-kubeconfig=/b", "extra"}, "unexpected arguments", nil},
 		{[]string{"--no-such-flag"}, "not defined", nil},
+		{[]string{"--broker-kubeconfig=/b", "--logging-format=json", "-v=4"}, "", func(f flags) bool {
+			return f.logging.Format == "json" && f.logging.Verbosity == 4
+		}},
+		{[]string{"--broker-kubeconfig=/b", "--logging-format=xml"}, `logging flags: format: Invalid value: "xml": Unsupported log format`, nil},
 	}
 	for _, c := range cases {
 		f, err := parseFlags(c.args, io.Discard)
@@ -72,5 +82,78 @@ func TestParseFlags(t *testing.T) {
 		case !c.check(f):
 			t.Errorf("parseFlags(%q) = %+v", c.args, f)
 		}
+	}
+}
+
+// TestMain runs the command itself when a test starts this test binary as the controller.
+func TestMain(m *testing.M) {
+	if os.Getenv(asController) != "" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// asController, set in a child's environment, makes the test binary the controller.
+const asController = "MCS_CONTROLLER_TEST_MAIN"
+
+// controllerProcess starts the controller with args and returns its combined output's reader.
+func controllerProcess(t *testing.T, args ...string) (*exec.Cmd, io.Reader) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), asController+"=1")
+	out, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = cmd.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, out
+}
+
+func TestLoggingFormat(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	// A member that answers nothing: the controller logs that it waits for the broker's credentials, which are
+	// missing, before it asks the member anything.
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+users: [{name: u, user: {token: x}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, out := controllerProcess(t, "--logging-format=json", "-v=2", "--kubeconfig="+kubeconfig,
+		"--broker-kubeconfig="+filepath.Join(t.TempDir(), "missing"), "--health-probe-bind-address=0", "--metrics-bind-address=0")
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() {
+		t.Fatalf("no log line: %v", lines.Err())
+	}
+	var line struct {
+		Msg    string `json:"msg"`
+		Logger string `json:"logger"`
+		Reason string `json:"reason"`
+		TS     any    `json:"ts"`
+	}
+	if err := json.Unmarshal(lines.Bytes(), &line); err != nil {
+		t.Fatalf("not a JSON line: %q: %v", lines.Text(), err)
+	}
+	if line.TS == nil || line.Logger != "broker-credentials" || !strings.Contains(line.Reason, "missing") {
+		t.Errorf("log line %q: want a timestamp, the logger's name and its key and value pairs as fields", lines.Text())
+	}
+
+	cmd, out := controllerProcess(t, "--logging-format=xml", "--broker-kubeconfig=/b")
+	all, _ := io.ReadAll(out)
+	err := cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Errorf("an unknown log format: exit %v, want status 1", err)
+	}
+	if want := `mcs-controller: logging flags: format: Invalid value: "xml": Unsupported log format` + "\n"; string(all) != want {
+		t.Errorf("an unknown log format printed %q, want %q", all, want)
 	}
 }

@@ -43,19 +43,19 @@ func DirectoryEntry(clusterID string) *corev1.ConfigMap {
 	}
 }
 
-// Member is one member the directory lists.
-type Member struct {
+// Listed is one member the directory lists.
+type Listed struct {
 	// ClusterID is the member's full id.
 	ClusterID string
 	// Namespace is its broker namespace.
 	Namespace string
 }
 
-// Members reads the directory's entries: the members they list, sorted by namespace, and why each entry that is
+// ReadDirectory reads the directory's entries: the members they list, sorted by namespace, and why each entry that is
 // not a member's was refused. The joiner writes the directory, but an entry is still checked before a member
 // reads a namespace for it: its id must be valid and its name that id's broker namespace, so that no entry can
 // point a member at any other namespace.
-func Members(entries []corev1.ConfigMap) (members []Member, refused []string) {
+func ReadDirectory(entries []corev1.ConfigMap) (members []Listed, refused []string) {
 	for _, e := range entries {
 		id := e.Data[directoryKey]
 		if err := clusterid.Validate(id); err != nil {
@@ -66,8 +66,8 @@ func Members(entries []corev1.ConfigMap) (members []Member, refused []string) {
 			refused = append(refused, fmt.Sprintf("directory entry %s names cluster %q, whose broker namespace is %s", e.Name, id, ns))
 			continue
 		}
-		members = append(members, Member{ClusterID: id, Namespace: e.Name})
+		members = append(members, Listed{ClusterID: id, Namespace: e.Name})
 	}
-	slices.SortFunc(members, func(a, b Member) int { return strings.Compare(a.Namespace, b.Namespace) })
+	slices.SortFunc(members, func(a, b Listed) int { return strings.Compare(a.Namespace, b.Namespace) })
 	return members, refused
 }

@@ -10,7 +10,7 @@ import (
 	"vksfleet.dev/fleet/mcs/names"
 )
 
-func TestMembers(t *testing.T) {
+func TestReadDirectory(t *testing.T) {
 	entry := func(name, id string) corev1.ConfigMap {
 		e := *DirectoryEntry(id)
 		e.Name = name
@@ -34,7 +34,7 @@ func TestMembers(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			members, refused := Members(tt.entries)
+			members, refused := ReadDirectory(tt.entries)
 			var got []string
 			for _, m := range members {
 				if m.Namespace != names.BrokerNamespace(m.ClusterID) {

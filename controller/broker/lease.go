@@ -152,6 +152,24 @@ func (l *Liveness) Alive(clusterID string) bool {
 	return l.alive[clusterID]
 }
 
+// Member is what an observer knows of another member.
+type Member struct {
+	Alive bool
+	// Age is how long ago the observer saw the member's Lease renewed, on its own clock.
+	Age time.Duration
+}
+
+// Members returns every other member whose Lease the last Observe saw, at now.
+func (l *Liveness) Members(now time.Time) map[string]Member {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	members := make(map[string]Member, len(l.seen))
+	for id, r := range l.seen {
+		members[id] = Member{Alive: l.alive[id], Age: now.Sub(r.seenAt)}
+	}
+	return members
+}
+
 // SetHealthy records whether this member's last Lease renewal reached the broker.
 func (l *Liveness) SetHealthy(ok bool) {
 	l.mu.Lock()

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -64,6 +65,19 @@ func TestLiveness(t *testing.T) {
 	case <-l.Observed():
 	default:
 		t.Fatal("not observed after Observe")
+	}
+}
+
+func TestLivenessMembers(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	l := NewLiveness("a", 10*time.Second)
+	l.Observe([]coordinationv1.Lease{lease("a", t0), lease("b", t0), lease("c", t0)}, t0.Add(5*time.Second))
+	l.Observe([]coordinationv1.Lease{lease("a", t0), lease("b", t0.Add(6*time.Second)), lease("c", t0)}, t0.Add(11*time.Second))
+	// b's renewal was seen at 11 s; c's Lease was first seen renewed at t0 and never since. The observer itself is
+	// no member of its own view.
+	want := map[string]Member{"b": {Alive: true, Age: time.Second}, "c": {Alive: false, Age: 12 * time.Second}}
+	if got := l.Members(t0.Add(12 * time.Second)); !maps.Equal(got, want) {
+		t.Errorf("Members = %v, want %v", got, want)
 	}
 }
 

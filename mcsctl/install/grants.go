@@ -110,12 +110,12 @@ func revokeReads(ctx context.Context, b client.Client, id string) error {
 }
 
 // directory lists the members the directory holds.
-func directory(ctx context.Context, b client.Client) ([]broker.Member, error) {
+func directory(ctx context.Context, b client.Client) ([]broker.Listed, error) {
 	var entries corev1.ConfigMapList
 	if err := b.List(ctx, &entries, client.InNamespace(broker.DirectoryNamespace), client.MatchingLabelsSelector{Selector: broker.DirectorySelector}); err != nil {
 		return nil, fmt.Errorf("reading the member directory (has `kubectl mcs broker init` run with this release?): %w", err)
 	}
-	members, _ := broker.Members(entries.Items)
+	members, _ := broker.ReadDirectory(entries.Items)
 	return members, nil
 }
 

@@ -26,6 +26,7 @@ import (
 	"vksfleet.dev/fleet/plugin/kubesource"
 	"vksfleet.dev/fleet/plugin/mcstest"
 	"vksfleet.dev/fleet/test/clusterset"
+	"vksfleet.dev/fleet/test/promtool"
 )
 
 // The integration tests share one member cluster, started on first use, whose cluster id spans two labels.
@@ -304,7 +305,7 @@ func TestIntegrationStartWaitsForSync(t *testing.T) {
 	m.Next = nextHandler()
 	began := time.Now()
 	start(src, syncTimeout)
-	t.Cleanup(src.Stop)
+	t.Cleanup(func() { stop(src) })
 	t.Logf("started in %s", time.Since(began).Round(time.Millisecond))
 	rcode, msg := serve(t, m, "web."+ns+".svc.clusterset.local.", dns.TypeA)
 	if rcode != dns.RcodeSuccess || msg == nil || !slices.Equal(rdata(msg.Answer), []string{"10.250.3.1"}) {
@@ -313,6 +314,34 @@ func TestIntegrationStartWaitsForSync(t *testing.T) {
 	if !m.Ready() {
 		t.Error("not ready after start")
 	}
+}
+
+// TestIntegrationMetrics checks the metrics CoreDNS serves with promtool, as Prometheus reads them, once a started
+// plugin has synced and told its cluster id.
+func TestIntegrationMetrics(t *testing.T) {
+	c := member(t)
+	m, src, err := newWithSource(&config{zone: "clusterset.local.", ttl: 5}, c.Config, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Next = nextHandler()
+	start(src, syncTimeout)
+	t.Cleanup(func() { stop(src) })
+	reportClusterID(c.Config, "")
+	families, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"coredns_multicluster_synced": 1, "coredns_multicluster_cluster_info": 1}
+	for _, f := range families {
+		if v, ok := want[f.GetName()]; ok && len(f.GetMetric()) == 1 && f.GetMetric()[0].GetGauge().GetValue() == v {
+			delete(want, f.GetName())
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("missing or wrong: %v", want)
+	}
+	promtool.CheckMetrics(t, prometheus.DefaultGatherer)
 }
 
 func TestIntegrationNamespaceDeleted(t *testing.T) {

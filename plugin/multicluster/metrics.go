@@ -2,6 +2,7 @@ package multicluster
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/coredns/coredns/plugin"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"vksfleet.dev/fleet/mcs/clusterid"
+	"vksfleet.dev/fleet/plugin/kubesource"
 )
 
 // The metrics are registered in the default registry, which the prometheus plugin serves, like the metrics of
@@ -65,6 +67,61 @@ var (
 		Help:      "Constant 1, labelled with the local cluster id.",
 	}, []string{"cluster_id"})
 )
+
+// synced reports coredns_multicluster_synced over the sources running in this process: one per server block
+// with a multicluster stanza, and during a Corefile reload the old ones as well, until they stop. It reads them
+// when scraped, so that the metric cannot lag what queries see.
+var synced = &syncedCollector{sources: map[*kubesource.Source]struct{}{}, desc: prometheus.NewDesc(
+	prometheus.BuildFQName(plugin.Namespace, Name, "synced"),
+	"1 while the informers of every multicluster server block have synced and its index holds what they listed "+
+		"(the plugin answers, and reports Ready), else 0 (SERVFAIL, or fallthrough, for the zone).",
+	nil, nil)}
+
+func init() { prometheus.MustRegister(synced) }
+
+// syncedCollector is a prometheus.Collector of the running sources' sync state.
+type syncedCollector struct {
+	desc    *prometheus.Desc
+	mu      sync.Mutex
+	sources map[*kubesource.Source]struct{}
+}
+
+// track makes src count from its start until untrack.
+func (c *syncedCollector) track(src *kubesource.Source) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sources[src] = struct{}{}
+}
+
+func (c *syncedCollector) untrack(src *kubesource.Source) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.sources, src)
+}
+
+// Describe implements prometheus.Collector.
+func (c *syncedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements prometheus.Collector; a CoreDNS without a multicluster stanza reports nothing.
+func (c *syncedCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.sources) == 0 {
+		return
+	}
+	all := true
+	for src := range c.sources {
+		all = all && src.HasSynced()
+	}
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, gauge(all))
+}
+
+func gauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 // observer turns the source's measurements into metrics.
 type observer struct{}

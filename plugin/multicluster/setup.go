@@ -63,7 +63,7 @@ func setup(c *caddy.Controller) error {
 		return nil
 	})
 	c.OnShutdown(func() error {
-		src.Stop()
+		stop(src)
 		return nil
 	})
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
@@ -80,13 +80,21 @@ const syncTimeout = 5 * time.Second
 // OnStartup before the new instance serves, on a Corefile reload too, while the old instance still answers: a
 // server that started serving at once would answer SERVFAIL (see errNotSynced) until its fresh informers had
 // listed everything, with the pod Ready all along. Past timeout it serves anyway, SERVFAIL until synced, rather
-// than hold a reload, or a start against an API server that is away, for ever.
+// than hold a reload, or a start against an API server that is away, for ever. From the start on, src counts in
+// coredns_multicluster_synced.
 func start(src *kubesource.Source, timeout time.Duration) {
+	synced.track(src)
 	src.Start()
 	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, timeout, true,
 		func(context.Context) (bool, error) { return src.HasSynced(), nil }); err != nil {
 		log.Warningf("serving before the informers have synced, after %s: SERVFAIL until they have", timeout)
 	}
+}
+
+// stop stops a source that start started.
+func stop(src *kubesource.Source) {
+	src.Stop()
+	synced.untrack(src)
 }
 
 // parse reads the one multicluster stanza of a server block.

@@ -202,8 +202,8 @@ func (c *Controller) Timings() (Timings, error) {
 func (c *Controller) WritesByResource() (map[string]float64, error) {
 	writes := map[string]float64{}
 	err := c.gather(func(family string, labels map[string]string, m *dto.Metric) {
-		if family == "mcs_controller_api_writes_total" && labels["cluster"] == c.ID && labels["resource"] != "leases" {
-			writes[labels["method"]+" "+labels["resource"]] += m.GetCounter().GetValue()
+		if family == "mcs_controller_api_writes_total" && labels["cluster_id"] == c.ID && labels["resource"] != "leases" {
+			writes[labels["verb"]+" "+labels["resource"]] += m.GetCounter().GetValue()
 		}
 	})
 	return writes, err

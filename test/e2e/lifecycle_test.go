@@ -22,6 +22,7 @@ import (
 	"vksfleet.dev/fleet/controller"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/poll"
+	"vksfleet.dev/fleet/test/promtool"
 )
 
 // These tests stop and start controllers; they run after the others, in file order, and never in parallel.
@@ -293,7 +294,44 @@ func TestStartupChecksAndProbes(t *testing.T) {
 		poll.T(t, wait, path, func() error { return get("http://"+health+path, "ok") })
 	}
 	poll.T(t, wait, "metrics", func() error {
-		return get("http://"+metricsAddr+"/metrics", `mcs_controller_broker_reachable{cluster="cluster-a"} 1`)
+		return get("http://"+metricsAddr+"/metrics", `mcs_controller_broker_reachable{cluster_id="cluster-a"} 1`)
+	})
+
+	// What an operator reads of an export: its state in the metrics, which Prometheus' own lint accepts, and an Event.
+	ns := namespace(t)
+	deploy(t, a, ns, app{name: "web", replicas: 1})
+	exportService(t, a, ns, "web")
+	for _, want := range []string{
+		`mcs_controller_service_exports{cluster_id="cluster-a",condition="Ready",reason="Exported",status="True"} `,
+		`mcs_controller_service_imports{cluster_id="cluster-a",condition="Ready",reason="Ready",status="True"} `,
+		`mcs_controller_member_alive{cluster_id="b.east",observer_cluster_id="cluster-a"} 1`,
+		`mcs_controller_member_lease_age_seconds{cluster_id="b.east",observer_cluster_id="cluster-a"} `,
+		`mcs_controller_api_writes_total{cluster_id="cluster-a",resource="serviceexports",target="local",verb="PUT"} `,
+		`mcs_controller_build_info{goversion="go`,
+	} {
+		poll.T(t, wait, want, func() error { return get("http://"+metricsAddr+"/metrics", want) })
+	}
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	promtool.Run(t, body, "check", "metrics")
+	poll.T(t, wait, "an Exported Event", func() error {
+		events, err := a.Kube.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, e := range events.Items {
+			if e.Reason == "Exported" && e.Regarding.Kind == "ServiceExport" && e.Regarding.Name == "web" && e.Type == corev1.EventTypeNormal {
+				return nil
+			}
+		}
+		return fmt.Errorf("none among %d events", len(events.Items))
 	})
 }
 

@@ -1,0 +1,57 @@
+// Package monitoring generates the monitoring component's PrometheusRule from rules.yaml, Prometheus' own rule
+// file, so that a plain Prometheus and the prometheus-operator load the same rules; `go generate` writes it and
+// a test checks that it is up to date.
+package monitoring
+
+//go:generate go run ./gen
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Dir is this folder, relative to the package (where go generate and go test run).
+const Dir = "."
+
+// header opens the generated file.
+const header = "# Generated from rules.yaml by `go generate ./build/deploy/monitoring`: edit rules.yaml.\n"
+
+// PrometheusRule returns the PrometheusRule object holding the groups of the rule file rules.
+func PrometheusRule(rules []byte) ([]byte, error) {
+	var file struct {
+		Groups []any `json:"groups"`
+	}
+	if err := yaml.UnmarshalStrict(rules, &file); err != nil {
+		return nil, fmt.Errorf("rules.yaml: %w", err)
+	}
+	out, err := yaml.Marshal(map[string]any{
+		"apiVersion": "monitoring.coreos.com/v1",
+		"kind":       "PrometheusRule",
+		"metadata": map[string]any{
+			"name":      "vksfleet",
+			"namespace": "mcs-system",
+			"labels":    map[string]string{"app.kubernetes.io/name": "mcs-controller"},
+		},
+		"spec": map[string]any{"groups": file.Groups},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte(header), out...), nil
+}
+
+// Write regenerates dir/prometheusrule.yaml from dir/rules.yaml.
+func Write(dir string) error {
+	rules, err := os.ReadFile(filepath.Join(dir, "rules.yaml"))
+	if err != nil {
+		return err
+	}
+	out, err := PrometheusRule(rules)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "prometheusrule.yaml"), out, 0o644)
+}
