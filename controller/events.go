@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,7 +31,7 @@ func conditionEvents(rec events.EventRecorder, obj runtime.Object, before, after
 			continue
 		}
 		healthy := c.Status == metav1.ConditionTrue
-		if c.Type == string(mcsv1beta1.ServiceExportConditionConflict) || c.Type == ConditionWithdrawalHeld {
+		if slices.Contains([]string{string(mcsv1beta1.ServiceExportConditionConflict), ConditionWithdrawalHeld, ConditionStale, ConditionUnreachable}, c.Type) {
 			healthy = c.Status == metav1.ConditionFalse
 		}
 		if old == nil && healthy && c.Type != string(mcsv1beta1.ServiceExportConditionReady) {

@@ -62,7 +62,8 @@ func (r *reconciler) gather(ctx context.Context, key types.NamespacedName, own *
 	perCluster := map[string]int{}
 	for _, s := range slices.Items {
 		c := broker.ClusterOf(&s)
-		if !exporting[c] || s.Namespace != names.BrokerNamespace(c) || !r.liveness.Alive(c) {
+		use := r.useOf(c)
+		if !exporting[c] || s.Namespace != names.BrokerNamespace(c) || use == skipEndpoints {
 			continue
 		}
 		if perCluster[c]++; perCluster[c] > admit.MaxSlicesPerExport {
@@ -71,6 +72,9 @@ func (r *reconciler) gather(ctx context.Context, key types.NamespacedName, own *
 			continue
 		}
 		if s, ok := r.admitSlice(key, c, &s); ok {
+			if use == unreadyEndpoints {
+				s = unready(s)
+			}
 			sources = append(sources, imports.Source{Cluster: c, Slice: s})
 		}
 	}
@@ -226,7 +230,7 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 		// is written then, once, instead of Pending now and Ready a moment later.
 		return 0, nil
 	}
-	missing := imports.Missing(exports, sources, r.id, r.liveness.Alive)
+	missing := imports.Missing(exports, sources, r.id, func(c string) bool { return r.useOf(c) != skipEndpoints })
 	ready, requeue := r.ready(si, want, exported, desiredSlices, missing)
 	if ready == nil {
 		return requeue, nil
@@ -234,7 +238,8 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 	if held != nil {
 		held.ObservedGeneration = si.Generation
 	}
-	return requeue, r.importStatus(ctx, si, want, *ready, clusterLocalCond, held)
+	stale, unreachable := r.memberConditions(exports, time.Now())
+	return requeue, r.importStatus(ctx, si, want, *ready, clusterLocalCond, held, stale, unreachable)
 }
 
 // storedImport is what the controller has stored of a service's import, or has in the way of it.

@@ -21,6 +21,7 @@ import (
 	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/controller/imports"
 	"vksfleet.dev/fleet/controller/merge"
+	"vksfleet.dev/fleet/controller/reach"
 	"vksfleet.dev/fleet/mcs/locality"
 	"vksfleet.dev/fleet/mcs/names"
 )
@@ -233,5 +234,83 @@ func TestUntrustedViewShowsOnTheImport(t *testing.T) {
 	}
 	if held(si) != nil || len(slices.Items) != 1 || slices.Items[0].Annotations[names.AnnotationClusterID] != "b" {
 		t.Errorf("view trusted: WithdrawalHeld %+v and %d slices, want none and b's alone", held(si), len(slices.Items))
+	}
+}
+
+// TestGatherUnderTwoSignals: with the data-plane probe on, an exporter whose endpoints do not answer from here is
+// imported not ready whatever its Lease says, one whose Lease lapsed while its endpoints answer keeps them (and
+// the import says it is stale), and one that is both lost or never probed leaves; without the probe, the Lease
+// alone decides.
+func TestGatherUnderTwoSignals(t *testing.T) {
+	key := types.NamespacedName{Namespace: "ns", Name: "web"}
+	now := time.Now()
+	var objs []client.Object
+	for _, c := range []string{"alive", "cut", "stale", "gone", "unprobed"} {
+		rec, err := broker.Record(key, merge.Export{Cluster: c, Created: now, Slices: -1, Spec: mcsv1beta1.ServiceImportSpec{
+			Type: mcsv1beta1.ClusterSetIP, Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, rec, broker.Slice(c, key, &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: c}, AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+			Ports:     []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
+		}))
+	}
+	lease := func(id string, renewed time.Time) coordinationv1.Lease {
+		return coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: names.BrokerNamespace(id), Name: names.LeaseName,
+				Annotations: map[string]string{names.AnnotationClusterID: id}},
+			Spec: coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: renewed}},
+		}
+	}
+	for _, probe := range []bool{true, false} {
+		r := testReconciler(newFakeCluster(t), newFakeCluster(t, objs...))
+		r.liveness = broker.NewLiveness("self", time.Minute)
+		// All seen renewed 2 minutes ago; since, alive and cut renewed, the others did not and are lost by now.
+		then := now.Add(-2 * time.Minute)
+		r.liveness.Observe([]coordinationv1.Lease{lease("alive", then), lease("cut", then), lease("stale", then),
+			lease("gone", then), lease("unprobed", then)}, then)
+		r.liveness.Observe([]coordinationv1.Lease{lease("alive", now), lease("cut", now), lease("stale", then),
+			lease("gone", then), lease("unprobed", then)}, now)
+		want := map[string]string{"alive": "ready", "cut": "ready"}
+		if probe {
+			r.reach = reach.New(1, 1)
+			r.reach.Observe("alive", true, now)
+			r.reach.Observe("cut", false, now)
+			r.reach.Observe("stale", true, now)
+			r.reach.Observe("gone", false, now)
+			want = map[string]string{"alive": "ready", "cut": "not ready", "stale": "ready", "gone": "not ready"}
+		}
+		_, sources, err := r.gather(context.Background(), key, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, s := range sources {
+			e := s.Slice.Endpoints[0].Conditions
+			got[s.Cluster] = "ready"
+			if !ptr.Deref(e.Ready, true) && !ptr.Deref(e.Serving, true) {
+				got[s.Cluster] = "not ready"
+			}
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("probe %v: endpoints %v, want %v", probe, got, want)
+		}
+		if !probe {
+			continue
+		}
+		exports, _, _ := r.gather(context.Background(), key, nil, nil)
+		stale, unreachable := r.memberConditions(exports, now)
+		if stale == nil || !strings.Contains(stale.Message, "stale (") || strings.Contains(stale.Message, "gone") {
+			t.Errorf("Stale condition %+v, want stale alone", stale)
+		}
+		if unreachable == nil || !strings.Contains(unreachable.Message, "cut (") || !strings.Contains(unreachable.Message, "gone (") {
+			t.Errorf("Unreachable condition %+v, want cut and gone", unreachable)
+		}
+		again, _ := r.memberConditions(exports, now.Add(time.Minute))
+		if again.Message != stale.Message {
+			t.Errorf("the Stale message changes with time (a status write each reconcile):\n%s\n%s", stale.Message, again.Message)
+		}
 	}
 }

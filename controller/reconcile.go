@@ -20,6 +20,7 @@ import (
 
 	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/controller/merge"
+	"vksfleet.dev/fleet/controller/reach"
 	"vksfleet.dev/fleet/mcs/names"
 )
 
@@ -57,8 +58,10 @@ type reconciler struct {
 	// races backs off the retries of races with the caches, which bypass the controller's failure backoff.
 	races    workqueue.TypedRateLimiter[reconcile.Request]
 	liveness *broker.Liveness
-	events   events.EventRecorder
-	log      logr.Logger
+	// reach is what the data-plane probe found of each other member, nil when the probe is off (Options.DataPlaneProbe).
+	reach  *reach.Tracker
+	events events.EventRecorder
+	log    logr.Logger
 }
 
 // Reconcile brings one service's export and import up to date. Races with the caches are expected: a create of

@@ -31,6 +31,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/controller/broker"
+	"vksfleet.dev/fleet/controller/reach"
 	"vksfleet.dev/fleet/mcs/clusterid"
 	"vksfleet.dev/fleet/mcs/mcsversion"
 	"vksfleet.dev/fleet/mcs/names"
@@ -185,6 +186,12 @@ func runManager(ctx context.Context, opts Options, id string, a apis, scopes *sc
 		r.dns = newDNSProbe(opts.DNSAddress)
 	}
 	enqueue := newTriggers(r.local, r.broker)
+	if opts.DataPlaneProbe {
+		r.reach = reach.New(probeDown, probeUp)
+		if err := mgr.Add(newDataPlaneProbe(id, brokerCluster.GetCache(), r.reach, enqueue, log)); err != nil {
+			return err
+		}
+	}
 	if err := r.setup(mgr, brokerCluster, enqueue, opts.Workers); err != nil {
 		return err
 	}

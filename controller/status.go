@@ -60,15 +60,24 @@ func (r *reconciler) exportStatus(ctx context.Context, se *mcsv1beta1.ServiceExp
 }
 
 // importStatus writes the ServiceImport's status: the clusters, endpointSliceObjects, Ready, WithdrawalHeld
-// while held is set and, when reflecting into cluster.local, ClusterLocalService, with an Event for every
-// condition that changed.
+// while held is set, Stale and Unreachable while stale and unreachable are, and, when reflecting into
+// cluster.local, ClusterLocalService, with an Event for every condition that changed.
 func (r *reconciler) importStatus(ctx context.Context, si, want *mcsv1beta1.ServiceImport, ready metav1.Condition,
-	clusterLocal, held *metav1.Condition) error {
+	clusterLocal, held, stale, unreachable *metav1.Condition) error {
 	status := si.Status.DeepCopy()
 	status.Clusters = want.Status.Clusters
 	status.EndpointSliceObjects = want.Status.EndpointSliceObjects
 	meta.SetStatusCondition(&status.Conditions, ready)
 	setCondition(&status.Conditions, imports.ConditionClusterLocalService, clusterLocal)
+	for _, c := range []struct {
+		typ  string
+		cond *metav1.Condition
+	}{{ConditionStale, stale}, {ConditionUnreachable, unreachable}} {
+		if c.cond != nil {
+			c.cond.ObservedGeneration = si.Generation
+		}
+		setCondition(&status.Conditions, c.typ, c.cond)
+	}
 	_, err := r.updateImportStatus(ctx, si, status, held)
 	return err
 }

@@ -69,6 +69,8 @@ func parseFlags(args []string, out io.Writer) (flags, error) {
 		"also reflect every import into this cluster's cluster.local as the headless Service <svc>-clusterset, for a DNS that cannot serve clusterset.local; off deletes them")
 	fs.StringVar(&f.opts.DNSAddress, "dns-address", "",
 		"host:port of this cluster's DNS server for clusterset.local; a ServiceImport is Ready only once it answers the import. Empty: Ready does not wait for DNS")
+	fs.BoolVar(&f.opts.DataPlaneProbe, "probe-data-plane", false,
+		"probe from this pod whether each other member's endpoints answer, and stop using those that do not within about a second; keep a member's endpoints, marked Stale, when only its Lease lapsed. Needs the controller on the pod network")
 	fs.BoolVar(&f.opts.LeaderElection, "leader-elect", false, "elect one active replica through a Lease in the member cluster")
 	fs.StringVar(&f.opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease; default the pod's namespace")
 	fs.StringVar(&f.opts.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address serving /healthz and /readyz; 0 disables")

@@ -1,0 +1,107 @@
+package controller
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"vksfleet.dev/fleet/controller/merge"
+	"vksfleet.dev/fleet/controller/reach"
+)
+
+// The ServiceImport conditions that tell which exporters this member does not take as they are.
+const (
+	// ConditionStale is True while an exporter's control plane is lost (its broker Lease lapsed) but its endpoints
+	// still answer from this member: they stay in use as last published.
+	ConditionStale = "Stale"
+	// ReasonControlPlaneLost is the reason of ConditionStale.
+	ReasonControlPlaneLost = "ControlPlaneLost"
+	// ConditionUnreachable is True while an exporter's endpoints do not answer from this member: they are
+	// imported not ready, so that neither kube-proxy nor DNS uses them here, whatever the exporter's Lease says.
+	ConditionUnreachable = "Unreachable"
+	// ReasonDataPlaneUnreachable is the reason of ConditionUnreachable.
+	ReasonDataPlaneUnreachable = "DataPlaneUnreachable"
+)
+
+// memberUse is how this member imports one exporter's endpoints.
+type memberUse int
+
+const (
+	useEndpoints     memberUse = iota // as published
+	skipEndpoints                     // not at all: the exporter is gone
+	unreadyEndpoints                  // all not ready: its data plane does not answer from here
+)
+
+// useOf decides how this member imports cluster's endpoints, from its broker Lease and, with the data-plane
+// probe on, from whether its endpoints answer from here (reach.Decide). Without the probe, the Lease decides
+// alone.
+func (r *reconciler) useOf(cluster string) memberUse {
+	if cluster == r.id {
+		return useEndpoints
+	}
+	alive := r.liveness.Alive(cluster)
+	if r.reach == nil {
+		if alive {
+			return useEndpoints
+		}
+		return skipEndpoints
+	}
+	state := r.reach.State(cluster)
+	if state == reach.Unreachable {
+		return unreadyEndpoints
+	}
+	if reach.Decide(alive, state) == reach.Leave {
+		return skipEndpoints
+	}
+	return useEndpoints
+}
+
+// unready returns the slice with every endpoint neither ready nor serving: kube-proxy falls back to serving
+// terminating endpoints when none is ready, and these must not be among them.
+func unready(s discoveryv1.EndpointSlice) discoveryv1.EndpointSlice {
+	s.Endpoints = slices.Clone(s.Endpoints)
+	for i := range s.Endpoints {
+		s.Endpoints[i].Conditions.Ready = ptr.To(false)
+		s.Endpoints[i].Conditions.Serving = ptr.To(false)
+	}
+	return s
+}
+
+// memberConditions are the import's Stale and Unreachable conditions for its exporters at now, nil where none
+// applies.
+func (r *reconciler) memberConditions(exports []merge.Export, now time.Time) (stale, unreachable *metav1.Condition) {
+	if r.reach == nil {
+		return nil, nil
+	}
+	ages := r.liveness.Members(now)
+	var lost, cut []string
+	for _, e := range exports {
+		if e.Cluster == r.id {
+			continue
+		}
+		switch state := r.reach.State(e.Cluster); {
+		case state == reach.Unreachable:
+			cut = append(cut, fmt.Sprintf("%s (since %s)", e.Cluster, r.reach.Since(e.Cluster).UTC().Format(time.RFC3339)))
+		case state == reach.Reachable && !r.liveness.Alive(e.Cluster):
+			renewed := now.Add(-ages[e.Cluster].Age).Truncate(time.Second)
+			lost = append(lost, fmt.Sprintf("%s (Lease last seen renewed at %s)", e.Cluster, renewed.UTC().Format(time.RFC3339)))
+		}
+	}
+	if len(lost) > 0 {
+		slices.Sort(lost)
+		stale = &metav1.Condition{Type: ConditionStale, Status: metav1.ConditionTrue, Reason: ReasonControlPlaneLost,
+			Message: "The control plane of " + strings.Join(lost, ", ") + " is lost, but its endpoints answer from this " +
+				"cluster: they stay in use as last published."}
+	}
+	if len(cut) > 0 {
+		slices.Sort(cut)
+		unreachable = &metav1.Condition{Type: ConditionUnreachable, Status: metav1.ConditionTrue, Reason: ReasonDataPlaneUnreachable,
+			Message: "The endpoints of " + strings.Join(cut, ", ") + " do not answer from this cluster: they are not used here."}
+	}
+	return stale, unreachable
+}

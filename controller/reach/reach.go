@@ -1,0 +1,151 @@
+// Package reach decides, from this member's own network position, whether each other member's endpoints can be
+// reached: the data-plane signal, kept apart from the control-plane one (the broker Lease). A member whose Lease
+// lapsed while its pods still answer keeps its endpoints in use; a member whose pods no longer answer from here
+// loses them here within seconds, whatever its Lease says, and other members decide for themselves.
+//
+// The decision is a plain state machine over probe rounds, with hysteresis: one lost round moves nothing, a
+// member turns unreachable after Down failed rounds in a row and reachable again after Up good ones.
+package reach
+
+import (
+	"sync"
+	"time"
+)
+
+// State is what this member knows of the path to another member's endpoints.
+type State int
+
+const (
+	// Unknown: not probed yet, or nothing of the member's to probe. Decisions fall back to its Lease.
+	Unknown State = iota
+	// Reachable: its endpoints answered (a connection, or a refusal, which also proves the path) lately.
+	Reachable
+	// Unreachable: Down rounds in a row got no answer from any endpoint probed.
+	Unreachable
+)
+
+func (s State) String() string {
+	switch s {
+	case Reachable:
+		return "reachable"
+	case Unreachable:
+		return "unreachable"
+	}
+	return "unknown"
+}
+
+// Tracker holds every other member's State.
+type Tracker struct {
+	down, up int
+
+	mu      sync.Mutex
+	members map[string]*member
+}
+
+type member struct {
+	state      State
+	fails, oks int       // the current run of failed or good rounds
+	since      time.Time // when state began
+}
+
+// New returns a Tracker that marks a member unreachable after down failed rounds in a row, and reachable again
+// after up good ones (a first good round makes an unknown member reachable at once).
+func New(down, up int) *Tracker {
+	return &Tracker{down: max(down, 1), up: max(up, 1), members: map[string]*member{}}
+}
+
+// Observe records one round of probes of member at now: ok when any endpoint answered. It says whether the
+// member's State changed.
+func (t *Tracker) Observe(id string, ok bool, now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.members[id]
+	if m == nil {
+		m = &member{since: now}
+		t.members[id] = m
+	}
+	was := m.state
+	if ok {
+		m.fails, m.oks = 0, m.oks+1
+		if m.state == Unknown || (m.state == Unreachable && m.oks >= t.up) {
+			m.state = Reachable
+		}
+	} else {
+		m.oks, m.fails = 0, m.fails+1
+		if m.state != Unreachable && m.fails >= t.down {
+			m.state = Unreachable
+		}
+	}
+	if m.state != was {
+		m.since = now
+		return true
+	}
+	return false
+}
+
+// Forget drops what is known of member, which has nothing left to probe; it says whether its State was known.
+func (t *Tracker) Forget(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m, ok := t.members[id]
+	delete(t.members, id)
+	return ok && m.state != Unknown
+}
+
+// State returns member's State.
+func (t *Tracker) State(id string) State {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if m := t.members[id]; m != nil {
+		return m.state
+	}
+	return Unknown
+}
+
+// Since returns when member's State began, zero when unknown.
+func (t *Tracker) Since(id string) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if m := t.members[id]; m != nil {
+		return m.since
+	}
+	return time.Time{}
+}
+
+// States returns every known member's State.
+func (t *Tracker) States() map[string]State {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[string]State, len(t.members))
+	for id, m := range t.members {
+		out[id] = m.state
+	}
+	return out
+}
+
+// Decision is what an importing member does with another member's endpoints.
+type Decision int
+
+const (
+	// Use: the endpoints are imported and answered.
+	Use Decision = iota
+	// UseStale: the member's control plane is lost (its Lease lapsed) but its endpoints answer: they stay in use,
+	// as last published, and the import says they are stale.
+	UseStale
+	// Leave: the endpoints are not used from this member: they do not answer from here, or the member is gone
+	// and nothing proves its endpoints still serve.
+	Leave
+)
+
+// Decide combines the two signals for one member: alive is its Lease, state what this member's probes found.
+func Decide(alive bool, state State) Decision {
+	switch {
+	case state == Unreachable:
+		return Leave
+	case alive:
+		return Use
+	case state == Reachable:
+		return UseStale
+	}
+	return Leave
+}
