@@ -238,9 +238,9 @@ func TestUntrustedViewShowsOnTheImport(t *testing.T) {
 }
 
 // TestGatherUnderTwoSignals: with the data-plane probe on, an exporter whose endpoints do not answer from here is
-// imported not ready whatever its Lease says, one whose Lease lapsed while its endpoints answer keeps them (and
-// the import says it is stale), and one that is both lost or never probed leaves; without the probe, the Lease
-// alone decides.
+// imported not ready while its Lease lives, one whose Lease lapsed while its endpoints answer keeps them (and the
+// import says it is stale), and one that is both lost or never probed leaves; without the probe, the Lease alone
+// decides.
 func TestGatherUnderTwoSignals(t *testing.T) {
 	key := types.NamespacedName{Namespace: "ns", Name: "web"}
 	now := time.Now()
@@ -280,7 +280,7 @@ func TestGatherUnderTwoSignals(t *testing.T) {
 			r.reach.Observe("cut", false, now)
 			r.reach.Observe("stale", true, now)
 			r.reach.Observe("gone", false, now)
-			want = map[string]string{"alive": "ready", "cut": "not ready", "stale": "ready", "gone": "not ready"}
+			want = map[string]string{"alive": "ready", "cut": "not ready", "stale": "ready"}
 		}
 		_, sources, err := r.gather(context.Background(), key, nil, nil)
 		if err != nil {

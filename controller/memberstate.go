@@ -34,12 +34,13 @@ type memberUse int
 const (
 	useEndpoints     memberUse = iota // as published
 	skipEndpoints                     // not at all: the exporter is gone
-	unreadyEndpoints                  // all not ready: its data plane does not answer from here
+	unreadyEndpoints                  // all not ready: its data plane does not answer from here, its Lease is alive
 )
 
 // useOf decides how this member imports cluster's endpoints, from its broker Lease and, with the data-plane
 // probe on, from whether its endpoints answer from here (reach.Decide). Without the probe, the Lease decides
-// alone.
+// alone. Endpoints that do not answer are kept, not ready, while the Lease lives (a cut may heal, and its member
+// still publishes), and withdrawn once it lapses too, as without the probe.
 func (r *reconciler) useOf(cluster string) memberUse {
 	if cluster == r.id {
 		return useEndpoints
@@ -52,7 +53,7 @@ func (r *reconciler) useOf(cluster string) memberUse {
 		return skipEndpoints
 	}
 	state := r.reach.State(cluster)
-	if state == reach.Unreachable {
+	if state == reach.Unreachable && alive {
 		return unreadyEndpoints
 	}
 	if reach.Decide(alive, state) == reach.Leave {

@@ -50,8 +50,9 @@ type Options struct {
 	DNSAddress string
 	// DataPlaneProbe measures from this member whether each other member's endpoints answer (a few TCP
 	// connections per member every 300 ms, see dataPlaneProbe), and decides with that and the Lease: endpoints
-	// that do not answer from here are imported not ready within about a second, whatever the exporter's Lease
-	// says; a member whose Lease lapsed while its endpoints answer keeps them in use, marked Stale. It needs the
+	// that do not answer from here are imported not ready within about a second, though the exporter's Lease
+	// lives (and withdrawn once it lapses too); a member whose Lease lapsed while its endpoints answer keeps them
+	// in use, marked Stale. It needs the
 	// controller on the member's pod network (the Deployment), with routes to the other members' pods. Off, the
 	// Lease alone decides, as a controller outside the pod network must.
 	DataPlaneProbe bool
