@@ -15,6 +15,7 @@ import (
 
 	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
 	"vksfleet.dev/fleet/controller/broker"
+	"vksfleet.dev/fleet/controller/imports"
 )
 
 // maxNote is the longest note the events API takes.
@@ -31,7 +32,7 @@ func conditionEvents(rec events.EventRecorder, obj runtime.Object, before, after
 			continue
 		}
 		healthy := c.Status == metav1.ConditionTrue
-		if slices.Contains([]string{string(mcsv1beta1.ServiceExportConditionConflict), ConditionWithdrawalHeld, ConditionStale, ConditionUnreachable}, c.Type) {
+		if slices.Contains([]string{string(mcsv1beta1.ServiceExportConditionConflict), ConditionWithdrawalHeld, imports.ConditionStale, imports.ConditionUnreachable}, c.Type) {
 			healthy = c.Status == metav1.ConditionFalse
 		}
 		if old == nil && healthy && c.Type != string(mcsv1beta1.ServiceExportConditionReady) {

@@ -10,22 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"vksfleet.dev/fleet/controller/imports"
 	"vksfleet.dev/fleet/controller/merge"
 	"vksfleet.dev/fleet/controller/reach"
-)
-
-// The ServiceImport conditions that tell which exporters this member does not take as they are.
-const (
-	// ConditionStale is True while an exporter's control plane is lost (its broker Lease lapsed) but its endpoints
-	// still answer from this member: they stay in use as last published.
-	ConditionStale = "Stale"
-	// ReasonControlPlaneLost is the reason of ConditionStale.
-	ReasonControlPlaneLost = "ControlPlaneLost"
-	// ConditionUnreachable is True while an exporter's endpoints do not answer from this member: they are
-	// imported not ready, so that neither kube-proxy nor DNS uses them here, whatever the exporter's Lease says.
-	ConditionUnreachable = "Unreachable"
-	// ReasonDataPlaneUnreachable is the reason of ConditionUnreachable.
-	ReasonDataPlaneUnreachable = "DataPlaneUnreachable"
 )
 
 // memberUse is how this member imports one exporter's endpoints.
@@ -95,13 +82,13 @@ func (r *reconciler) memberConditions(exports []merge.Export, now time.Time) (st
 	}
 	if len(lost) > 0 {
 		slices.Sort(lost)
-		stale = &metav1.Condition{Type: ConditionStale, Status: metav1.ConditionTrue, Reason: ReasonControlPlaneLost,
+		stale = &metav1.Condition{Type: imports.ConditionStale, Status: metav1.ConditionTrue, Reason: imports.ReasonControlPlaneLost,
 			Message: "The control plane of " + strings.Join(lost, ", ") + " is lost, but its endpoints answer from this " +
 				"cluster: they stay in use as last published."}
 	}
 	if len(cut) > 0 {
 		slices.Sort(cut)
-		unreachable = &metav1.Condition{Type: ConditionUnreachable, Status: metav1.ConditionTrue, Reason: ReasonDataPlaneUnreachable,
+		unreachable = &metav1.Condition{Type: imports.ConditionUnreachable, Status: metav1.ConditionTrue, Reason: imports.ReasonDataPlaneUnreachable,
 			Message: "The endpoints of " + strings.Join(cut, ", ") + " do not answer from this cluster: they are not used here."}
 	}
 	return stale, unreachable

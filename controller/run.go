@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -196,6 +197,18 @@ func runManager(ctx context.Context, opts Options, id string, a apis, scopes *sc
 		return err
 	}
 	renewer := &broker.Renewer{ClusterID: id, Holder: holderIdentity(id)}
+	if r.reach != nil {
+		renewer.Unreachable = func() []string {
+			var ids []string
+			for member, state := range r.reach.States() {
+				if state == reach.Unreachable {
+					ids = append(ids, member)
+				}
+			}
+			slices.Sort(ids)
+			return ids
+		}
+	}
 	if opts.BrokerCredentials != nil {
 		renewer.Credential = opts.BrokerCredentials.ID
 		if err := mgr.AddReadyzCheck("broker-credentials", opts.BrokerCredentials.Check); err != nil {

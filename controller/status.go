@@ -72,7 +72,7 @@ func (r *reconciler) importStatus(ctx context.Context, si, want *mcsv1beta1.Serv
 	for _, c := range []struct {
 		typ  string
 		cond *metav1.Condition
-	}{{ConditionStale, stale}, {ConditionUnreachable, unreachable}} {
+	}{{imports.ConditionStale, stale}, {imports.ConditionUnreachable, unreachable}} {
 		if c.cond != nil {
 			c.cond.ObservedGeneration = si.Generation
 		}

@@ -15,6 +15,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/controller/broker"
+	"vksfleet.dev/fleet/controller/imports"
 	"vksfleet.dev/fleet/controller/merge"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/plugin/zone"
@@ -40,6 +41,7 @@ const (
 	CheckLease            = "lease"
 	CheckClock            = "clock"
 	CheckStaleSlices      = "stale-slices"
+	CheckDataPlane        = "data-plane"
 	CheckExportValid      = "export-valid"
 	CheckExportReady      = "export-ready"
 	CheckExportConflict   = "export-conflict"
@@ -108,7 +110,8 @@ func memberChecks(s *Snapshot, m *Member) []Check {
 			Hint:    fmt.Sprintf("add a context for cluster %s to the kubeconfig, or pass --contexts naming the one that reaches it", m.ClusterID)}}
 	case !m.reachable():
 		return []Check{{Check: CheckReachable, Cluster: m.Context, Result: Fail, Message: m.Error,
-			Hint: fmt.Sprintf("check the member's address and credentials: kubectl --context %s get --raw /version", m.Context)}}
+			Hint: fmt.Sprintf("check the member's address and credentials: kubectl --context %s get --raw /version", m.Context)},
+			dataPlaneCheck(s, m)}
 	}
 	return []Check{
 		{Check: CheckReachable, Cluster: m.Context, Result: Pass, Message: "member reachable"},
@@ -118,7 +121,25 @@ func memberChecks(s *Snapshot, m *Member) []Check {
 		leaseCheck(s, m),
 		clockCheck(s, m),
 		staleSlicesCheck(s, m),
+		dataPlaneCheck(s, m),
 	}
+}
+
+// dataPlaneCheck reports the members whose data-plane probe finds m's endpoints silent, as their broker Leases
+// say: a member can renew its Lease while its pods cannot be reached, or the reverse.
+func dataPlaneCheck(s *Snapshot, m *Member) Check {
+	c := Check{Check: CheckDataPlane, Cluster: m.name()}
+	from := s.unreachableFrom(m.ClusterID)
+	if len(from) == 0 {
+		c.Result, c.Message = Pass, "no member reports its endpoints unreachable"
+		return c
+	}
+	c.Result = Fail
+	c.Message = fmt.Sprintf("its endpoints do not answer from %s (their data-plane probes): there, they are imported not ready "+
+		"while its Lease lives, and withdrawn once it lapses", strings.Join(from, ", "))
+	c.Hint = "check the member's nodes and pods, and the network between its pods and those members' (routes, firewalls); " +
+		"they use its endpoints again within seconds of their answering"
+	return c
 }
 
 func corefileCheck(m *Member) Check {
@@ -221,7 +242,9 @@ func leaseCheck(s *Snapshot, m *Member) Check {
 		c.Message = fmt.Sprintf("renewed %s in the broker's future (grace %s)", round(-l.age), l.grace)
 		c.Hint = "the controller's clock runs ahead of the broker's: synchronise the clocks (NTP)"
 	case !l.alive():
-		c.Result, c.Message = Fail, fmt.Sprintf("renewed %s ago, past the grace of %s: its endpoints are withdrawn everywhere", round(l.age), l.grace)
+		c.Result = Fail
+		c.Message = fmt.Sprintf("renewed %s ago, past the grace of %s: its control plane is lost; members whose data-plane "+
+			"probes still reach its endpoints keep them (their imports say Stale), the others withdraw them", round(l.age), l.grace)
 		c.Hint = logs
 	default:
 		c.Result, c.Message = Pass, fmt.Sprintf("renewed %s ago (grace %s)", round(max(l.age, 0)), l.grace)
@@ -259,6 +282,8 @@ func staleSlicesCheck(s *Snapshot, m *Member) Check {
 		switch l := s.lease(src); {
 		case !l.found:
 			why = "which left the clusterset (no Lease)"
+		case l.age > l.grace+withdrawMargin && keptStale(m.serviceImport(svc), src):
+			continue // its control plane is lost, its endpoints answer here: kept on purpose
 		case l.age > l.grace+withdrawMargin:
 			why = fmt.Sprintf("whose Lease was last renewed %s ago (grace %s)", round(l.age), l.grace)
 		case !l.alive():
@@ -282,6 +307,16 @@ func staleSlicesCheck(s *Snapshot, m *Member) Check {
 	c.Hint = fmt.Sprintf("the member's mcs-controller deletes them when it runs (see its lease check); by hand: kubectl --context %s delete endpointslices -A -l %s=%s",
 		m.Context, mcsv1beta1.LabelSourceCluster, names.LabelValue(sources[0]))
 	return c
+}
+
+// keptStale says whether the import keeps src's endpoints on purpose: its Stale condition names src, whose control
+// plane is lost while its endpoints answer from this member.
+func keptStale(si *mcsv1beta1.ServiceImport, src string) bool {
+	if si == nil {
+		return false
+	}
+	c := meta.FindStatusCondition(si.Status.Conditions, imports.ConditionStale)
+	return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, src+" (")
 }
 
 // withdrawMargin is how long past a Lease's expiry its member's slices may remain before they count as stale:

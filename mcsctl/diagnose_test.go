@@ -9,6 +9,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -195,6 +196,15 @@ func diagnoseCases() []diagnoseCase {
 			CheckStaleSlices, "cluster-b", "", Pass, ""},
 		{"the exporter's own slices are never stale", func(s *Snapshot) { s.Broker.Leases[0] = lease("cluster-a", time.Minute) },
 			CheckStaleSlices, "cluster-a", "", Pass, ""},
+		{"slices of a member whose control plane is lost, kept on purpose", func(s *Snapshot) {
+			s.Broker.Leases[0] = lease("cluster-a", time.Minute)
+			meta.SetStatusCondition(&s.Members[1].Imports[0].Status.Conditions, metav1.Condition{Type: imports.ConditionStale,
+				Status: metav1.ConditionTrue, Reason: imports.ReasonControlPlaneLost, Message: "The control plane of cluster-a (Lease last seen renewed at ...) is lost"})
+		}, CheckStaleSlices, "cluster-b", "", Pass, ""},
+		{"a member's endpoints unreachable from another", func(s *Snapshot) {
+			s.Broker.Leases[1].Annotations[names.AnnotationUnreachable] = "cluster-a,Not_An_ID"
+		}, CheckDataPlane, "cluster-a", "", Fail, "do not answer from cluster-b"},
+		{"a member's endpoints answer everywhere", func(s *Snapshot) {}, CheckDataPlane, "cluster-a", "", Pass, ""},
 		{"export invalid", func(s *Snapshot) {
 			s.Members[0].Exports[0].Status.Conditions[0] = metav1.Condition{Type: "Valid", Status: metav1.ConditionFalse, Reason: "NoService"}
 		}, CheckExportValid, "cluster-a", "demo/web", Fail, "NoService"},

@@ -1,6 +1,7 @@
 package mcsctl
 
 import (
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +23,9 @@ type StatusRow struct {
 	// a Lease. Alive says whether that is within the Lease's grace.
 	LeaseAgeSeconds *float64 `json:"leaseAgeSeconds,omitempty"`
 	Alive           bool     `json:"alive"`
+	// UnreachableFrom are the members whose data-plane probe finds this member's endpoints silent, as their
+	// broker Leases say: its control plane may be alive while its pods cannot be reached from there.
+	UnreachableFrom []string `json:"unreachableFrom,omitempty"`
 	// Broker is the context of the broker holding the member's Lease; "" when it holds none.
 	Broker string `json:"broker,omitempty"`
 	// DNS says whether the member's DNS server answers clusterset.local: "yes", "no", or "unknown" when no
@@ -44,6 +48,7 @@ func Status(s *Snapshot) []StatusRow {
 			age := l.age.Seconds()
 			row.LeaseAgeSeconds, row.Alive, row.Broker = &age, l.alive(), s.Broker.Context
 		}
+		row.UnreachableFrom = s.unreachableFrom(m.ClusterID)
 		row.DNS = dnsUnknown
 		if row.Reachable {
 			row.ClusterSet, row.Controller, row.DNS = m.ClusterSet, m.ControllerVersion, zoneServed(m)
@@ -77,7 +82,8 @@ func statusTable(rows []StatusRow) *metav1.Table {
 	t := &metav1.Table{ColumnDefinitions: []metav1.TableColumnDefinition{
 		{Name: "Name", Type: "string"}, {Name: "Status", Type: "string"}, {Name: "Cluster-ID", Type: "string"},
 		{Name: "ClusterSet", Type: "string"}, {Name: "Controller", Type: "string"}, {Name: "Lease-Age", Type: "string"},
-		{Name: "Alive", Type: "string"}, {Name: "Broker", Type: "string"}, {Name: "DNS", Type: "string"},
+		{Name: "Alive", Type: "string"}, {Name: "Unreachable-From", Type: "string"}, {Name: "Broker", Type: "string"},
+		{Name: "DNS", Type: "string"},
 		{Name: "DNS-Address", Type: "string", Priority: 1}, {Name: "Message", Type: "string", Priority: 1},
 	}}
 	for _, r := range rows {
@@ -100,7 +106,8 @@ func statusTable(rows []StatusRow) *metav1.Table {
 			controller = "unknown"
 		}
 		t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{
-			r.Name, status, dash(r.ClusterID), dash(r.ClusterSet), dash(controller), age, alive, dash(r.Broker), r.DNS,
+			r.Name, status, dash(r.ClusterID), dash(r.ClusterSet), dash(controller), age, alive,
+			dash(strings.Join(r.UnreachableFrom, ",")), dash(r.Broker), r.DNS,
 			dash(r.DNSAddress), dash(r.Error),
 		}})
 	}

@@ -196,3 +196,17 @@ type SourceEndpoints struct {
 	Serving int    `json:"serving"`
 	Total   int    `json:"total"`
 }
+
+// unreachableFrom returns the members whose broker Lease says their data-plane probe finds the member clusterID's
+// endpoints silent, sorted.
+func (s *Snapshot) unreachableFrom(clusterID string) []string {
+	var from []string
+	for i := range s.Broker.Leases {
+		l := &s.Broker.Leases[i]
+		if observer := broker.LeaseOf(l); observer != "" && slices.Contains(broker.UnreachableFrom(l), clusterID) {
+			from = append(from, observer)
+		}
+	}
+	slices.Sort(from)
+	return from
+}

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,6 +47,9 @@ type Renewer struct {
 	// Credential, when set, names the broker credential in use, written as the names.AnnotationCredential
 	// annotation at each renewal: it is read just before the write, which the credential it names sends.
 	Credential func() string
+	// Unreachable, when set, lists the members whose endpoints do not answer from this member, written as the
+	// names.AnnotationUnreachable annotation at each renewal.
+	Unreachable func() []string
 
 	written string // the resourceVersion of this process's last write; "" before its first
 }
@@ -93,19 +97,35 @@ func (r *Renewer) Renew(ctx context.Context, c client.Client, grace time.Duratio
 	return false, foreign, nil
 }
 
-// annotate names the credential in use on the Lease.
+// annotate names the credential in use and the members unreachable from here on the Lease.
 func (r *Renewer) annotate(lease *coordinationv1.Lease) {
-	if r.Credential == nil {
-		return
-	}
-	id := r.Credential()
-	if id == "" {
-		return
-	}
 	if lease.Annotations == nil {
 		lease.Annotations = map[string]string{}
 	}
-	lease.Annotations[names.AnnotationCredential] = id
+	if r.Credential != nil {
+		if id := r.Credential(); id != "" {
+			lease.Annotations[names.AnnotationCredential] = id
+		}
+	}
+	if r.Unreachable != nil {
+		if ids := r.Unreachable(); len(ids) > 0 {
+			lease.Annotations[names.AnnotationUnreachable] = strings.Join(ids, ",")
+		} else {
+			delete(lease.Annotations, names.AnnotationUnreachable)
+		}
+	}
+}
+
+// UnreachableFrom returns the members a broker Lease says are unreachable from its member: only valid cluster
+// ids, since a member may write anything there.
+func UnreachableFrom(lease *coordinationv1.Lease) []string {
+	var ids []string
+	for id := range strings.SplitSeq(lease.Annotations[names.AnnotationUnreachable], ",") {
+		if clusterid.Validate(id) == nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // Liveness decides which members are alive: those whose Lease this observer saw renewed within the grace, on

@@ -212,6 +212,20 @@ func ClusterLocal(si *mcsv1beta1.ServiceImport, imported []discoveryv1.EndpointS
 	return svc, out
 }
 
+// The ServiceImport conditions that tell which exporters this member does not take as they are.
+const (
+	// ConditionStale is True while an exporter's control plane is lost (its broker Lease lapsed) but its endpoints
+	// still answer from this member: they stay in use as last published.
+	ConditionStale = "Stale"
+	// ReasonControlPlaneLost is the reason of ConditionStale.
+	ReasonControlPlaneLost = "ControlPlaneLost"
+	// ConditionUnreachable is True while an exporter's endpoints do not answer from this member: they are
+	// imported not ready, so that neither kube-proxy nor DNS uses them here, whatever the exporter's Lease says.
+	ConditionUnreachable = "Unreachable"
+	// ReasonDataPlaneUnreachable is the reason of ConditionUnreachable.
+	ReasonDataPlaneUnreachable = "DataPlaneUnreachable"
+)
+
 // ConditionClusterLocalService is the ServiceImport condition that says whether the import is reflected into
 // cluster.local; the controller sets it only with --cluster-local-services.
 const ConditionClusterLocalService = "ClusterLocalService"

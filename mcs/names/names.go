@@ -27,6 +27,10 @@ const (
 	// (brokercred.Credential.ID: a bound Secret's name or a hash, never the credential), so that an operator who
 	// rotates it sees when the new one took before revoking the old.
 	AnnotationCredential = "mcs.vksfleet.dev/credential"
+	// AnnotationUnreachable, on a member's broker Lease, lists (comma-separated, sorted) the members whose
+	// endpoints do not answer from that member's data-plane probe, so that `kubectl mcs status` shows each
+	// member's data plane as every other member sees it. Absent when all answer.
+	AnnotationUnreachable = "mcs.vksfleet.dev/unreachable"
 	// AnnotationExportCreated is the ServiceExport creationTimestamp (RFC 3339) on a broker export record.
 	AnnotationExportCreated = "mcs.vksfleet.dev/export-created"
 	// AnnotationExportedLabels is the JSON of the ServiceExport's spec.exportedLabels on a broker record.
