@@ -175,15 +175,19 @@ func join(t *testing.T, m *clusterset.Cluster, info install.BrokerInfo, bin stri
 		done <- result{id, err}
 	}()
 	var d appsv1.Deployment
+	var ended *result // join returned before the Deployment was there
 	err := poll.Until(ctx, poll.Interval, timeout, func() error {
 		select {
 		case r := <-done:
-			done <- r
-			return fmt.Errorf("join ended before the controller's Deployment: %v", r.err)
+			ended = &r
+			return nil
 		default:
 		}
 		return m.Client.Get(ctx, client.ObjectKey{Namespace: "mcs-system", Name: "mcs-controller"}, &d)
 	})
+	if ended != nil {
+		t.Fatalf("join returned before the controller's Deployment was applied: %v\n%s", ended.err, out.String())
+	}
 	if err != nil {
 		cancel() // join writes to out until it returns
 		t.Fatalf("%v (join: %v)\n%s", err, (<-done).err, out.String())
