@@ -3,8 +3,9 @@
 // member serves no ValidatingAdmissionPolicy; `kubectl mcs join` installs our CRDs and everything else of the
 // member's manifests but the policy, says so, and completes (rollouts, then the controller's first Lease renewal);
 // the controller, a process of this machine run with the arguments join deployed, exports a Service through the
-// broker and imports it back (ServiceImport, derived Service, EndpointSlices, the cluster-local Service); and with
-// no policy in the API server, the controller alone refuses an export from a namespace every cluster shares.
+// broker and imports it back (ServiceImport, derived Service, EndpointSlices, the cluster-local Service) though the
+// member serves no ServiceCIDR to read its IP families from (GA in 1.33); and with no policy in the API server, the
+// controller alone refuses an export from a namespace every cluster shares.
 //
 // No kubelet runs: the clusterset's pod loop makes pods Running and Ready in the API, so that the old release's
 // own Deployment and EndpointSlice controllers roll out join's Deployments and publish the exported Service's
