@@ -8,17 +8,22 @@ cache=${FLEET_TOOLS_CACHE:-$root/.cache/tools}
 kube_version=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$root/build/tools/kube/go.mod")
 etcd_version=$(awk '$1 == "require" && $2 == "go.etcd.io/etcd/server/v3" {print $3}' "$root/build/tools/etcd/go.mod")
 kube_dir=$cache/kubernetes-$kube_version
+# The oldest Kubernetes release we support (README, Requirements): only what test/oldest runs of it.
+oldest_version=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$root/build/tools/kube-oldest/go.mod")
+oldest_dir=$cache/kubernetes-$oldest_version
 etcd_dir=$cache/etcd-$etcd_version
 kustomize_version=$(awk '$1 == "require" && $2 == "sigs.k8s.io/kustomize/kustomize/v5" {print $3}' "$root/build/tools/kustomize/go.mod")
 helm_version=$(awk '$1 == "require" && $2 == "helm.sh/helm/v3" {print $3}' "$root/build/tools/helm/go.mod")
 
-# build DIR MODULE_DIR OUT PKG: builds PKG in MODULE_DIR into DIR/OUT unless it is already there.
+# build DIR MODULE_DIR OUT PKG [FLAG...]: builds PKG in MODULE_DIR into DIR/OUT unless it is already there; FLAGs go
+# to go build after the default ones (a later -ldflags replaces the default).
 build() {
 	local dir=$1 moddir=$2 out=$3 pkg=$4
+	shift 4
 	[ -x "$dir/$out" ] && return 0
 	mkdir -p "$dir"
 	echo "tools: building $out into $dir (a cold build takes minutes)" >&2
-	(cd "$moddir" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$dir/$out.tmp" "$pkg")
+	(cd "$moddir" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' "$@" -o "$dir/$out.tmp" "$pkg")
 	mv "$dir/$out.tmp" "$dir/$out"
 }
 
@@ -31,6 +36,14 @@ build "$kube_dir" "$root/build/tools/kube" kube-proxy k8s.io/kubernetes/cmd/kube
 build "$kube_dir" "$root/build/tools/kube" kubelet k8s.io/kubernetes/cmd/kubelet
 build "$cache/kustomize-$kustomize_version" "$root/build/tools/kustomize" kustomize sigs.k8s.io/kustomize/kustomize/v5
 build "$cache/helm-$helm_version" "$root/build/tools/helm" helm helm.sh/helm/v3/cmd/helm
+# The oldest release's API server and controller manager (a member's); "providerless" leaves out the in-tree cloud
+# providers that release still compiles in (Azure, GCE, vSphere: a third of its packages), which neither needs
+# here. The version stamped is the one its /version reports, which test/oldest checks.
+version_pkg=k8s.io/component-base/version
+oldest_minor=${oldest_version#v1.}
+oldest_flags=(-tags providerless -ldflags "-s -w -X $version_pkg.gitVersion=$oldest_version -X $version_pkg.gitMajor=1 -X $version_pkg.gitMinor=${oldest_minor%%.*}")
+build "$oldest_dir" "$root/build/tools/kube-oldest" kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "${oldest_flags[@]}"
+build "$oldest_dir" "$root/build/tools/kube-oldest" kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "${oldest_flags[@]}"
 
 # envtest looks for etcd, kube-apiserver and kubectl in one folder: link them together. The links are relative,
 # within the cache, so that they hold wherever the cache is reached from (a git worktree may link to it).
@@ -44,6 +57,14 @@ ln -sfn "../$(basename "$etcd_dir")/etcd" "$assets/etcd"
 ln -sfn "../kustomize-$kustomize_version/kustomize" "$assets/kustomize"
 ln -sfn "../helm-$helm_version/helm" "$assets/helm"
 ln -sfn "$assets_name" "$cache/current"
+# The oldest release's member binaries, with the pinned etcd (etcd 3.6 serves the v3 API that release's clients use).
+oldest_assets_name=assets-$oldest_version-etcd-$etcd_version
+mkdir -p "$cache/$oldest_assets_name"
+for b in kube-apiserver kube-controller-manager; do
+	ln -sfn "../$(basename "$oldest_dir")/$b" "$cache/$oldest_assets_name/$b"
+done
+ln -sfn "../$(basename "$etcd_dir")/etcd" "$cache/$oldest_assets_name/etcd"
+ln -sfn "$oldest_assets_name" "$cache/oldest"
 
 # The Debian packages the tests use: dig and nslookup, dnsperf, and what the local clusterset's nodes and pods run
 # (nft for kube-proxy, ip and nsenter for namespaces, and the tools test workloads run: sh, socat, OpenBSD nc, curl),

@@ -102,6 +102,10 @@ type clusterSpec struct {
 	log               io.Writer
 	region            string
 	noKCM             bool // the member runs no kube-controller-manager
+	// assets, when set, holds the member's own control-plane binaries (Options.Oldest), and fresh leaves out
+	// what the clusterset otherwise installs in a member.
+	assets string
+	fresh  bool
 	// With a data plane: the plane, and for a member the node count and the images its nodes load.
 	plane  *dataplane.Plane
 	nodes  int
@@ -121,9 +125,14 @@ func startCluster(ctx context.Context, spec clusterSpec, assets string) (c *Clus
 			c = nil
 		}
 	}()
-	crds, err := crdsFor(spec.member)
-	if err != nil {
-		return c, err
+	if spec.assets != "" {
+		assets = spec.assets
+	}
+	var crds []*apiextensionsv1.CustomResourceDefinition
+	if !spec.fresh {
+		if crds, err = crdsFor(spec.member); err != nil {
+			return c, err
+		}
 	}
 	c.env = &envtest.Environment{
 		BinaryAssetsDirectory:    assets,
@@ -194,11 +203,13 @@ func startCluster(ctx context.Context, spec clusterSpec, assets string) (c *Clus
 	c.PodCIDRs = podCIDRs(spec.index)
 	c.Region = spec.region
 	c.DNSServiceIP = dnsServiceIP(c.ServiceCIDRs)
-	if err := c.createClusterProperties(ctx, spec.id, spec.setName); err != nil {
-		return c, err
-	}
-	if err := c.installExportPolicy(ctx); err != nil {
-		return c, err
+	if !spec.fresh {
+		if err := c.createClusterProperties(ctx, spec.id, spec.setName); err != nil {
+			return c, err
+		}
+		if err := c.installExportPolicy(ctx); err != nil {
+			return c, err
+		}
 	}
 	if !spec.noKCM {
 		if c.kcm, err = startControllerManager(ctx, assets, c.dir, c.KubeconfigPath, c.rootCAFile, controllers, spec.log); err != nil {

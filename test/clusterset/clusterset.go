@@ -62,6 +62,12 @@ type Options struct {
 	// DataPlaneWait is how long Start waits for another clusterset's data plane on this machine to stop;
 	// default 15 minutes.
 	DataPlaneWait time.Duration
+	// Oldest names members that run the oldest Kubernetes release the project supports (OldestAssetsDir): its
+	// kube-apiserver, and its kube-controller-manager, which must not be newer than the API server it serves; the
+	// virtual Node and pod loop stand in for the kubelet as in any member. They start as a cluster of that release
+	// is before `kubectl mcs join`, without our CRDs, ClusterProperties and admission policy: Cluster.ID is the id
+	// to join them with. Not with Nodes: the pinned kubelet and kube-proxy are newer than that API server too.
+	Oldest []string
 }
 
 // ClusterSet is a running local clusterset.
@@ -130,6 +136,18 @@ func plan(opts Options) ([]clusterSpec, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	var oldestAssets string
+	for _, name := range opts.Oldest {
+		if !slices.Contains(members, name) {
+			return nil, "", fmt.Errorf("clusterset: Oldest names %q, which is not a member", name)
+		}
+		if opts.Nodes > 0 {
+			return nil, "", errors.New("clusterset: Oldest members cannot have Nodes: the pinned kubelet is newer than their API server")
+		}
+		if oldestAssets, err = OldestAssetsDir(); err != nil {
+			return nil, "", err
+		}
+	}
 	if opts.Nodes > 0 {
 		if err := dataPlaneReady(opts, assets); err != nil {
 			return nil, "", err
@@ -164,8 +182,12 @@ func plan(opts Options) ([]clusterSpec, string, error) {
 		if r, ok := opts.Regions[name]; ok {
 			region = r
 		}
-		specs = append(specs, clusterSpec{name: name, id: id, setName: setName, member: true, index: i, log: logw,
-			region: region, nodes: opts.Nodes, noKCM: noKCM[name], images: opts.Images})
+		spec := clusterSpec{name: name, id: id, setName: setName, member: true, index: i, log: logw,
+			region: region, nodes: opts.Nodes, noKCM: noKCM[name], images: opts.Images}
+		if slices.Contains(opts.Oldest, name) {
+			spec.assets, spec.fresh = oldestAssets, true
+		}
+		specs = append(specs, spec)
 	}
 	if !opts.NoBroker {
 		specs = append(specs, clusterSpec{name: BrokerName, index: maxMembers, log: logw, nodes: opts.Nodes})
@@ -218,19 +240,32 @@ func startDataPlane(ctx context.Context, opts Options, specs []clusterSpec) (*da
 // AssetsDir resolves the folder with the control-plane binaries (dir, else $FLEET_ASSETS, else the repository's
 // tools cache) and checks that each binary is there.
 func AssetsDir(dir string) (string, error) {
+	return assetsIn(dir, "FLEET_ASSETS", "current", "etcd", "kube-apiserver", "kube-controller-manager", "kubectl")
+}
+
+// OldestAssetsDir resolves the folder with the oldest supported Kubernetes release's kube-apiserver and
+// kube-controller-manager (build/tools/kube-oldest) and the etcd they run with: $FLEET_OLDEST_ASSETS, else the
+// repository's tools cache.
+func OldestAssetsDir() (string, error) {
+	return assetsIn("", "FLEET_OLDEST_ASSETS", "oldest", "etcd", "kube-apiserver", "kube-controller-manager")
+}
+
+// assetsIn resolves a folder of binaries (dir, else $env, else the tools cache's folder cached) and checks that
+// each of bins is there.
+func assetsIn(dir, env, cached string, bins ...string) (string, error) {
 	if dir == "" {
-		dir = os.Getenv("FLEET_ASSETS")
+		dir = os.Getenv(env)
 	}
 	if dir == "" {
 		root, err := RepoRoot()
 		if err != nil {
 			return "", err
 		}
-		dir = filepath.Join(root, ".cache", "tools", "current")
+		dir = filepath.Join(root, ".cache", "tools", cached)
 	}
-	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kubectl"} {
+	for _, b := range bins {
 		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
-			return "", fmt.Errorf("clusterset: %s not found in %s: run `make tools` first (or set FLEET_ASSETS)", b, dir)
+			return "", fmt.Errorf("clusterset: %s not found in %s: run `make tools` first (or set %s)", b, dir, env)
 		}
 	}
 	return dir, nil

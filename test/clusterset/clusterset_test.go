@@ -348,3 +348,22 @@ func childPIDs(t *testing.T) []int {
 	}
 	return pids
 }
+
+// TestPlanOldest checks that Oldest takes members only, and no kubelet nodes, whose kubelet would be newer than
+// their API server.
+func TestPlanOldest(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"not a member", Options{Members: []string{"cluster-a"}, Oldest: []string{"cluster-b"}}, `Oldest names "cluster-b", which is not a member`},
+		{"with nodes", Options{Members: []string{"cluster-a"}, Oldest: []string{"cluster-a"}, Nodes: 1}, "cannot have Nodes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, _, err := plan(tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("plan: %v, want %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -4,5 +4,5 @@
 // StatefulSets therefore produce real EndpointSlices through the real endpointslice controller.
 //
 // The binaries come from the tools cache that `make tools` fills (build/tools.sh); FLEET_ASSETS overrides where
-// they are looked up.
+// they are looked up, and FLEET_OLDEST_ASSETS where those of the oldest supported release are (Options.Oldest).
 package clusterset
