@@ -244,7 +244,8 @@ func (c *Controller) wrap(cfg *rest.Config, toBroker bool) *rest.Config {
 			if cut() {
 				return nil, errPartitioned
 			}
-			if req.Method != http.MethodGet && !strings.Contains(req.URL.Path, "/leases") {
+			// Access reviews (the broker scope's poll) are POSTs that store nothing.
+			if req.Method != http.MethodGet && !strings.Contains(req.URL.Path, "/leases") && !strings.HasSuffix(req.URL.Path, "reviews") {
 				c.Writes.add(req.Method + " " + req.URL.Path)
 			}
 			resp, err := rt.RoundTrip(req)
@@ -276,8 +277,8 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
-// Writes records write requests as "METHOD path", except Lease renewals: those are the heartbeat, periodic by
-// design, while any other write of an idle or restarted controller is a sign of non-idempotent reconciles.
+// Writes records write requests as "METHOD path", except Lease renewals and access reviews: those are the
+// heartbeat and the broker scope's poll, periodic by design, while any other write of an idle or restarted controller is a sign of non-idempotent reconciles.
 type Writes struct {
 	mu  sync.Mutex
 	log []string
