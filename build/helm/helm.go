@@ -40,13 +40,17 @@ type part struct {
 	file, base, mode string
 	// component names the values of the base's Deployment: "controller" or "dns".
 	component string
+	// needs is the API (group/version/kind) without which the part is left out, as join leaves it out, "" for none.
+	needs string
 }
 
 // The chart's templates, one per base of a member's overlay (mcsctl/install's memberOverlay): the controller and
 // the admission policy in every mode, and each DNS base in its own mode. The CRDs go to crds/, Helm's convention.
 var parts = []part{
 	{file: "controller.yaml", base: "controller", component: "controller"},
-	{file: "policy.yaml", base: "policy"},
+	// A cluster before Kubernetes 1.30 serves no ValidatingAdmissionPolicy: the controller alone refuses the exports
+	// the policy would.
+	{file: "policy.yaml", base: "policy", needs: "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"},
 	{file: "dns-standalone.yaml", base: "dns-standalone", mode: install.DNSStandalone, component: "dns"},
 	{file: "dns-replace.yaml", base: "coredns", mode: install.DNSReplace, component: "dns"},
 }
@@ -166,11 +170,14 @@ func templateOf(p part, defaults map[string]*componentDefaults) (string, error) 
 	if err != nil {
 		return "", fmt.Errorf("helm: base %s: %w", p.base, err)
 	}
-	if p.mode == "" {
-		return generated + body, nil
+	// The header within the condition, so that the template renders nothing at all where it does not apply.
+	switch {
+	case p.mode != "":
+		return fmt.Sprintf("{{- if eq .Values.dns.mode %q }}\n%s%s{{- end }}\n", p.mode, generated, body), nil
+	case p.needs != "":
+		return fmt.Sprintf("{{- if .Capabilities.APIVersions.Has %q }}\n%s%s{{- end }}\n", p.needs, generated, body), nil
 	}
-	// The header within the condition, so that the template renders nothing at all in the other modes.
-	return fmt.Sprintf("{{- if eq .Values.dns.mode %q }}\n%s%s{{- end }}\n", p.mode, generated, body), nil
+	return generated + body, nil
 }
 
 // templater swaps fields of rendered objects for tokens, then the tokens of the objects' text for template

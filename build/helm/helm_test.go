@@ -154,8 +154,12 @@ func TestTemplateMatchesKustomize(t *testing.T) {
 		values  string
 		mode    string
 		overlay string
+		// noPolicyAPI installs on a cluster that serves no ValidatingAdmissionPolicy (before Kubernetes 1.30):
+		// the chart leaves the policy out, as join does.
+		noPolicyAPI bool
 	}{
 		{name: "defaults", mode: install.DNSStandalone},
+		{name: "a cluster before Kubernetes 1.30", mode: install.DNSStandalone, noPolicyAPI: true},
 		{name: "replace", args: []string{"--set", "dns.mode=replace"}, mode: install.DNSReplace},
 		{name: "cluster-local", args: []string{"--set", "dns.mode=cluster-local"}, mode: install.DNSClusterLocal, overlay: "patches:\n" + install.ClusterLocalPatch},
 		{
@@ -198,6 +202,9 @@ replicas:
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"template", "mcs", ChartDir, "--namespace", "mcs-system", "--include-crds"}, tc.args...)
+			if !tc.noPolicyAPI {
+				args = append(args, "--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy")
+			}
 			if tc.values != "" {
 				f := filepath.Join(t.TempDir(), "values.yaml")
 				if err := os.WriteFile(f, []byte(tc.values), 0o644); err != nil {
@@ -227,6 +234,18 @@ replicas:
 				t.Fatalf("kustomize rendered no %s for the chart to leave out", ns)
 			}
 			delete(want, ns)
+			if tc.noPolicyAPI {
+				for key := range want {
+					if strings.HasPrefix(key, "ValidatingAdmissionPolicy") {
+						delete(want, key)
+					}
+				}
+				for key := range got {
+					if strings.HasPrefix(key, "ValidatingAdmissionPolicy") {
+						t.Errorf("helm rendered %s for a cluster that does not serve it", key)
+					}
+				}
+			}
 
 			for _, key := range slices.Sorted(maps.Keys(want)) {
 				g, ok := got[key]
