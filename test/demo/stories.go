@@ -10,11 +10,13 @@ import (
 
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/controller/imports"
 	"vksfleet.dev/fleet/test/fleet"
 	"vksfleet.dev/fleet/test/workload"
 )
@@ -335,39 +337,35 @@ func (d *Demo) storyFailover(ctx context.Context) error {
 	if err := d.nextPhase(ctx, 2, "cluster-b's controller stopped"); err != nil {
 		return err
 	}
-	d.step("cluster-b's controller stops: once its Lease expires, its endpoints leave the other clusters")
+	d.step("cluster-b's controller stops: its control plane is lost, its pods still answer, so every member keeps using them and says they are stale")
 	stopped := time.Now().UnixMilli()
-	b.StopController()
+	if err := b.StopController(); err != nil {
+		return err
+	}
 	others := []*fleet.Member{a, c}
 	for _, m := range others {
-		if err := d.eventually(ctx, m.Name+" no longer has cluster-b's web, db and failover endpoints", func(ctx context.Context) error {
-			if err := d.expectEndpoints(ctx, m, "web", others...); err != nil {
-				return err
-			}
-			if err := d.expectEndpoints(ctx, m, "failover", c); err != nil {
-				return err
-			}
-			return d.expectEndpoints(ctx, m, "db", others...)
+		if err := d.eventually(ctx, m.Name+"'s import of web says cluster-b is stale", func(ctx context.Context) error {
+			return staleIn(ctx, m, "web", b.ID)
 		}); err != nil {
 			return err
 		}
-	}
-	if err := d.waitTraffic(ctx, loop, stopped, "failover-client's last 20 requests were answered by cluster-c", lastAnswered(20, c.Name)); err != nil {
-		return err
-	}
-	served := "cluster-b answered no request after the stop"
-	for _, r := range loop.Requests(stopped, 0) {
-		if r.OK && r.Cluster == b.Name {
-			served = fmt.Sprintf("cluster-b's pods, still running, answered until %d ms after the stop, cluster-c alone after that", r.StartMs-stopped)
+		if err := d.expectEndpoints(ctx, m, "web", members...); err != nil {
+			return fmt.Errorf("%s, with cluster-b stale: %w", m.Name, err)
+		}
+		if err := d.expectEndpoints(ctx, m, "failover", b, c); err != nil {
+			return fmt.Errorf("%s, with cluster-b stale: %w", m.Name, err)
 		}
 	}
-	d.note("cluster-b's controller stopped: %s; %s", disruption(loop, "the stop", stopped), served)
+	if err := d.waitTraffic(ctx, loop, stopped, "failover-client's last 20 requests were answered by cluster-b", lastAnswered(20, b.Name)); err != nil {
+		return err
+	}
+	d.note("cluster-b's controller stopped: %s; cluster-b's pods kept answering", disruption(loop, "the stop", stopped))
 	d.dig(ctx, a, "db."+Namespace+".svc.clusterset.local", "A")
 
 	if err := d.nextPhase(ctx, 2, "cluster-b's controller restarted"); err != nil {
 		return err
 	}
-	d.step("cluster-b's controller restarts: its endpoints return")
+	d.step("cluster-b's controller restarts: its endpoints are no longer stale")
 	restarted := time.Now().UnixMilli()
 	if err := b.StartController(); err != nil {
 		return err
@@ -396,7 +394,17 @@ func (d *Demo) storyFailover(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	d.note("cluster-b's controller restarted: cluster-b answered again %d ms after the restart", back.StartMs-restarted)
+	for _, m := range others {
+		if err := d.eventually(ctx, m.Name+"'s import of web no longer says cluster-b is stale", func(ctx context.Context) error {
+			if staleIn(ctx, m, "web", b.ID) == nil {
+				return fmt.Errorf("still stale")
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	d.note("cluster-b's controller restarted: cluster-b answered %d ms after the restart", back.StartMs-restarted)
 	d.dig(ctx, a, "db."+Namespace+".svc.clusterset.local", "A")
 	return nil
 }
@@ -430,4 +438,18 @@ func podIP(ctx context.Context, m *fleet.Member, name string) (string, error) {
 		return "", fmt.Errorf("pod %s/%s has no IP yet", m.Name, name)
 	}
 	return p.Status.PodIP, nil
+}
+
+// staleIn says why m's import of svc does not say that cluster's control plane is lost while its endpoints answer
+// (the Stale condition), or nil when it does.
+func staleIn(ctx context.Context, m *fleet.Member, svc, cluster string) error {
+	si := &mcsv1beta1.ServiceImport{}
+	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: svc}, si); err != nil {
+		return err
+	}
+	c := meta.FindStatusCondition(si.Status.Conditions, imports.ConditionStale)
+	if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, cluster+" (") {
+		return fmt.Errorf("the Stale condition of %s in %s is %+v", svc, m.Name, c)
+	}
+	return nil
 }

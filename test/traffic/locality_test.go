@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -19,6 +20,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
+	"vksfleet.dev/fleet/controller/imports"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/fleet"
 	"vksfleet.dev/fleet/test/poll"
@@ -166,7 +168,13 @@ func (e *env) testLocality(t *testing.T) {
 		{"cluster-b back in cluster-a's region", func(t *testing.T) { e.setRegion(t, e.b, e.b.Region) }, "cluster-b", "", nil},
 		{"cluster-b's export drained", func(t *testing.T) { e.setDrain(t, e.b, "near", true) }, "cluster-c", "", nil},
 		{"cluster-b's drain lifted", func(t *testing.T) { e.setDrain(t, e.b, "near", false) }, "cluster-b", "", nil},
-		{"cluster-b's controller stopped (lease expires)", func(*testing.T) { e.b.StopController() }, "cluster-c", "", nil},
+		// Its control plane lost, its pods still answer from cluster-a: nothing moves, and the import says so.
+		{"cluster-b's controller stopped (lease expires)", func(t *testing.T) {
+			if err := e.b.StopController(); err != nil {
+				t.Fatal(err)
+			}
+			e.waitStale(t, e.a, "near", e.b.ID)
+		}, "cluster-b", "cluster-c", nil},
 		{"cluster-b's controller back", func(t *testing.T) {
 			if err := e.b.StartController(); err != nil {
 				t.Fatal(err)
@@ -195,6 +203,9 @@ func (e *env) testLocality(t *testing.T) {
 		moved := loop.Requests(start-1000, end)
 		gap, failed, _ := workload.Failover(moved, func(r workload.Request) bool { return place(r) == prev },
 			func(r workload.Request) bool { return place(r) == s.to })
+		if prev == s.to && failed > 0 {
+			t.Errorf("%s: traffic stays in %s, yet %d requests failed", s.name, s.to, failed)
+		}
 		after := int64(-1)
 		if i := slices.IndexFunc(loop.Requests(start, end), func(r workload.Request) bool { return r.OK && place(r) == s.to }); i >= 0 {
 			after = loop.Requests(start, end)[i].StartMs - start
@@ -350,6 +361,22 @@ func (e *env) settle(t *testing.T, loop *workload.Loop, from int64, at string) i
 	return end
 }
 
+// waitStale waits until m's import of svc says that cluster's control plane is lost while its endpoints answer.
+func (e *env) waitStale(t *testing.T, m *fleet.Member, svc, cluster string) {
+	t.Helper()
+	poll.T(t, timeout, svc+" in "+m.Name+" says "+cluster+" is stale", func() error {
+		si := &mcsv1beta1.ServiceImport{}
+		if err := m.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: svc}, si); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(si.Status.Conditions, imports.ConditionStale)
+		if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, cluster+" (") {
+			return fmt.Errorf("Stale condition %+v", c)
+		}
+		return nil
+	})
+}
+
 // testHeadlessLocality: a PreferSameZone headless service answers, in a pod of cluster-a, only the closest
 // cluster tier that has a ready pod: cluster-a, then cluster-b (same region), then cluster-c.
 func (e *env) testHeadlessLocality(t *testing.T) {
@@ -378,8 +405,11 @@ func (e *env) testHeadlessLocality(t *testing.T) {
 	expect("cluster-a's own pod", ips["cluster-a"])
 	e.scale(t, e.a, "nearh", 0)
 	expect("cluster-b's pod once cluster-a has none", ips["cluster-b"])
-	e.b.StopController()
-	expect("cluster-c's pod once cluster-b's lease expired", ips["cluster-c"])
+	if err := e.b.StopController(); err != nil {
+		t.Fatal(err)
+	}
+	e.waitStale(t, e.a, "nearh", e.b.ID)
+	expect("cluster-b's pod while its control plane is lost", ips["cluster-b"])
 	if err := e.b.StartController(); err != nil {
 		t.Fatal(err)
 	}
