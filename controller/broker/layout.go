@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -133,5 +134,10 @@ func Slice(clusterID string, svc types.NamespacedName, s *discoveryv1.EndpointSl
 	// The endpointslice controllers leave slices alone unless their managed-by is theirs; this one is ours.
 	out.Labels[discoveryv1.LabelManagedBy] = names.ManagedBy
 	out.Annotations = map[string]string{names.AnnotationClusterID: clusterID}
+	// The time of the change that made the source slice what it is travels with it, so that every importing
+	// member's kube-proxy measures the network programming latency from the change in the exporting cluster.
+	if t, ok := s.Annotations[corev1.EndpointsLastChangeTriggerTime]; ok {
+		out.Annotations[corev1.EndpointsLastChangeTriggerTime] = t
+	}
 	return out
 }

@@ -1,12 +1,15 @@
 package broker
 
 import (
+	"maps"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -75,5 +78,16 @@ func TestParseRecordErrors(t *testing.T) {
 		if _, err := ParseRecord(rec); err == nil || !strings.Contains(err.Error(), rec.Name) {
 			t.Errorf("%s: ParseRecord() error = %v", name, err)
 		}
+	}
+}
+
+// TestSliceKeepsTriggerTime: a broker slice carries its source slice's change time, and no other annotation.
+func TestSliceKeepsTriggerTime(t *testing.T) {
+	src := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "web-abc", Annotations: map[string]string{
+		corev1.EndpointsLastChangeTriggerTime: "2026-11-26T02:45:47Z", "team.example/secret": "x"}}}
+	got := Slice("a", types.NamespacedName{Namespace: "ns", Name: "web"}, src).Annotations
+	want := map[string]string{names.AnnotationClusterID: "a", corev1.EndpointsLastChangeTriggerTime: "2026-11-26T02:45:47Z"}
+	if !maps.Equal(got, want) {
+		t.Errorf("annotations %v, want %v", got, want)
 	}
 }

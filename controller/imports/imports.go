@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -265,7 +266,7 @@ func Slices(svc types.NamespacedName, sources []Source, ports merge.SlicePorts, 
 					discoveryv1.LabelManagedBy:    names.ManagedBy,
 					discoveryv1.LabelServiceName:  derived,
 				},
-				Annotations:     map[string]string{names.AnnotationClusterID: src.Cluster},
+				Annotations:     sliceAnnotations(src),
 				OwnerReferences: owner,
 			},
 			AddressType: s.AddressType,
@@ -275,6 +276,19 @@ func Slices(svc types.NamespacedName, sources []Source, ports merge.SlicePorts, 
 	}
 	slices.SortFunc(out, func(a, b discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
 	return out
+}
+
+// sliceAnnotations are an imported slice's annotations: its source cluster's id and, when the source slice carries
+// a valid one, the time of the change in the exporting cluster that made it what it is (kube-proxy's network
+// programming latency then spans the whole way from that change).
+func sliceAnnotations(src Source) map[string]string {
+	a := map[string]string{names.AnnotationClusterID: src.Cluster}
+	if t, ok := src.Slice.Annotations[corev1.EndpointsLastChangeTriggerTime]; ok {
+		if _, err := time.Parse(time.RFC3339Nano, t); err == nil {
+			a[corev1.EndpointsLastChangeTriggerTime] = t
+		}
+	}
+	return a
 }
 
 // defaultPorts fills in what the API server defaults on EndpointSlice ports.

@@ -283,3 +283,23 @@ func TestMissing(t *testing.T) {
 		}
 	}
 }
+
+// TestSliceTriggerTime: the time of the exporting cluster's change travels to the imported slice, where kube-proxy
+// measures network programming latency from it; a value that is not a time does not.
+func TestSliceTriggerTime(t *testing.T) {
+	const when = "2026-11-26T02:45:47.123456Z"
+	for _, tt := range []struct{ annotation, want string }{
+		{when, when},
+		{"yesterday", ""},
+		{"", ""},
+	} {
+		src := discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "web-abc"}, AddressType: discoveryv1.AddressTypeIPv4}
+		if tt.annotation != "" {
+			src.Annotations = map[string]string{corev1.EndpointsLastChangeTriggerTime: tt.annotation}
+		}
+		got := Slices(key, []Source{{Cluster: "b", Slice: src}}, merge.SlicePorts{}, nil)[0].Annotations
+		if got[corev1.EndpointsLastChangeTriggerTime] != tt.want || got[names.AnnotationClusterID] != "b" {
+			t.Errorf("source annotation %q: imported annotations %v, want the trigger time %q", tt.annotation, got, tt.want)
+		}
+	}
+}
