@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 	"unique"
 	"unsafe"
 	"weak"
@@ -83,6 +84,9 @@ type endpointSlice struct {
 	meta
 	service, cluster string
 	endpoints        []zone.Endpoint
+	// changed is the time of the change in the exporting cluster that made the slice what it is
+	// (endpoints.kubernetes.io/last-change-trigger-time, which the controller carries); zero when unknown.
+	changed time.Time
 }
 
 // DeepCopyObject implements runtime.Object. The copy shares the slices, which are never modified.
@@ -178,6 +182,9 @@ func slimEndpointSlice(obj any) (any, []dropped) {
 		return out, []dropped{{DropInvalidClusterID, 1, err}}
 	}
 	out.cluster = intern(cluster)
+	if t, err := time.Parse(time.RFC3339Nano, in.Annotations[corev1.EndpointsLastChangeTriggerTime]); err == nil {
+		out.changed = t
+	}
 	var ports []zone.Port
 	for _, p := range in.Ports {
 		if p.Port == nil {

@@ -34,6 +34,9 @@ type Observer interface {
 	Rebuilt(n int, d time.Duration)
 	// Propagated reports the time from an object change reaching the source to the answer changing.
 	Propagated(d time.Duration)
+	// Answered reports the time from an endpoint change in the exporting cluster (the imported slice's
+	// last-change-trigger-time) to the answer changing: cross-cluster propagation, end to end.
+	Answered(d time.Duration)
 	// SyncError reports a failed list, watch or discovery of resource.
 	SyncError(resource string, err error)
 	// Sized reports the index sizes after an update.
@@ -69,6 +72,7 @@ type Source struct {
 	mu       sync.Mutex
 	slicesOf map[serviceKey][]*endpointSlice // the imported slices of each service, from the slice informer
 	dirty    map[serviceKey]time.Time        // service -> when it first changed since the last update
+	changes  []time.Time                     // the exporting clusters' change times of the slices since then
 	nsDirty  bool
 	nsSince  time.Time
 	wake     chan struct{}
@@ -285,6 +289,10 @@ func (s *Source) sliceHandler() cache.ResourceEventHandler {
 			filed := slices.DeleteFunc(s.slicesOf[k], func(o *endpointSlice) bool { return o.name == sl.name })
 			if c.keep {
 				filed = append(filed, sl)
+				// A change in the exporting cluster, not a resync of the same slice.
+				if old, ok := unwrap(oldObj).(*endpointSlice); !sl.changed.IsZero() && (!ok || !old.changed.Equal(sl.changed)) {
+					s.changes = append(s.changes, sl.changed)
+				}
 			}
 			if len(filed) == 0 {
 				delete(s.slicesOf, k)
@@ -384,8 +392,8 @@ func (s *Source) informersSynced() bool {
 // synced: before that, "changes" are the initial list.
 func (s *Source) update(observeLatency bool) {
 	s.mu.Lock()
-	dirty, nsDirty, nsSince := s.dirty, s.nsDirty, s.nsSince
-	s.dirty, s.nsDirty = map[serviceKey]time.Time{}, false
+	dirty, nsDirty, nsSince, changed := s.dirty, s.nsDirty, s.nsSince, s.changes
+	s.dirty, s.nsDirty, s.changes = map[serviceKey]time.Time{}, false, nil
 	s.mu.Unlock()
 	if len(dirty) == 0 && !nsDirty {
 		return
@@ -422,6 +430,9 @@ func (s *Source) update(observeLatency bool) {
 	}
 	if nsDirty {
 		s.opts.Observer.Propagated(done.Sub(nsSince))
+	}
+	for _, t := range changed {
+		s.opts.Observer.Answered(done.Sub(t))
 	}
 }
 
@@ -482,6 +493,7 @@ type nopObserver struct{}
 
 func (nopObserver) Rebuilt(int, time.Duration)         {}
 func (nopObserver) Propagated(time.Duration)           {}
+func (nopObserver) Answered(time.Duration)             {}
 func (nopObserver) SyncError(string, error)            {}
 func (nopObserver) Sized(_, _, _ int)                  {}
 func (nopObserver) Dropped(string, string, int, error) {}

@@ -6,9 +6,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/client-go/tools/cache"
 
+	"vksfleet.dev/fleet/plugin/mcstest"
 	"vksfleet.dev/fleet/plugin/zone"
 )
 
@@ -58,5 +63,49 @@ func TestApplyGuarded(t *testing.T) {
 	}
 	if skipped, panicked, _ := applyGuarded(apply, []zone.Change{vip("c", "10.0.0.5")}); skipped != 1 || panicked != nil {
 		t.Errorf("a batch without a panic: skipped %d, panicked %v", skipped, panicked)
+	}
+}
+
+// answers records what the source reports of cross-cluster propagation.
+type answers struct {
+	nopObserver
+	got []time.Duration
+}
+
+func (a *answers) Answered(d time.Duration) { a.got = append(a.got, d) }
+
+// TestAnsweredFromTheExportingChange: an imported slice's last-change-trigger-time, the time of the change in the
+// exporting cluster, is measured to the index update that answers it, once per change: a resync of the same slice
+// is no new change, and a slice without the time is not measured.
+func TestAnsweredFromTheExportingChange(t *testing.T) {
+	obs := &answers{}
+	s := &Source{opts: Options{Index: zone.New(zone.Options{Zone: "clusterset.local.", TTL: 5}), Observer: obs},
+		dirty: map[serviceKey]time.Time{}, slicesOf: map[serviceKey][]*endpointSlice{}, wake: make(chan struct{}, 1),
+		imports: cache.NewSharedIndexInformer(&cache.ListWatch{}, &serviceImport{}, 0, cache.Indexers{})}
+	h := s.sliceHandler()
+	slice := func(changed time.Time) any {
+		sl := mcstest.Slice("ns", "web", "east", discoveryv1.AddressTypeIPv4, nil, mcstest.Endpoint("10.0.0.1", "", true))
+		if !changed.IsZero() {
+			sl.Annotations = map[string]string{corev1.EndpointsLastChangeTriggerTime: changed.Format(time.RFC3339Nano)}
+		}
+		out, _ := slimEndpointSlice(sl)
+		return out
+	}
+	first := time.Now().Add(-2 * time.Second)
+	h.OnAdd(slice(first), false)
+	s.update(true)
+	if len(obs.got) != 1 || obs.got[0] < 2*time.Second || obs.got[0] > time.Minute {
+		t.Fatalf("after the first change: %v, want one latency of about 2s", obs.got)
+	}
+	h.OnUpdate(slice(first), slice(first))
+	s.update(true)
+	if len(obs.got) != 1 {
+		t.Errorf("a resync was measured: %v", obs.got)
+	}
+	h.OnUpdate(slice(first), slice(time.Now().Add(-time.Second)))
+	h.OnUpdate(slice(first), slice(time.Time{}))
+	s.update(true)
+	if len(obs.got) != 2 || obs.got[1] < time.Second {
+		t.Errorf("after a second change and one without a time: %v, want two latencies", obs.got)
 	}
 }

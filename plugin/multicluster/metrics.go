@@ -43,6 +43,17 @@ var (
 		NativeHistogramBucketFactor: plugin.NativeHistogramBucketFactor,
 	})
 
+	answerLatency = promauto.NewHistogram(prometheus.HistogramOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: Name,
+		Name:      "endpoint_change_to_answer_seconds",
+		Help: "Time from an endpoint change in the exporting cluster (its EndpointSlice's last-change-trigger-time, " +
+			"carried through the broker) to this server answering with it: cross-cluster propagation, end to end, " +
+			"clocks of both clusters included.",
+		Buckets:                     prometheus.ExponentialBuckets(0.005, 2, 12),
+		NativeHistogramBucketFactor: plugin.NativeHistogramBucketFactor,
+	})
+
 	syncErrors = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: Name,
@@ -129,6 +140,7 @@ type observer struct{}
 func (observer) Rebuilt(_ int, d time.Duration) { rebuildDuration.Observe(d.Seconds()) }
 
 func (observer) Propagated(d time.Duration) { propagationDuration.Observe(d.Seconds()) }
+func (observer) Answered(d time.Duration)   { answerLatency.Observe(d.Seconds()) }
 
 func (observer) SyncError(resource string, err error) {
 	syncErrors.WithLabelValues(resource).Inc()
