@@ -235,7 +235,7 @@ func (e *env) fault(t *testing.T, flt fleet.Fault) {
 	if err := e.f.Fault(context.Background(), flt); err != nil {
 		t.Fatalf("fault %+v: %v", flt, err)
 	}
-	t.Logf("fault %s %s %s: done in %s", flt.Kind, flt.Member, flt.Peer, time.Since(start).Round(time.Millisecond))
+	t.Logf("fault %+v: done in %s", flt, time.Since(start).Round(time.Millisecond))
 }
 
 // after waits until each loop has reported at least n requests started at ms or later, and returns them.
