@@ -247,9 +247,9 @@ func (m *Member) stopControlPlane(ctx context.Context) error {
 	return nil
 }
 
-// startControlPlane undoes stopControlPlane, unless the control plane runs: it thaws the API server and waits
-// until it is ready, starts kube-controller-manager and kube-scheduler again and waits until they are healthy, then
-// thaws the mcs-controller containers that are still there.
+// startControlPlane undoes stopControlPlane, unless the control plane runs: it thaws the API server and the
+// mcs-controller processes still in their containers, waits until the API server is ready, then starts
+// kube-controller-manager and kube-scheduler again and waits until they are healthy.
 func (m *Member) startControlPlane(ctx context.Context) error {
 	s := m.stopped
 	if s == nil {
@@ -267,12 +267,16 @@ func (m *Member) startControlPlane(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("fleet: %s: the thawed API server: %w", m.Name, err)
 	}
-	for _, argv := range s.components {
+	// Each component leaves the list once started, so that a start that failed half-way and is asked again starts
+	// only those still stopped.
+	for len(s.components) > 0 {
+		argv := s.components[0]
 		p, err := proc.Start(m.fleet.opts.Log, m.Name+"/"+filepath.Base(argv[0]), argv[0], argv[1:]...)
 		if err != nil {
 			return err
 		}
 		m.restarted = append(m.restarted, p)
+		s.components = s.components[1:]
 		if err := waitHealthy(ctx, p, argv); err != nil {
 			return err
 		}
