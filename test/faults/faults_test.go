@@ -23,9 +23,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"vksfleet.dev/fleet/mcs/names"
@@ -57,6 +59,8 @@ func TestFaults(t *testing.T) {
 	if err := dataplane.CheckHost(); err != nil {
 		t.Skip(err)
 	}
+	// envtest logs through controller-runtime, which otherwise complains that no logger was set.
+	ctrl.SetLogger(logr.Discard())
 	start := time.Now()
 	f, _, _ := fleet.StartTest(t, 3, 2)
 	t.Logf("fleet with 3 members x 2 nodes up in %s", time.Since(start).Round(100*time.Millisecond))
