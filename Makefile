@@ -9,7 +9,7 @@ STATICCHECK    := $(TOOLS_CACHE)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # Integration tests start real control planes; on 2 cores a whole run takes several minutes.
 TEST_TIMEOUT   ?= 30m
 
-.PHONY: help tools build test lint fuzz generate helm-chart up down demo bench-dns bench-sync bench-fleet manifests images conformance
+.PHONY: help tools build test lint fuzz generate helm-chart up down fault demo bench-dns bench-sync bench-fleet manifests images conformance
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -60,6 +60,11 @@ demo: tools build images ## bring up a local fleet and walk both user stories; f
 
 down: ## stop the local clusterset
 	@if [ -x bin/localfleet ]; then bin/localfleet down; else $(GO) run ./test/cmd/localfleet down; fi
+
+# A fault in the running local clusterset (`make up`), undone by FAULT=start-control-plane or FAULT=heal.
+LOSS ?= 5
+fault: ## cause a fault in the running local clusterset: FAULT=stop-control-plane|start-control-plane|cut-data-plane|lossy|heal MEMBER=cluster-b [PEER=cluster-a] [LOSS=5]
+	@bin/localfleet fault -kind "$(FAULT)" -member "$(MEMBER)" -peer "$(PEER)" -loss "$(LOSS)"
 
 bench-dns: tools ## DNS benchmark: our CoreDNS vs stock CoreDNS 1.15.0 on the same data; writes test/bench/results/dns.md and its charts
 	$(GO) run ./test/bench/dnsbench -out test/bench/results/dns.md

@@ -112,6 +112,31 @@ func TestPlane(t *testing.T) {
 		t.Errorf("pod a to a Service address with no kube-proxy: %v, want network unreachable", err)
 	}
 
+	// A cut between the members' pods drops their packets both ways, while the host still reaches both; Heal
+	// takes it away. A loss is a chain of its own, healed with the rest.
+	must(t, Drop("cut-b", podsB, podsA, 100))
+	if got, err := dialIn(PodNS("aaaa"), "10.2.0.7:9000"); err == nil {
+		t.Errorf("pod a to pod b across a cut: answered %q", got)
+	}
+	if _, err := dialIn(PodNS("bbbb"), net.JoinHostPort(HostV4.String(), "1")); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Errorf("pod b to the host across a cut between members: %v, want connection refused (the host answers)", err)
+	}
+	must(t, Drop("loss-b", podsB, podsA, 5))
+	if names, err := Faults(); err != nil || strings.Join(names, ",") != "cut-b,loss-b" {
+		t.Errorf("Faults() = %v, %v; want cut-b and loss-b", names, err)
+	}
+	must(t, Heal())
+	must(t, Heal())
+	if names, err := Faults(); err != nil || len(names) > 0 {
+		t.Errorf("Faults() after Heal = %v, %v; want none", names, err)
+	}
+	if _, err := dial("10.2.0.7:9000"); err != nil {
+		t.Errorf("pod a to pod b once healed: %v", err)
+	}
+	if err := Drop("Bad Name", podsB, podsA, 100); err == nil {
+		t.Error("Drop took a name that is no nftables chain name")
+	}
+
 	closed = true
 	must(t, p.Close())
 	if left := Leftovers(); len(left) > 0 {

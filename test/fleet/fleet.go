@@ -59,7 +59,8 @@ type Fleet struct {
 
 	opts     Options
 	dir      string
-	pods     bool // the product runs in pods, installed from the manifests
+	pods     bool       // the product runs in pods, installed from the manifests
+	faultMu  sync.Mutex // one fault at a time, and none while the fleet stops
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -86,6 +87,10 @@ type Member struct {
 	brokerSecret     bool
 	// With nodes: the controller's arguments as the manifest has them.
 	baseArgs []string
+	// With nodes, under fleet.faultMu: what stop-control-plane stopped (nil while the control plane runs), and the
+	// control-plane processes start-control-plane started again, which Stop stops.
+	stopped   *stoppedControlPlane
+	restarted []*proc.Process
 }
 
 // Start starts the clusterset, then every member's controller and CoreDNS, and returns once each member's
@@ -172,6 +177,12 @@ func (f *Fleet) Member(name string) *Member {
 func (f *Fleet) Stop() error {
 	f.stopOnce.Do(func() {
 		var errs []error
+		// The data plane's faults go with its fabric; a stopped control plane must run to stop.
+		f.faultMu.Lock()
+		for _, m := range f.Members {
+			errs = append(errs, m.stopFaults())
+		}
+		f.faultMu.Unlock()
 		for _, m := range f.Members {
 			if f.pods {
 				// The pods go with the nodes; their logs go with them unless kept.

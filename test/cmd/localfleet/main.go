@@ -1,16 +1,21 @@
 // Command localfleet runs a local fleet on this machine: a clusterset of real control planes (test/clusterset)
 // with, per member, an mcs-controller and our CoreDNS (test/fleet). `localfleet up` starts it in the background
-// and returns once it is usable, `localfleet down` stops it, `localfleet run` runs it in the foreground.
+// and returns once it is usable, `localfleet down` stops it, `localfleet run` runs it in the foreground, and
+// `localfleet fault` has the running fleet cause or undo a fault (fleet.Fault).
 //
 // State lives in one folder (default .fleet): kubeconfig (a context per member and "broker"), env (a
-// shell-sourceable file starting with KUBECONFIG=, with each member's DNS address), pid and log.
+// shell-sourceable file starting with KUBECONFIG=, with each member's DNS address), pid, log, and fault.sock, where
+// `run` takes faults.
 package main
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -26,10 +31,11 @@ import (
 	"vksfleet.dev/fleet/test/poll"
 )
 
-const usage = `usage: localfleet up|down|run [flags]
+const usage = `usage: localfleet up|down|run|fault [flags]
   up     start a local clusterset in the background and wait until it is usable
   down   stop the clusterset that up started
   run    run a local clusterset in the foreground until interrupted
+  fault  have the running clusterset cause a fault: -kind K [-member M] [-peer P] [-loss PERCENT]
 flags:
 `
 
@@ -46,6 +52,11 @@ func main() {
 	timeout := fs.Duration("timeout", 5*time.Minute, "how long up waits for the clusterset to become usable")
 	bin := fs.String("bin", "bin", "folder with the coredns and controller binaries")
 	bare := fs.Bool("bare", false, "install nothing of ours on the members: the broker is prepared (broker-info.yaml in -dir), members wait for `kubectl mcs join`")
+	var flt fleet.Fault
+	fs.Func("kind", "fault: "+fleet.FaultKindNames(), func(s string) error { flt.Kind = fleet.FaultKind(s); return nil })
+	fs.StringVar(&flt.Member, "member", "", "fault: the member it is about")
+	fs.StringVar(&flt.Peer, "peer", "", "fault: cut-data-plane and lossy between member and this member only")
+	fs.Float64Var(&flt.Loss, "loss", fleet.DefaultLoss, "fault: lossy's share of dropped packets, in percent, each way")
 	_ = fs.Parse(os.Args[2:])
 	if fs.NArg() > 0 {
 		fs.Usage()
@@ -59,6 +70,8 @@ func main() {
 		err = down(*dir)
 	case "run":
 		err = run(*dir, *bin, *members, *nodes, *bare)
+	case "fault":
+		err = fault(*dir, flt)
 	default:
 		fs.Usage()
 		os.Exit(2)
@@ -77,6 +90,7 @@ func (f files) env() string        { return filepath.Join(f.dir, "env") }
 func (f files) kubeconfig() string { return filepath.Join(f.dir, "kubeconfig") }
 func (f files) log() string        { return filepath.Join(f.dir, "log") }
 func (f files) brokerInfo() string { return filepath.Join(f.dir, "broker-info.yaml") }
+func (f files) faults() string     { return filepath.Join(f.dir, "fault.sock") }
 
 // running returns the pid of the clusterset process recorded in the state folder, or 0 if none is alive.
 func (f files) running() int {
@@ -234,14 +248,79 @@ func run(dir, bin string, members, nodes int, bare bool) error {
 	if err != nil {
 		return err
 	}
-	err = writeState(f, fl)
+	// Faults are taken before the env file says that the fleet is usable.
+	_ = os.Remove(f.faults())
+	l, err := net.Listen("unix", f.faults())
+	if err == nil {
+		go serveFaults(ctx, l, fl)
+		err = writeState(f, fl)
+	}
 	if err == nil {
 		fmt.Printf("clusterset up in %s\n", time.Since(start).Round(time.Millisecond))
 		<-ctx.Done()
 	}
 	fmt.Println("stopping")
 	_ = os.Remove(f.env())
+	if l != nil {
+		l.Close()
+		_ = os.Remove(f.faults())
+	}
 	return errors.Join(err, fl.Stop())
+}
+
+// faultReply is run's answer to a fault: empty once it is done, else why it failed.
+type faultReply struct {
+	Error string `json:"error,omitempty"`
+}
+
+// serveFaults causes the faults asked on l (a fleet.Fault in JSON per connection, answered with a faultReply),
+// one at a time, until l is closed.
+func serveFaults(ctx context.Context, l net.Listener, fl *fleet.Fleet) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		var flt fleet.Fault
+		var reply faultReply
+		if err := json.NewDecoder(c).Decode(&flt); err != nil {
+			reply.Error = "reading the fault: " + err.Error()
+		} else if err := fl.Fault(ctx, flt); err != nil {
+			reply.Error = err.Error()
+		}
+		fmt.Printf("fault %+v: %s\n", flt, cmp.Or(reply.Error, "done"))
+		_ = json.NewEncoder(c).Encode(reply)
+		c.Close()
+	}
+}
+
+// fault asks the running fleet to cause flt, and waits until it is done.
+func fault(dir string, flt fleet.Fault) error {
+	c, err := net.Dial("unix", files{dir}.faults())
+	if err != nil {
+		return fmt.Errorf("no local fleet takes faults at %s (is `make up` running?): %w", files{dir}.faults(), err)
+	}
+	defer c.Close()
+	start := time.Now()
+	if err := json.NewEncoder(c).Encode(flt); err != nil {
+		return err
+	}
+	var reply faultReply
+	if err := json.NewDecoder(c).Decode(&reply); err != nil {
+		return fmt.Errorf("the fleet did not answer (see %s): %w", files{dir}.log(), err)
+	}
+	if reply.Error != "" {
+		return errors.New(reply.Error)
+	}
+	what := string(flt.Kind)
+	if flt.Member != "" {
+		what += " " + flt.Member
+	}
+	if flt.Peer != "" {
+		what += " (from " + flt.Peer + " only)"
+	}
+	fmt.Printf("%s: done in %s\n", what, time.Since(start).Round(time.Millisecond))
+	return nil
 }
 
 // writeState writes the kubeconfig, then the env file, whose appearance tells `up` that the fleet is usable.

@@ -1,0 +1,112 @@
+package dataplane
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/netip"
+	"os/exec"
+	"regexp"
+	"strings"
+)
+
+// Faults between members' data planes live in one nftables table of the fabric, the only place every packet
+// between two nodes crosses: a chain per fault, hooked on forwarding, drops the packets between two sets of
+// prefixes, in both directions. The host's own traffic (the host link, where the API servers listen) is never
+// in a set, so a fault never touches the control planes. Deleting the table heals every fault at once, and Sweep
+// removes it with the fabric's namespace.
+//
+// Loss is drawn by nftables (numgen random) rather than by tc netem, which machines of this kind cannot run:
+// their kernel has no sch_netem and no modules to load. A drawn loss is also confined to the members' packets,
+// where a qdisc on a node's link would also lose the node's traffic with its API server.
+const faultTable = Prefix + "-faults"
+
+// faultName is what a fault's name may be: it becomes an nftables chain name.
+var faultName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,127}$`)
+
+// Drop makes the fabric drop percent of the packets (0 < percent <= 100, in steps of 0.01) exchanged between an
+// address in side and one in others, in both directions, at random; 100 is a cut. Drop again with the same name
+// replaces that fault.
+func Drop(name string, side, others []netip.Prefix, percent float64) error {
+	if !faultName.MatchString(name) {
+		return fmt.Errorf("dataplane: fault name %q: want lower-case letters, digits and dashes", name)
+	}
+	if !(percent > 0 && percent <= 100) {
+		return fmt.Errorf("dataplane: fault %s: a loss of %v%% is not in (0, 100]", name, percent)
+	}
+	// In ten-thousandths: a loss of 0.5 % is as expressible as 5 %.
+	odds := ""
+	if n := int(math.Round(percent * 100)); n < 10000 {
+		odds = fmt.Sprintf(" numgen random mod 10000 < %d", n)
+	}
+	chain := fmt.Sprintf("inet %s %s", faultTable, name)
+	script := []string{
+		"table inet " + faultTable + " {}",
+		"add chain " + chain + " { type filter hook forward priority filter; policy accept; }",
+		"flush chain " + chain,
+	}
+	for _, family := range []struct {
+		match string
+		is4   bool
+	}{{"ip", true}, {"ip6", false}} {
+		a, b := elements(side, family.is4), elements(others, family.is4)
+		if a == "" || b == "" {
+			continue
+		}
+		for _, dir := range [][2]string{{a, b}, {b, a}} {
+			script = append(script, fmt.Sprintf("add rule %s %s saddr { %s } %s daddr { %s }%s drop",
+				chain, family.match, dir[0], family.match, dir[1], odds))
+		}
+	}
+	return nft(strings.Join(script, "\n") + "\n")
+}
+
+// elements is an nftables set's elements: the prefixes of one family.
+func elements(ps []netip.Prefix, is4 bool) string {
+	var out []string
+	for _, p := range ps {
+		if p.Addr().Is4() == is4 {
+			out = append(out, p.Masked().String())
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// Heal removes every fault Drop put in place. It is safe to call when there is none.
+func Heal() error {
+	// Declaring the table first makes the delete succeed whether or not it was there.
+	return nft("table inet " + faultTable + " {}\ndelete table inet " + faultTable + "\n")
+}
+
+// Faults lists the names of the faults in place; none once healed.
+func Faults() ([]string, error) {
+	out, err := exec.Command("ip", "netns", "exec", FabricNS, "nft", "-j", "list", "chains", "inet").Output()
+	if err != nil {
+		return nil, fmt.Errorf("dataplane: listing the fabric's chains: %w", err)
+	}
+	var listing struct {
+		Nftables []struct {
+			Chain *struct{ Table, Name string } `json:"chain"`
+		} `json:"nftables"`
+	}
+	if err := json.Unmarshal(out, &listing); err != nil {
+		return nil, fmt.Errorf("dataplane: reading nft's chains: %w", err)
+	}
+	var names []string
+	for _, o := range listing.Nftables {
+		if o.Chain != nil && o.Chain.Table == faultTable {
+			names = append(names, o.Chain.Name)
+		}
+	}
+	return names, nil
+}
+
+// nft runs an nftables script in the fabric's namespace, as one transaction.
+func nft(script string) error {
+	cmd := exec.Command("ip", "netns", "exec", FabricNS, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("dataplane: nft in %s: %v: %s\n%s", FabricNS, err, strings.TrimSpace(string(out)), script)
+	}
+	return nil
+}
