@@ -156,7 +156,7 @@ func (e *env) testSpread(t *testing.T) {
 	reqs := loop("120")
 	by := answeredBy(reqs)
 	if len(reqs) != 120 || sum(by) != 120 {
-		t.Fatalf("%d requests reported, %d answered, failures: %v", len(reqs), sum(by), failures(reqs))
+		t.Fatalf("%d requests reported, %d answered, failures: %v", len(reqs), sum(by), workload.Failures(reqs))
 	}
 	if by["cluster-b"] < 20 || by["cluster-c"] < 20 {
 		t.Errorf("120 requests answered by %v: want both clusters to take a fair share (at least 20 each)", by)
@@ -433,17 +433,7 @@ func (e *env) execOK(t *testing.T, m *fleet.Member, pod string, cmd ...string) s
 
 // answeredBy counts the answers of each cluster.
 func answeredBy(reqs []workload.Request) map[string]int {
-	return workload.AnsweredBy(reqs, func(r workload.Request) string { return r.Cluster })
-}
-
-func failures(reqs []workload.Request) []string {
-	var f []string
-	for _, r := range reqs {
-		if !r.OK {
-			f = append(f, fmt.Sprintf("#%d %s", r.Seq, r.Reason))
-		}
-	}
-	return f
+	return workload.AnsweredBy(reqs, workload.ByCluster)
 }
 
 func sum(m map[string]int) int {

@@ -153,6 +153,20 @@ func AnsweredBy(reqs []Request, key func(Request) string) map[string]int {
 	return by
 }
 
+// ByCluster keys AnsweredBy by the cluster that answered.
+func ByCluster(r Request) string { return r.Cluster }
+
+// Failures describes the failed requests of reqs, "#seq reason" each.
+func Failures(reqs []Request) []string {
+	var f []string
+	for _, r := range reqs {
+		if !r.OK {
+			f = append(f, fmt.Sprintf("#%d %s", r.Seq, r.Reason))
+		}
+	}
+	return f
+}
+
 // ParseLoop reads the serve loop's output (see test/cmd/serve) into its requests, ignoring the summary and any
 // line that is not a request.
 func ParseLoop(out string) []Request {
