@@ -180,7 +180,7 @@ func (e *env) testCut(t *testing.T, run int) {
 	heal := nowMs()
 	e.fault(t, fleet.Fault{Kind: fleet.Heal})
 	for name, l := range map[string]*workload.Loop{"a to pair": e.aPair, "c to pair": e.cPair} {
-		back := e.waitAnswered(t, l, heal, "cluster-b")
+		back := e.waitAnswered(t, l, heal, "cluster-b", "cluster-c")
 		reqs := e.requests(t, l, heal, nowMs())
 		failed := workload.Failures(reqs)
 		if len(failed) > 0 {
@@ -202,7 +202,7 @@ func (e *env) testCutFromOne(t *testing.T) {
 	last := lastFailure(e.requests(t, e.aPair, cut, nowMs()), cut)
 	e.check(t, "cut from one member", fmt.Sprintf("cut between cluster-a and cluster-b: a to pair: the last request failed %d ms after the cut", last), last)
 	// c keeps using b: it still answers c's requests, and none fails.
-	e.waitAnswered(t, e.cPair, nowMs(), "cluster-b")
+	e.waitAnswered(t, e.cPair, nowMs(), "cluster-b", "cluster-c")
 	reqs := e.requests(t, e.cPair, cut, nowMs())
 	if failed := workload.Failures(reqs); len(failed) > 0 {
 		t.Errorf("cut between cluster-a and cluster-b: c to pair: %d requests failed: %v", len(failed), failed)
@@ -214,7 +214,7 @@ func (e *env) testCutFromOne(t *testing.T) {
 		row{"only the link between cluster-a's and cluster-b's nodes cut", "c to pair", fmt.Sprintf("%d failed of %d; %d answered by cluster-b", len(workload.Failures(reqs)), len(reqs), workload.AnsweredBy(reqs, workload.ByCluster)["cluster-b"])})
 	heal := nowMs()
 	e.fault(t, fleet.Fault{Kind: fleet.Heal})
-	back := e.waitAnswered(t, e.aPair, heal, "cluster-b")
+	back := e.waitAnswered(t, e.aPair, heal, "cluster-b", "cluster-c")
 	e.check(t, "cut repaired", fmt.Sprintf("heal of the link between cluster-a and cluster-b: cluster-b answered a %d ms after the heal", back-heal), back-heal)
 	e.waitCondition(t, e.a, "pair", imports.ConditionUnreachable, "cluster-b", false)
 }
@@ -232,7 +232,7 @@ func (e *env) testLossy(t *testing.T) {
 				t.Errorf("5%% loss: %s's import of pair turned Unreachable: %s", m.Name, c.Message)
 			}
 		}
-		e.waitAnswered(t, e.aPair, nowMs(), "cluster-b")
+		e.waitAnswered(t, e.aPair, nowMs(), "cluster-b", "cluster-c")
 	}
 	e.fault(t, fleet.Fault{Kind: fleet.Heal})
 	reqs := e.requests(t, e.aPair, from, nowMs())
@@ -255,7 +255,7 @@ func (e *env) testWholeLoss(t *testing.T, run int) {
 	}
 	e.fault(t, fleet.Fault{Kind: fleet.Heal})
 	back := nowMs()
-	e.waitAnswered(t, e.aPair, back, "cluster-b")
+	e.waitAnswered(t, e.aPair, back, "cluster-b", "cluster-c")
 	e.waitAnswered(t, e.aSolo, back, "cluster-b")
 }
 
