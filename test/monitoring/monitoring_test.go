@@ -44,9 +44,11 @@ const (
 )
 
 // mayBeEmpty are the metrics whose series appear only once something goes wrong: counters of errors, refusals,
-// failovers and drops (no series before the first), and the oldest Pending import's time (absent while none is
-// Pending). A query that asks for nothing else may return no data on a healthy clusterset.
+// failovers and drops (no series before the first), the oldest Pending import's time (absent while none is
+// Pending), and the cluster id conflict gauge, which the controller sets only when a conflict starts or ends. A
+// query that asks for nothing else may return no data on a healthy clusterset.
 var mayBeEmpty = map[string]bool{
+	"mcs_controller_cluster_id_conflict":                             true,
 	"mcs_controller_reconcile_errors_total":                          true,
 	"mcs_controller_refused_total":                                   true,
 	"mcs_controller_locality_failovers_total":                        true,
@@ -104,19 +106,10 @@ func TestMonitoring(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var queries []check
 	for _, p := range panels {
 		for _, target := range p.Targets {
-			// Rates need two scrapes, and the leaders' state gauges a scrape after the election.
-			poll.T(t, timeout, fmt.Sprintf("panel %q: %s returns data", p.Title, target.Expr), func() error {
-				n, err := prom.query(target.Expr)
-				if err != nil {
-					t.Fatalf("panel %q: %s: %v", p.Title, target.Expr, err)
-				}
-				if n == 0 && !onlyMayBeEmpty(target.Expr) {
-					return fmt.Errorf("no data")
-				}
-				return nil
-			})
+			queries = append(queries, check{"panel " + p.Title, target.Expr, !onlyMayBeEmpty(target.Expr)})
 		}
 	}
 	alerts, err := monitoring.Alerts(monitoring.RulesFile)
@@ -124,17 +117,35 @@ func TestMonitoring(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range alerts {
-		// A controller's view of the broker is untrusted for one lease grace after its start.
-		poll.T(t, timeout, fmt.Sprintf("alert %s: %s returns nothing on a healthy clusterset", r.Alert, r.Expr), func() error {
-			n, err := prom.query(r.Expr)
+		queries = append(queries, check{"alert " + r.Alert, r.Expr, false})
+	}
+	// Rates need two scrapes, the leaders' state gauges a scrape after the election, and a controller's view of the
+	// broker is untrusted (MCSBrokerViewUntrusted's expression) for one lease grace after its start.
+	var wrong []string
+	err = poll.Until(ctx, time.Second, timeout, func() error {
+		wrong = nil
+		for _, q := range queries {
+			n, err := prom.query(q.expr)
 			if err != nil {
-				t.Fatalf("alert %s: %s: %v", r.Alert, r.Expr, err)
+				t.Fatalf("%s: %s: %v", q.what, q.expr, err)
 			}
-			if n > 0 {
-				return fmt.Errorf("%d series", n)
+			if q.data && n == 0 {
+				wrong = append(wrong, fmt.Sprintf("%s: %s returns no data", q.what, q.expr))
 			}
-			return nil
-		})
+			if strings.HasPrefix(q.what, "alert ") && n > 0 {
+				wrong = append(wrong, fmt.Sprintf("%s: %s returns %d series on a healthy clusterset", q.what, q.expr, n))
+			}
+		}
+		if len(wrong) > 0 {
+			return fmt.Errorf("%d queries wrong", len(wrong))
+		}
+		return nil
+	})
+	for _, w := range wrong {
+		t.Error(w)
+	}
+	if err != nil {
+		t.Errorf("queries: %v", err)
 	}
 	t.Logf("%d panels' queries and %d alert expressions checked after %s", len(panels), len(alerts), time.Since(start).Round(100*time.Millisecond))
 
@@ -162,6 +173,12 @@ func TestMonitoring(t *testing.T) {
 		return err
 	})
 	t.Logf("MCSMemberLeaseLost resolved %s after cluster-b's controller was started", time.Since(started).Round(100*time.Millisecond))
+}
+
+// check is a query of the dashboard or the rules, and whether it must return data.
+type check struct {
+	what, expr string
+	data       bool
 }
 
 // onlyMayBeEmpty says whether every metric expr asks for is one of mayBeEmpty.
