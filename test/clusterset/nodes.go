@@ -69,7 +69,8 @@ func (c *Cluster) startNodes(ctx context.Context, spec clusterSpec, assets strin
 			// nf_conntrack_max is not per namespace: kube-proxy exits if it has to write it.
 			"--conntrack-max-per-core=0",
 			"--healthz-bind-address=0.0.0.0:"+strconv.Itoa(proxyHealthPort),
-			"--metrics-bind-address=127.0.0.1:10249",
+			// On the node's addresses, for a Prometheus on the host (fleet.Options.Monitoring), as for healthz.
+			"--metrics-bind-address=0.0.0.0:10249",
 		)
 		if err != nil {
 			return err

@@ -31,17 +31,22 @@ func Build(dir string) error {
 // StartTest builds the fleet's binaries into a temporary directory and starts, for t, a fleet of the given number
 // of members with nodes nodes each and a 5 s lease grace; the processes' output is shown if t fails, and t's
 // cleanup stops the fleet. It returns the fleet, the binaries' directory and the file of the processes' output.
-func StartTest(t testing.TB, members, nodes int) (*Fleet, string, *os.File) {
+// The tune functions change those options before the start (Options.Monitoring, say).
+func StartTest(t testing.TB, members, nodes int, tune ...func(*Options)) (*Fleet, string, *os.File) {
 	t.Helper()
 	bin := t.TempDir()
 	if err := Build(bin); err != nil {
 		t.Fatal(err)
 	}
 	log := proc.TestLog(t)
-	f, err := Start(context.Background(), Options{
+	opts := Options{
 		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(members), Nodes: nodes},
 		BinDir:     bin, LeaseGrace: 5 * time.Second, Log: log,
-	})
+	}
+	for _, f := range tune {
+		f(&opts)
+	}
+	f, err := Start(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,6 +44,9 @@ type Options struct {
 	// (Member.BrokerKubeconfigPath), rather than the broker administrator's kubeconfig. With nodes, members
 	// always have their own.
 	BrokerIdentities bool
+	// Monitoring, with nodes, runs a Prometheus that scrapes every controller, CoreDNS and kube-proxy and loads the
+	// alert rules (prometheus.go), at PrometheusURL.
+	Monitoring bool
 }
 
 // Fleet is a running local fleet.
@@ -56,6 +59,8 @@ type Fleet struct {
 	KubeconfigPath string
 	// BrokerInfoPath, with nodes, is the broker-info file `kubectl mcs broker init` wrote.
 	BrokerInfoPath string
+	// PrometheusURL, with Options.Monitoring, is where Prometheus answers: http://127.0.0.1:port.
+	PrometheusURL string
 
 	opts     Options
 	dir      string
@@ -63,6 +68,8 @@ type Fleet struct {
 	faultMu  sync.Mutex // one fault at a time, and none while the fleet stops
 	stopOnce sync.Once
 	stopErr  error
+
+	stopPrometheus func() // stops Prometheus and the poll of its targets, with Options.Monitoring
 }
 
 // Member is a member cluster with its processes.
@@ -130,6 +137,11 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		if err := f.install(ctx); err != nil {
 			return nil, errors.Join(err, f.Stop())
 		}
+		if opts.Monitoring {
+			if err := f.startPrometheus(ctx); err != nil {
+				return nil, errors.Join(err, f.Stop())
+			}
+		}
 		return f, nil
 	}
 	for _, m := range f.Members {
@@ -177,6 +189,10 @@ func (f *Fleet) Member(name string) *Member {
 func (f *Fleet) Stop() error {
 	f.stopOnce.Do(func() {
 		var errs []error
+		// Before its targets, which it would otherwise report down.
+		if f.stopPrometheus != nil {
+			f.stopPrometheus()
+		}
 		// The data plane's faults go with its fabric; a stopped control plane must run to stop.
 		f.faultMu.Lock()
 		for _, m := range f.Members {

@@ -6,12 +6,67 @@ package monitoring
 //go:generate go run ./gen
 
 import (
+	_ "embed"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 
 	"sigs.k8s.io/yaml"
 )
+
+// RulesFile is rules.yaml, the rule file a plain Prometheus loads, as built into the program: the local
+// clusterset's Prometheus (test/fleet) loads it wherever the program runs from.
+//
+//go:embed rules.yaml
+var RulesFile []byte
+
+// DashboardFile is dashboard.json, the Grafana dashboard, as built into the program.
+//
+//go:embed dashboard.json
+var DashboardFile []byte
+
+// Alert is one alerting rule of the rule file.
+type Alert struct {
+	Alert string `json:"alert"`
+	Expr  string `json:"expr"`
+}
+
+// Alerts returns the alerting rules of a rule file, in order.
+func Alerts(rules []byte) ([]Alert, error) {
+	var file struct {
+		Groups []struct {
+			Rules []Alert `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := yaml.Unmarshal(rules, &file); err != nil {
+		return nil, fmt.Errorf("rules.yaml: %w", err)
+	}
+	var alerts []Alert
+	for _, g := range file.Groups {
+		alerts = append(alerts, g.Rules...)
+	}
+	return alerts, nil
+}
+
+// Panel is one panel of the dashboard with the PromQL expression of each of its queries.
+type Panel struct {
+	Title   string `json:"title"`
+	Targets []struct {
+		Expr string `json:"expr"`
+	} `json:"targets"`
+}
+
+// Panels returns the panels of a Grafana dashboard, in order.
+func Panels(dashboard []byte) ([]Panel, error) {
+	var dash struct {
+		Panels []Panel `json:"panels"`
+	}
+	if err := json.Unmarshal(dashboard, &dash); err != nil {
+		return nil, fmt.Errorf("dashboard.json: %w", err)
+	}
+	return dash.Panels, nil
+}
 
 // Dir is this folder, relative to the package (where go generate and go test run).
 const Dir = "."

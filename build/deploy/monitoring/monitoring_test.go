@@ -39,13 +39,9 @@ func TestRules(t *testing.T) {
 	promtool.Run(t, nil, "check", "rules", "rules.yaml")
 	promtool.Run(t, nil, "test", "rules", "rules_test.yaml")
 
-	var rules struct {
-		Groups []struct {
-			Rules []struct {
-				Alert string `json:"alert"`
-				Expr  string `json:"expr"`
-			} `json:"rules"`
-		} `json:"groups"`
+	alerts, err := Alerts(RulesFile)
+	if err != nil {
+		t.Fatal(err)
 	}
 	var tests struct {
 		Tests []struct {
@@ -55,7 +51,6 @@ func TestRules(t *testing.T) {
 			} `json:"alert_rule_test"`
 		} `json:"tests"`
 	}
-	readYAML(t, "rules.yaml", &rules)
 	readYAML(t, "rules_test.yaml", &tests)
 	fires, silent := map[string]bool{}, map[string]bool{}
 	for _, tc := range tests.Tests {
@@ -65,13 +60,11 @@ func TestRules(t *testing.T) {
 		}
 	}
 	var exprs []string
-	for _, g := range rules.Groups {
-		for _, r := range g.Rules {
-			if !fires[r.Alert] || !silent[r.Alert] {
-				t.Errorf("alert %s: rules_test.yaml must show it firing (%v) and silent (%v)", r.Alert, fires[r.Alert], silent[r.Alert])
-			}
-			exprs = append(exprs, r.Expr)
+	for _, r := range alerts {
+		if !fires[r.Alert] || !silent[r.Alert] {
+			t.Errorf("alert %s: rules_test.yaml must show it firing (%v) and silent (%v)", r.Alert, fires[r.Alert], silent[r.Alert])
 		}
+		exprs = append(exprs, r.Expr)
 	}
 	checkMetricsExist(t, "rules.yaml", exprs)
 }
@@ -79,26 +72,14 @@ func TestRules(t *testing.T) {
 // TestDashboard checks that every panel's query parses as PromQL (promtool checks them as recording rules) and asks
 // for metrics that exist.
 func TestDashboard(t *testing.T) {
-	b, err := os.ReadFile("dashboard.json")
+	panels, err := Panels(DashboardFile)
 	if err != nil {
-		t.Fatal(err)
-	}
-	var dash struct {
-		UID    string `json:"uid"`
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	if err := json.Unmarshal(b, &dash); err != nil {
 		t.Fatal(err)
 	}
 	var rules strings.Builder
 	rules.WriteString("groups:\n  - name: dashboard\n    rules:\n")
 	var exprs []string
-	for i, p := range dash.Panels {
+	for i, p := range panels {
 		if len(p.Targets) == 0 {
 			t.Errorf("panel %q has no query", p.Title)
 		}

@@ -4,8 +4,8 @@
 // `localfleet fault` has the running fleet cause or undo a fault (fleet.Fault).
 //
 // State lives in one folder (default .fleet): kubeconfig (a context per member and "broker"), env (a
-// shell-sourceable file starting with KUBECONFIG=, with each member's DNS address), pid, log, and fault.sock, where
-// `run` takes faults.
+// shell-sourceable file starting with KUBECONFIG=, with each member's DNS address and, with -monitoring,
+// PROMETHEUS_URL), pid, log, and fault.sock, where `run` takes faults.
 package main
 
 import (
@@ -52,6 +52,7 @@ func main() {
 	timeout := fs.Duration("timeout", 5*time.Minute, "how long up waits for the clusterset to become usable")
 	bin := fs.String("bin", "bin", "folder with the coredns and controller binaries")
 	bare := fs.Bool("bare", false, "install nothing of ours on the members: the broker is prepared (broker-info.yaml in -dir), members wait for `kubectl mcs join`")
+	monitoring := fs.Bool("monitoring", false, "run a Prometheus scraping every controller, CoreDNS and kube-proxy with the alert rules (PROMETHEUS_URL in the env file)")
 	var flt fleet.Fault
 	fs.Func("kind", "fault: "+fleet.FaultKindNames(), func(s string) error { flt.Kind = fleet.FaultKind(s); return nil })
 	fs.StringVar(&flt.Member, "member", "", "fault: the member it is about")
@@ -65,11 +66,11 @@ func main() {
 	var err error
 	switch os.Args[1] {
 	case "up":
-		err = up(*dir, *bin, *members, *nodes, *bare, *timeout)
+		err = up(*dir, *bin, *members, *nodes, *bare, *monitoring, *timeout)
 	case "down":
 		err = down(*dir)
 	case "run":
-		err = run(*dir, *bin, *members, *nodes, *bare)
+		err = run(*dir, *bin, *members, *nodes, *bare, *monitoring)
 	case "fault":
 		err = fault(*dir, flt)
 	default:
@@ -105,7 +106,7 @@ func (f files) running() int {
 	return pid
 }
 
-func up(dir, bin string, members, nodes int, bare bool, timeout time.Duration) error {
+func up(dir, bin string, members, nodes int, bare, monitoring bool, timeout time.Duration) error {
 	if members < 1 {
 		return fmt.Errorf("-members must be at least 1, got %d", members)
 	}
@@ -135,7 +136,8 @@ func up(dir, bin string, members, nodes int, bare bool, timeout time.Duration) e
 		return err
 	}
 	start := time.Now()
-	cmd := exec.Command(self, "run", "-dir", dir, "-bin", bin, "-members", strconv.Itoa(members), "-nodes", strconv.Itoa(nodes), "-bare="+strconv.FormatBool(bare))
+	cmd := exec.Command(self, "run", "-dir", dir, "-bin", bin, "-members", strconv.Itoa(members), "-nodes", strconv.Itoa(nodes), "-bare="+strconv.FormatBool(bare),
+		"-monitoring="+strconv.FormatBool(monitoring))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // outlives the shell that ran `make up`
 	if err := cmd.Start(); err != nil {
@@ -183,6 +185,9 @@ Use it with:
 Contexts: %s, broker. Stop it with: make down
 `, time.Since(start).Round(100*time.Millisecond), strings.Join(clusterset.MemberNames(members), ", "), cmd.Process.Pid,
 		f.log(), abs, clusterset.MemberNames(members)[0], strings.Join(clusterset.MemberNames(members), ", "))
+	if monitoring {
+		fmt.Println(`Prometheus scrapes every controller, CoreDNS and kube-proxy: "$PROMETHEUS_URL"/alerts, /targets.`)
+	}
 	return nil
 }
 
@@ -231,7 +236,7 @@ func sweep() error {
 	return nil
 }
 
-func run(dir, bin string, members, nodes int, bare bool) error {
+func run(dir, bin string, members, nodes int, bare, monitoring bool) error {
 	f := files{dir}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -244,6 +249,7 @@ func run(dir, bin string, members, nodes int, bare bool) error {
 		BinDir:     bin,
 		Log:        os.Stderr,
 		Bare:       bare,
+		Monitoring: monitoring,
 	})
 	if err != nil {
 		return err
@@ -352,15 +358,18 @@ func writeState(f files, fl *fleet.Fleet) error {
 		return err
 	}
 	names := make([]string, len(fl.Members))
-	var dns strings.Builder
+	var vars strings.Builder
 	for i, m := range fl.Members {
 		names[i] = m.Name
 		v := "FLEET_DNS_" + strings.ToUpper(strings.ReplaceAll(m.Name, "-", "_"))
-		fmt.Fprintf(&dns, "%s=%s\nexport %s\n", v, m.DNS, v)
+		fmt.Fprintf(&vars, "%s=%s\nexport %s\n", v, m.DNS, v)
+	}
+	if fl.PrometheusURL != "" {
+		fmt.Fprintf(&vars, "PROMETHEUS_URL=%s\nexport PROMETHEUS_URL\n", fl.PrometheusURL)
 	}
 	env := fmt.Sprintf("KUBECONFIG=%s\nexport KUBECONFIG\nFLEET_MEMBERS=%q\nexport FLEET_MEMBERS\n%s"+
 		"# kubectl of the pinned Kubernetes release, and the kubectl mcs plugin\nPATH=%s:%s:$PATH\nexport PATH\n",
-		kcPath, strings.Join(names, " "), dns.String(), assets, filepath.Dir(self))
+		kcPath, strings.Join(names, " "), vars.String(), assets, filepath.Dir(self))
 	tmp := f.env() + ".tmp"
 	if err := os.WriteFile(tmp, []byte(env), 0o644); err != nil {
 		return err
