@@ -45,6 +45,8 @@ func (h *heartbeat) run(ctx context.Context) error {
 	if !h.cache.WaitForCacheSync(ctx) {
 		return ctx.Err()
 	}
+	// The gauge changes only when a conflict starts or ends: set, it has a series to alert and plot from the start.
+	clusterIDConflict.WithLabelValues(h.id).Set(gauge(h.duplicate.Active()))
 	renewEvery := h.grace / 3
 	tick := min(time.Second, max(100*time.Millisecond, h.grace/10))
 	ticker := time.NewTicker(tick)

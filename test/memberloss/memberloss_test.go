@@ -12,8 +12,9 @@
 //     Unreachable;
 //   - cluster-b lost whole (control plane stopped and nodes cut): a and c stop using b within the target.
 //
-// MEMBERLOSS_RUNS repeats the cut and the whole loss (default 1); with MEMBERLOSS_RESULTS set, the figures are
-// written there as a Markdown table (`make bench-memberloss`).
+// MEMBERLOSS_RUNS repeats the cut and the whole loss (default 1), MEMBERLOSS_STALE sets how long the control plane
+// stays stopped (default four lease graces); with MEMBERLOSS_RESULTS set, the figures are written there as a
+// Markdown table (`make bench-memberloss`: ten runs, ten minutes).
 package memberloss
 
 import (
@@ -64,6 +65,8 @@ type env struct {
 	rows         []row
 	// samples are the figures held to the target, by scenario, in ms.
 	samples map[string][]int64
+	// stale is how long cluster-b's control plane stays stopped.
+	stale time.Duration
 }
 
 // row is one measured figure of the results table.
@@ -82,12 +85,20 @@ func TestMemberLoss(t *testing.T) {
 		}
 		runs = n
 	}
+	stale := 4 * leaseGrace
+	if v := os.Getenv("MEMBERLOSS_STALE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < leaseGrace {
+			t.Fatalf("MEMBERLOSS_STALE=%q: want a duration of at least %s", v, leaseGrace)
+		}
+		stale = d
+	}
 	start := time.Now()
 	f, _, _ := fleet.StartTest(t, 3, 1)
 	t.Logf("fleet with 3 members x 1 node up in %s", time.Since(start).Round(100*time.Millisecond))
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	e := &env{f: f, a: f.Member("cluster-a"), b: f.Member("cluster-b"), c: f.Member("cluster-c"), samples: map[string][]int64{}}
+	e := &env{f: f, a: f.Member("cluster-a"), b: f.Member("cluster-b"), c: f.Member("cluster-c"), samples: map[string][]int64{}, stale: stale}
 	for _, m := range f.Members {
 		if err := m.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			t.Fatal(err)
@@ -130,7 +141,8 @@ func TestMemberLoss(t *testing.T) {
 	e.writeResults(t, runs)
 }
 
-// testControlPlaneLost stops cluster-b's control plane for four lease graces: its pods keep answering from
+// testControlPlaneLost stops cluster-b's control plane for e.stale (four lease graces unless MEMBERLOSS_STALE
+// says): its pods keep answering from
 // cluster-a, which keeps using them, says Stale, and loses no request; started again, the imports are no longer
 // stale.
 func (e *env) testControlPlaneLost(t *testing.T) {
@@ -142,13 +154,19 @@ func (e *env) testControlPlaneLost(t *testing.T) {
 	}
 	stale := time.Since(stopped)
 	// An observation of a bounded length: the loops keep going while the member stays lost.
-	for end := stopped.Add(4 * leaseGrace); time.Now().Before(end); {
+	for end := stopped.Add(e.stale); time.Now().Before(end); {
 		e.waitAnswered(t, e.aSolo, nowMs(), "cluster-b")
 	}
 	e.fault(t, fleet.Fault{Kind: fleet.StartControlPlane, Member: "cluster-b"})
 	started := time.Now()
+	// Stopped for long, the kubelet has killed cluster-b's frozen controller (liveness) and backs off restarting
+	// it, up to 5 minutes, before it renews its Lease again.
+	back := timeout
+	if e.stale > time.Minute {
+		back = 7 * time.Minute
+	}
 	for _, svc := range []string{"solo", "pair"} {
-		e.waitCondition(t, e.a, svc, imports.ConditionStale, "cluster-b", false)
+		e.waitConditionWithin(t, back, e.a, svc, imports.ConditionStale, "cluster-b", false)
 	}
 	to := nowMs()
 	for name, l := range map[string]*workload.Loop{"a to solo": e.aSolo, "a to pair": e.aPair, "c to pair": e.cPair} {
@@ -332,7 +350,13 @@ func (e *env) condition(t *testing.T, m *fleet.Member, svc, typ string) *metav1.
 // waitCondition waits until m's import of svc has the condition typ True and naming cluster (want), or not.
 func (e *env) waitCondition(t *testing.T, m *fleet.Member, svc, typ, cluster string, want bool) {
 	t.Helper()
-	poll.T(t, timeout, fmt.Sprintf("%s's import of %s: %s naming %s is %v", m.Name, svc, typ, cluster, want), func() error {
+	e.waitConditionWithin(t, timeout, m, svc, typ, cluster, want)
+}
+
+// waitConditionWithin is waitCondition with its own deadline.
+func (e *env) waitConditionWithin(t *testing.T, within time.Duration, m *fleet.Member, svc, typ, cluster string, want bool) {
+	t.Helper()
+	poll.T(t, within, fmt.Sprintf("%s's import of %s: %s naming %s is %v", m.Name, svc, typ, cluster, want), func() error {
 		c := e.condition(t, m, svc, typ)
 		has := c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, cluster+" (")
 		if has != want {
@@ -350,8 +374,9 @@ func (e *env) writeResults(t *testing.T, runs int) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Member loss (`make bench-memberloss`)\n\nWritten by test/memberloss on %s: %d run(s) of the cut and the whole loss; "+
-		"3 members x 1 node, lease grace %s, a request every 50 ms from a pod through kube-proxy, 1 s per request.\n\n"+
-		"| scenario | requests | measured |\n|---|---|---|\n", time.Now().UTC().Format(time.RFC3339), runs, leaseGrace)
+		"control plane stopped for %s; 3 members x 1 node, lease grace %s, a request every 50 ms from a pod through kube-proxy, "+
+		"1 s per request.\n\n"+
+		"| scenario | requests | measured |\n|---|---|---|\n", time.Now().UTC().Format(time.RFC3339), runs, e.stale, leaseGrace)
 	for _, r := range e.rows {
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", r.scenario, r.loop, r.measure)
 	}
