@@ -32,8 +32,6 @@ const (
 	probesPerRound = 2
 	probeDown      = 3
 	probeUp        = 2
-	// targetRefresh is how often the endpoints to probe are read again from the broker cache.
-	targetRefresh = 2 * time.Second
 )
 
 // dataPlaneProbe measures, from this member's network position (its controller's pod), whether each other
@@ -76,13 +74,11 @@ func dialTCP(ctx context.Context, addr string) error {
 func (p *dataPlaneProbe) Start(ctx context.Context) error {
 	tick := time.NewTicker(probeInterval)
 	defer tick.Stop()
-	var refreshed time.Time
 	for {
-		if time.Since(refreshed) >= targetRefresh {
-			if err := p.refresh(ctx); err != nil {
-				p.log.Error(err, "reading the endpoints to probe")
-			}
-			refreshed = time.Now()
+		// The endpoints are read again every round (from the cache, without copies): a member whose endpoints
+		// all went is forgotten at once, not probed at their old addresses into a false Unreachable.
+		if err := p.refresh(ctx); err != nil {
+			p.log.Error(err, "reading the endpoints to probe")
 		}
 		p.probeRound(ctx, time.Now())
 		select {
