@@ -49,7 +49,9 @@ func TestPlane(t *testing.T) {
 	if err := CheckHost(); err != nil {
 		t.Skip(err)
 	}
-	p, err := Acquire(context.Background(), 5*time.Minute)
+	// As long as a clusterset waits (clusterset.Options.DataPlaneWait): `go test ./...` runs two packages at once,
+	// and the other may hold the data plane for one of the longest suites (several minutes).
+	p, err := Acquire(context.Background(), 15*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
