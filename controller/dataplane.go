@@ -16,6 +16,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"vksfleet.dev/fleet/controller/admit"
 	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/controller/reach"
 	"vksfleet.dev/fleet/mcs/names"
@@ -109,15 +110,20 @@ func (p *dataPlaneProbe) refresh(ctx context.Context) error {
 }
 
 // probeTargets are, per other member, the addresses of its ready endpoints on their first TCP port, sorted. A
-// slice counts for the member whose broker namespace holds it, as everywhere else.
+// slice counts for the member whose broker namespace holds it, as everywhere else, and only what admit.Slice takes
+// of it is probed: a member cannot make every controller connect to a loopback or link-local address.
 func probeTargets(self string, list []discoveryv1.EndpointSlice) map[string][]string {
 	sets := map[string]map[string]bool{}
 	for i := range list {
-		s := &list[i]
-		id := broker.ClusterOf(s)
-		if id == self || id == "" || s.Namespace != names.BrokerNamespace(id) {
+		id := broker.ClusterOf(&list[i])
+		if id == self || id == "" || list[i].Namespace != names.BrokerNamespace(id) {
 			continue
 		}
+		admitted, _, ok := admit.Slice(&list[i])
+		if !ok {
+			continue
+		}
+		s := &admitted
 		port := tcpPort(s.Ports)
 		if port == 0 {
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,7 +21,11 @@ import (
 )
 
 func probeSlice(cluster, name string, port int32, proto corev1.Protocol, ready *bool, addrs ...string) discoveryv1.EndpointSlice {
-	s := &discoveryv1.EndpointSlice{AddressType: discoveryv1.AddressTypeIPv4,
+	family := discoveryv1.AddressTypeIPv4
+	if strings.Contains(addrs[0], ":") {
+		family = discoveryv1.AddressTypeIPv6
+	}
+	s := &discoveryv1.EndpointSlice{AddressType: family,
 		Ports: []discoveryv1.EndpointPort{{Port: ptr.To(port), Protocol: ptr.To(proto)}}}
 	s.Name = name
 	for _, a := range addrs {
@@ -39,6 +44,7 @@ func TestProbeTargets(t *testing.T) {
 		probeSlice("cluster-b", "down", 8080, corev1.ProtocolTCP, ptr.To(false), "10.2.0.3"),
 		probeSlice("cluster-b", "dns", 53, corev1.ProtocolUDP, nil, "10.2.0.4"),
 		probeSlice("cluster-c", "v6", 80, corev1.ProtocolTCP, nil, "fd00::1", "not-an-ip"),
+		probeSlice("cluster-c", "local", 80, corev1.ProtocolTCP, nil, "127.0.0.1", "169.254.169.254"),
 		misplaced,
 	})
 	want := map[string][]string{
