@@ -66,8 +66,8 @@ LOSS ?= 5
 fault: ## cause a fault in the running local clusterset: FAULT=stop-control-plane|start-control-plane|cut-data-plane|lossy|heal MEMBER=cluster-b [PEER=cluster-a] [LOSS=5]
 	@bin/localfleet fault -kind "$(FAULT)" -member "$(MEMBER)" -peer "$(PEER)" -loss "$(LOSS)"
 
-bench-memberloss: tools images ## member loss with traffic: control plane stopped 10 minutes, each cut and whole loss 10 times: test/bench/results/memberloss.md
-	MEMBERLOSS_RUNS=10 MEMBERLOSS_STALE=10m MEMBERLOSS_RESULTS=$(CURDIR)/test/bench/results/memberloss.md $(GO) test -count=1 -timeout 60m -run TestMemberLoss -v ./test/memberloss/
+bench-memberloss: tools images ## member loss with traffic: control plane stopped 10 minutes, each cut, whole loss and tier emptying 10 times, 2 minutes of packet loss: test/bench/results/memberloss.md
+	MEMBERLOSS_RUNS=10 MEMBERLOSS_STALE=10m MEMBERLOSS_LOSS=2m MEMBERLOSS_RESULTS=$(CURDIR)/test/bench/results/memberloss.md $(GO) test -count=1 -timeout 60m -run TestMemberLoss -v ./test/memberloss/
 
 bench-dns: tools ## DNS benchmark: our CoreDNS vs stock CoreDNS 1.15.0 on the same data; writes test/bench/results/dns.md and its charts
 	$(GO) run ./test/bench/dnsbench -out test/bench/results/dns.md

@@ -120,9 +120,15 @@ func list(problems []string) string {
 }
 
 // Slices are the endpoints of a Service's local EndpointSlices as this cluster publishes them: one slice per
-// non-empty source slice (split at MaxEndpointsPerSlice), named for the broker, with address type, ports and, per endpoint,
+// source slice (split at MaxEndpointsPerSlice), named for the broker, with address type, ports and, per endpoint,
 // addresses, conditions, hostname and zone. Node names, target references and hints stay local. The result is
 // sorted by name.
+//
+// An empty source slice is published empty rather than withdrawn. Scaled to zero, a Service keeps its slice
+// (the EndpointSlice controller turns it into an empty placeholder): published as an update, the change reaches
+// every importer at once, whereas a withdrawn slice is held back for a while by importers that cannot yet tell
+// it from a broker losing its data, and held with its endpoints as last seen, still ready when their pods exited
+// before the importer saw them terminate.
 func Slices(namespace, service string, local []discoveryv1.EndpointSlice) []discoveryv1.EndpointSlice {
 	var out []discoveryv1.EndpointSlice
 	for _, s := range local {
@@ -135,7 +141,7 @@ func Slices(namespace, service string, local []discoveryv1.EndpointSlice) []disc
 			eps = append(eps, discoveryv1.Endpoint{Addresses: c.Addresses, Conditions: c.Conditions, Hostname: c.Hostname, Zone: c.Zone})
 		}
 		slices.SortFunc(eps, func(a, b discoveryv1.Endpoint) int { return strings.Compare(first(a.Addresses), first(b.Addresses)) })
-		for part := 0; part*MaxEndpointsPerSlice < len(eps); part++ {
+		for part := 0; part == 0 || part*MaxEndpointsPerSlice < len(eps); part++ {
 			chunk := eps[part*MaxEndpointsPerSlice : min(len(eps), (part+1)*MaxEndpointsPerSlice)]
 			out = append(out, discoveryv1.EndpointSlice{
 				ObjectMeta:  metav1.ObjectMeta{Name: names.BrokerSliceName(namespace, service, s.Name, part)},

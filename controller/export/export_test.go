@@ -136,10 +136,12 @@ func TestSlices(t *testing.T) {
 			}
 		}
 	}
-	if want := []string{"ns.web.web-v4", "ns.web.web-v4.1", "ns.web.web-v4.2"}; !reflect.DeepEqual(gotNames, want) {
+	// The empty slice is published empty: all pods gone is an update that importers apply at once, not a
+	// withdrawal that they may hold back.
+	if want := []string{"ns.web.web-empty", "ns.web.web-v4", "ns.web.web-v4.1", "ns.web.web-v4.2"}; !reflect.DeepEqual(gotNames, want) {
 		t.Errorf("names = %v, want %v", gotNames, want)
 	}
-	if want := []int{100, 100, 50}; !reflect.DeepEqual(sizes, want) {
+	if want := []int{0, 100, 100, 50}; !reflect.DeepEqual(sizes, want) {
 		t.Errorf("sizes = %v, want %v", sizes, want)
 	}
 	// The input stays untouched and the output is stable.

@@ -58,6 +58,30 @@ func ServePod(app, cluster string) corev1.PodTemplateSpec {
 	}
 }
 
+// SocatPod is an echo pod as users often write one: a shell that execs socat, answering the loop's TCP requests
+// on EchoPort as serve does, ready once the port accepts, and gone the moment it gets SIGTERM, with no drain.
+func SocatPod(app, cluster string) corev1.PodTemplateSpec {
+	script := fmt.Sprintf(`exec socat TCP-LISTEN:%d,fork,reuseaddr "SYSTEM:read l; echo cluster=$CLUSTER pod=$POD_NAME echo=\$l"`, EchoPort)
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": app}},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr.To[int64](5),
+			Containers: []corev1.Container{{
+				Name: "socat", Image: nodeimages.Socat, ImagePullPolicy: corev1.PullNever, Command: []string{"sh", "-c", script},
+				Env: []corev1.EnvVar{
+					{Name: "CLUSTER", Value: cluster},
+					{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+				},
+				Ports: []corev1.ContainerPort{{Name: "tcp", ContainerPort: EchoPort, Protocol: corev1.ProtocolTCP}},
+				ReadinessProbe: &corev1.Probe{
+					ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("tcp")}},
+					PeriodSeconds: 1,
+				},
+			}},
+		},
+	}
+}
+
 // ServiceFor is the Service in front of app's pods: TCP and UDP echo on EchoPort, HTTP on ServicePort; headless
 // with no cluster IP.
 func ServiceFor(app, namespace string, headless bool) *corev1.Service {
