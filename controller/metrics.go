@@ -16,6 +16,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/controller/broker"
+	"vksfleet.dev/fleet/controller/reach"
 	"vksfleet.dev/fleet/mcs/buildinfo"
 	"vksfleet.dev/fleet/mcs/locality"
 )
@@ -152,6 +153,10 @@ var (
 		"Time since observer_cluster_id saw a member's broker Lease renewed, on its own clock: a member is lost "+
 			"once this passes the lease grace.",
 		[]string{"observer_cluster_id", "cluster_id"}, nil)
+	reachableDesc = prometheus.NewDesc("mcs_controller_member_data_plane_reachable",
+		"1 while a member's endpoints answer observer_cluster_id's probes from its own network position, 0 once "+
+			"they stopped answering (--probe-data-plane); absent while unknown: not probed yet, or nothing to probe.",
+		[]string{"observer_cluster_id", "cluster_id"}, nil)
 	exportsDesc = prometheus.NewDesc("mcs_controller_service_exports",
 		"ServiceExports of this member by condition (Valid, Ready, Conflict), status and reason, as their status says.",
 		[]string{"cluster_id", "condition", "status", "reason"}, nil)
@@ -172,7 +177,8 @@ var states = &stateCollector{runs: map[*runState]struct{}{}}
 type runState struct {
 	id       string
 	liveness *broker.Liveness
-	local    client.Reader // the member's cache
+	reach    *reach.Tracker // nil without the data-plane probe
+	local    client.Reader  // the member's cache
 }
 
 // stateCollector is a prometheus.Collector over the running controllers.
@@ -195,7 +201,7 @@ func (s *stateCollector) add(run *runState) (remove func()) {
 
 // Describe implements prometheus.Collector.
 func (s *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{memberAliveDesc, leaseAgeDesc, exportsDesc, importsDesc, pendingSinceDesc} {
+	for _, d := range []*prometheus.Desc{memberAliveDesc, leaseAgeDesc, reachableDesc, exportsDesc, importsDesc, pendingSinceDesc} {
 		ch <- d
 	}
 }
@@ -224,6 +230,13 @@ func (r *runState) collect(ch chan<- prometheus.Metric, now time.Time) {
 	for id, m := range r.liveness.Members(now) {
 		ch <- prometheus.MustNewConstMetric(memberAliveDesc, prometheus.GaugeValue, gauge(m.Alive), r.id, id)
 		ch <- prometheus.MustNewConstMetric(leaseAgeDesc, prometheus.GaugeValue, m.Age.Seconds(), r.id, id)
+	}
+	if r.reach != nil {
+		for id, state := range r.reach.States() {
+			if state != reach.Unknown {
+				ch <- prometheus.MustNewConstMetric(reachableDesc, prometheus.GaugeValue, gauge(state == reach.Reachable), r.id, id)
+			}
+		}
 	}
 	// The cache answers at once once synced; the timeout only bounds a scrape racing the manager's stop.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

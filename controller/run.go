@@ -225,7 +225,7 @@ func runManager(ctx context.Context, opts Options, id string, a apis, scopes *sc
 	if err := mgr.Add(manager.RunnableFunc(hb.run)); err != nil {
 		return err
 	}
-	defer states.add(&runState{id: id, liveness: r.liveness, local: r.local})()
+	defer states.add(&runState{id: id, liveness: r.liveness, reach: r.reach, local: r.local})()
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}

@@ -212,6 +212,7 @@ func (e *env) testCut(t *testing.T, run int) {
 	cut := nowMs()
 	e.fault(t, fleet.Fault{Kind: fleet.CutDataPlane, Member: "cluster-b"})
 	e.waitCondition(t, e.a, "pair", imports.ConditionUnreachable, "cluster-b", true)
+	e.waitReachableMetric(t, 0)
 	e.waitAnswered(t, e.aPair, nowMs(), "cluster-c")
 	e.waitAnswered(t, e.cPair, nowMs(), "cluster-c")
 	for name, l := range map[string]*workload.Loop{"a to pair": e.aPair, "c to pair": e.cPair} {
@@ -232,6 +233,20 @@ func (e *env) testCut(t *testing.T, run int) {
 		e.rows = append(e.rows, row{"cut repaired", name, fmt.Sprintf("cluster-b again %d ms after the heal, %d failed", back-heal, len(failed))})
 	}
 	e.waitCondition(t, e.a, "pair", imports.ConditionUnreachable, "cluster-b", false)
+	e.waitReachableMetric(t, 1)
+}
+
+// waitReachableMetric waits until cluster-a's controllers report cluster-b's data plane reachable (1) or not (0):
+// only the elected replica has the series, so the sum over the replicas is its value.
+func (e *env) waitReachableMetric(t *testing.T, want float64) {
+	t.Helper()
+	poll.T(t, timeout, fmt.Sprintf("cluster-a's mcs_controller_member_data_plane_reachable for cluster-b is %v", want), func() error {
+		v, err := e.a.ControllerMetric("mcs_controller_member_data_plane_reachable", map[string]string{"cluster_id": "cluster-b"})
+		if err == nil && v != want {
+			err = fmt.Errorf("%v", v)
+		}
+		return err
+	})
 }
 
 // testCutFromOne cuts only the link between cluster-a's and cluster-b's nodes: a leaves b within the target, c
