@@ -38,8 +38,9 @@ import (
 	"vksfleet.dev/fleet/mcs/names"
 )
 
-// leaderElectionID names the local Lease that controller replicas elect a leader with.
-const leaderElectionID = "mcs-controller.vksfleet.dev"
+// LeaderElectionID names the local Lease that controller replicas elect a leader with, in
+// Options.LeaderElectionNamespace.
+const LeaderElectionID = "mcs-controller.vksfleet.dev"
 
 // Run runs the controller until ctx ends. It returns at once with an error when the options are bad, the cluster
 // id is invalid or a cluster cannot be reached at start; ending ctx, even while it starts, is no error.
@@ -247,7 +248,7 @@ func newClusters(ctx context.Context, opts Options, a apis, scope brokerScope, l
 		Metrics:                 metricsserver.Options{BindAddress: orZero(opts.MetricsBindAddress)},
 		HealthProbeBindAddress:  orZero(opts.HealthProbeBindAddress),
 		LeaderElection:          opts.LeaderElection,
-		LeaderElectionID:        leaderElectionID,
+		LeaderElectionID:        LeaderElectionID,
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
 		// A run that ends because the broker was reset hands the lead straight to the next run.
 		LeaderElectionReleaseOnCancel: true,

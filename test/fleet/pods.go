@@ -25,6 +25,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"vksfleet.dev/fleet/controller"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/mcsctl"
 	"vksfleet.dev/fleet/mcsctl/install"
@@ -72,6 +73,15 @@ var (
 	controllerPods = productPods{controllerNamespace, client.MatchingLabels{"app.kubernetes.io/name": controllerDeployment}}
 	dnsPods        = productPods{dnsNamespace, client.MatchingLabels{"k8s-app": "kube-dns"}}
 )
+
+// ControllerPods lists the member's mcs-controller pods (the manifests run two replicas, one elected).
+func (m *Member) ControllerPods(ctx context.Context) ([]corev1.Pod, error) { return m.pods(ctx, controllerPods) }
+
+// DNSPods lists the member's CoreDNS pods, behind its kube-dns Service.
+func (m *Member) DNSPods(ctx context.Context) ([]corev1.Pod, error) { return m.pods(ctx, dnsPods) }
+
+// ControllerLeaderLease is the Lease of the member's controller replicas' leader election.
+var ControllerLeaderLease = types.NamespacedName{Namespace: controllerNamespace, Name: controller.LeaderElectionID}
 
 // pods lists the member's pods of a part of the product.
 func (m *Member) pods(ctx context.Context, sel productPods) ([]corev1.Pod, error) {

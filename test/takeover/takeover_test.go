@@ -1,0 +1,315 @@
+// Package takeover measures, with requests from a pod through DNS and kube-proxy, what a member loses when one of
+// its two controller replicas or two CoreDNS replicas goes: the elected controller of the importing member
+// (cluster-a) or of the exporting one (cluster-b), and one of cluster-a's CoreDNS pods, each deleted as a rolling
+// update deletes it (SIGTERM and its grace period) and force-deleted (SIGKILL, as a crashed node's pods are lost).
+//
+// cluster-b exports web; a pod of cluster-a asks web.takeover.svc.clusterset.local every 50 ms, resolving the name
+// for each request. Right after each controller goes, cluster-b's web is scaled by one: the change needs both
+// controllers, so the time until cluster-a imports it measures the takeover as users see it. Every phase counts
+// the requests that failed (expected none), the time until another replica holds the leader Lease, and the time
+// until the change is imported. TAKEOVER_RUNS repeats the phases (default 1); with TAKEOVER_RESULTS set, the
+// figures are written there as a Markdown table (`make bench-takeover`).
+package takeover
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"vksfleet.dev/fleet/test/dataplane"
+	"vksfleet.dev/fleet/test/fleet"
+	"vksfleet.dev/fleet/test/poll"
+	"vksfleet.dev/fleet/test/workload"
+)
+
+const (
+	ns      = "takeover"
+	timeout = 2 * time.Minute
+	// takeoverBound is how long a crashed leader may hold the change back: controller-runtime's leader Lease lasts
+	// 15 s and is retried every 2 s, and the new leader's caches sync before it reconciles.
+	takeoverBound = 30 * time.Second
+	// gracefulBound is the same for a leader that releases its Lease as it stops.
+	gracefulBound = 10 * time.Second
+)
+
+// env is the running fleet and the request loop.
+type env struct {
+	f    *fleet.Fleet
+	a, b *fleet.Member
+	loop *workload.Loop
+	web  int32 // cluster-b's web replicas
+	rows []string
+}
+
+func TestTakeover(t *testing.T) {
+	if err := dataplane.CheckHost(); err != nil {
+		t.Skip(err)
+	}
+	ctrl.SetLogger(logr.Discard())
+	runs := 1
+	if v := os.Getenv("TAKEOVER_RUNS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("TAKEOVER_RUNS=%q: want a positive number", v)
+		}
+		runs = n
+	}
+	start := time.Now()
+	f, _, _ := fleet.StartTest(t, 2, 1)
+	t.Logf("fleet with 2 members x 1 node up in %s", time.Since(start).Round(100*time.Millisecond))
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	e := &env{f: f, a: f.Member("cluster-a"), b: f.Member("cluster-b"), web: 2}
+	for _, m := range f.Members {
+		if err := m.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := workload.Deploy(ctx, e.b.Client, ns, "web", e.b.Name, e.web, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.b.Client.Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}}); err != nil {
+		t.Fatal(err)
+	}
+	pod := workload.LoopPod("web-client", ns, fmt.Sprintf("web.%s.svc.clusterset.local:%d", ns, workload.EchoPort), 50*time.Millisecond, 30*time.Minute)
+	loop, err := workload.StartLoop(ctx, e.a.Kube, pod, timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.loop = loop
+	e.waitImported(t, e.web)
+	e.waitServed(t)
+
+	for run := range runs {
+		for _, force := range []bool{false, true} {
+			e.controllerGoes(t, run, e.a, force)
+			e.controllerGoes(t, run, e.b, force)
+			e.dnsGoes(t, run, force)
+		}
+	}
+	e.writeResults(t, runs)
+}
+
+// how names the way a pod goes.
+func how(force bool) string {
+	if force {
+		return "force-deleted (SIGKILL)"
+	}
+	return "deleted (SIGTERM, grace period)"
+}
+
+// deletePod deletes a pod of m as a rolling update does, or at once, the way a crash loses it.
+func deletePod(t *testing.T, m *fleet.Member, p corev1.Pod, force bool) {
+	t.Helper()
+	opts := metav1.DeleteOptions{}
+	if force {
+		opts.GracePeriodSeconds = ptr.To[int64](0)
+	}
+	if err := m.Kube.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, opts); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// controllerGoes takes m's elected controller away and scales cluster-b's web by one at once: another replica
+// takes the Lease over, the change reaches cluster-a's import, and no request fails.
+func (e *env) controllerGoes(t *testing.T, run int, m *fleet.Member, force bool) {
+	ctx := context.Background()
+	lease := e.leader(t, m)
+	holder, _, _ := strings.Cut(ptr.Deref(lease.Spec.HolderIdentity, ""), "_")
+	pods, err := m.ControllerPods(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(pods, func(p corev1.Pod) bool { return p.Name == holder })
+	if i < 0 {
+		t.Fatalf("%s: the leader %q is none of the controller pods", m.Name, holder)
+	}
+	gone := time.Now()
+	deletePod(t, m, pods[i], force)
+	e.scaleWeb(t, e.web%3+2) // 2 -> 3 -> 2
+	var took time.Duration
+	poll.T(t, timeout, fmt.Sprintf("another replica of %s's controller leads", m.Name), func() error {
+		l := e.leader(t, m)
+		h, _, _ := strings.Cut(ptr.Deref(l.Spec.HolderIdentity, ""), "_")
+		if h == holder || l.Spec.AcquireTime == nil {
+			return fmt.Errorf("held by %s", h)
+		}
+		took = max(0, l.Spec.AcquireTime.Sub(gone))
+		return nil
+	})
+	imported := e.waitImported(t, e.web).Sub(gone)
+	e.waitAvailable(t, m, "mcs-system", "mcs-controller")
+	what := fmt.Sprintf("%s's elected controller %s", m.Name, how(force))
+	failed := e.failedSince(t, gone)
+	t.Logf("run %d: %s: new leader after %s, cluster-b's scale imported by cluster-a after %s, %d failed requests",
+		run+1, what, took.Round(10*time.Millisecond), imported.Round(10*time.Millisecond), len(failed))
+	if len(failed) > 0 {
+		t.Errorf("%s: %d requests failed: %v", what, len(failed), failed)
+	}
+	bound := gracefulBound
+	if force {
+		bound = takeoverBound
+	}
+	if imported > bound {
+		t.Errorf("%s: the change took %s to be imported, over %s", what, imported.Round(10*time.Millisecond), bound)
+	}
+	e.rows = append(e.rows, fmt.Sprintf("| %s | %d | %.1f s | %.1f s | %d |", what, run+1, took.Seconds(), imported.Seconds(), len(failed)))
+}
+
+// dnsGoes takes one of cluster-a's two CoreDNS pods away while the loop resolves web for every request.
+func (e *env) dnsGoes(t *testing.T, run int, force bool) {
+	ctx := context.Background()
+	pods, err := e.a.DNSPods(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods) < 2 {
+		t.Fatalf("cluster-a has %d CoreDNS pods, want 2", len(pods))
+	}
+	gone := time.Now()
+	deletePod(t, e.a, pods[0], force)
+	e.waitAvailable(t, e.a, "kube-system", "coredns")
+	e.waitServed(t)
+	what := fmt.Sprintf("one of cluster-a's two CoreDNS pods %s", how(force))
+	failed := e.failedSince(t, gone)
+	t.Logf("run %d: %s: %d failed requests", run+1, what, len(failed))
+	if len(failed) > 0 {
+		t.Errorf("%s: %d requests failed: %v", what, len(failed), failed)
+	}
+	e.rows = append(e.rows, fmt.Sprintf("| %s | %d | | | %d |", what, run+1, len(failed)))
+}
+
+// leader reads m's controller leader Lease.
+func (e *env) leader(t *testing.T, m *fleet.Member) *coordinationv1.Lease {
+	t.Helper()
+	l, err := m.Kube.CoordinationV1().Leases(fleet.ControllerLeaderLease.Namespace).Get(context.Background(), fleet.ControllerLeaderLease.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// scaleWeb sets cluster-b's web replicas.
+func (e *env) scaleWeb(t *testing.T, replicas int32) {
+	t.Helper()
+	d := &appsv1.Deployment{}
+	if err := e.b.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "web"}, d); err != nil {
+		t.Fatal(err)
+	}
+	d.Spec.Replicas = ptr.To(replicas)
+	if err := e.b.Client.Update(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	e.web = replicas
+}
+
+// waitImported waits until cluster-a's imported slices of web hold want ready endpoints, and says when it saw
+// them, to within poll.Interval.
+func (e *env) waitImported(t *testing.T, want int32) time.Time {
+	t.Helper()
+	poll.T(t, timeout, fmt.Sprintf("cluster-a imports %d ready endpoints of web", want), func() error {
+		var list discoveryv1.EndpointSliceList
+		if err := e.a.Client.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{mcsv1beta1.LabelServiceName: "web"}); err != nil {
+			return err
+		}
+		ready := 0
+		for _, s := range list.Items {
+			for _, ep := range s.Endpoints {
+				if ptr.Deref(ep.Conditions.Ready, false) {
+					ready++
+				}
+			}
+		}
+		if ready != int(want) {
+			return fmt.Errorf("%d ready", ready)
+		}
+		return nil
+	})
+	return time.Now()
+}
+
+// waitServed waits until the loop's last 10 requests were answered.
+func (e *env) waitServed(t *testing.T) {
+	t.Helper()
+	from := time.Now().UnixMilli()
+	poll.T(t, timeout, "the last 10 requests answered", func() error {
+		if err := e.loop.Err(); err != nil {
+			return err
+		}
+		reqs := e.loop.Requests(from, 0)
+		if len(reqs) < 10 {
+			return fmt.Errorf("%d requests so far", len(reqs))
+		}
+		if failed := workload.Failures(reqs[len(reqs)-10:]); len(failed) > 0 {
+			return fmt.Errorf("failed: %v", failed)
+		}
+		return nil
+	})
+}
+
+// waitAvailable waits until m's Deployment has all its replicas updated and available again, its replaced pod
+// gone.
+func (e *env) waitAvailable(t *testing.T, m *fleet.Member, namespace, name string) {
+	t.Helper()
+	poll.T(t, timeout, fmt.Sprintf("%s's %s/%s available", m.Name, namespace, name), func() error {
+		d := &appsv1.Deployment{}
+		if err := m.Client.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, d); err != nil {
+			return err
+		}
+		want := ptr.Deref(d.Spec.Replicas, 1)
+		if d.Status.Replicas != want || d.Status.AvailableReplicas != want || d.Status.UpdatedReplicas != want {
+			return fmt.Errorf("status %+v", d.Status)
+		}
+		return nil
+	})
+}
+
+// failedSince returns the loop's failed requests since from, once every request until now is reported.
+func (e *env) failedSince(t *testing.T, from time.Time) []string {
+	t.Helper()
+	to := time.Now().UnixMilli()
+	poll.T(t, timeout, "the loop reports its requests", func() error {
+		if !e.loop.Reported(to) {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+	return workload.Failures(e.loop.Requests(from.UnixMilli(), to))
+}
+
+// writeResults writes the figures as a Markdown table where TAKEOVER_RESULTS says.
+func (e *env) writeResults(t *testing.T, runs int) {
+	path := os.Getenv("TAKEOVER_RESULTS")
+	if path == "" {
+		return
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Controller and CoreDNS replicas lost (`make bench-takeover`)\n\nWritten by test/takeover on %s: %d run(s); "+
+		"2 members x 1 node, 2 controller and 2 CoreDNS replicas each as the manifests run them; a request every 50 ms "+
+		"from a pod of cluster-a to web.%s.svc.clusterset.local (exported by cluster-b), its name resolved for each "+
+		"request, 1 s per request; cluster-b's web scaled by one right after each controller goes.\n\n"+
+		"| replica lost | run | new leader after | change imported after | failed requests |\n|---|---|---|---|---|\n",
+		time.Now().UTC().Format(time.RFC3339), runs, ns)
+	for _, r := range e.rows {
+		b.WriteString(r + "\n")
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Error(err)
+	}
+}
