@@ -46,6 +46,59 @@ type HABroker struct {
 	APIServers []*BrokerProcess
 	// LoadBalancer is HAProxy; its URL is the broker's, Cluster.Config.Host.
 	LoadBalancer *BrokerProcess
+
+	lbSocket string // HAProxy's stats socket, which InService asks
+}
+
+// InService returns the names of the API servers the load balancer sends new connections to: those its health
+// checks last found ready.
+func (h *HABroker) InService() ([]string, error) {
+	conn, err := net.DialTimeout("unix", h.lbSocket, 2*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("clusterset: the load balancer's stats socket: %w", err)
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(2 * time.Second)); err != nil {
+		return nil, err
+	}
+	if _, err := io.WriteString(conn, "show servers state "+haBackend+"\n"); err != nil {
+		return nil, err
+	}
+	out, err := io.ReadAll(conn)
+	if err != nil {
+		return nil, err
+	}
+	return parseServersState(string(out))
+}
+
+// parseServersState returns the servers that HAProxy's `show servers state` lists as running: a format version
+// line, a header line "# be_id be_name srv_id srv_name srv_addr srv_op_state ...", then a line per server, whose
+// srv_op_state is 2 while the server is up.
+func parseServersState(out string) ([]string, error) {
+	var header []string
+	var up []string
+	for line := range strings.Lines(out) {
+		fields := strings.Fields(line)
+		switch {
+		case len(fields) == 0 || header == nil && len(fields) == 1: // the version line
+		case fields[0] == "#":
+			header = fields[1:]
+		case header == nil:
+			return nil, fmt.Errorf("clusterset: unexpected HAProxy servers state %q", out)
+		default:
+			name, state := slices.Index(header, "srv_name"), slices.Index(header, "srv_op_state")
+			if name < 0 || state < 0 || len(fields) <= max(name, state) {
+				return nil, fmt.Errorf("clusterset: unexpected HAProxy servers state %q", out)
+			}
+			if fields[state] == "2" {
+				up = append(up, fields[name])
+			}
+		}
+	}
+	if header == nil {
+		return nil, fmt.Errorf("clusterset: unexpected HAProxy servers state %q", out)
+	}
+	return up, nil
 }
 
 // BrokerProcess is one process of a highly available broker. Kill and Pause fail it as a crash or a hang would;
@@ -62,6 +115,8 @@ type BrokerProcess struct {
 	log      io.Writer
 	readyURL string       // answers 200 once the process is ready
 	hc       *http.Client // asks readyURL
+	// inService, for an API server, says whether the load balancer sends connections to it.
+	inService func() error
 
 	mu sync.Mutex
 	p  *proc.Process // the process last started
@@ -94,12 +149,17 @@ func (b *BrokerProcess) process() *proc.Process {
 	return b.p
 }
 
-// Restart starts the process again once it has exited (Kill) and waits until it is ready.
+// Restart starts the process again once it has exited (Kill) and waits until it is ready, and an API server until
+// the load balancer sends connections to it again: a test that fails the other one next finds the broker as
+// available as before.
 func (b *BrokerProcess) Restart(ctx context.Context) error {
 	if err := b.launch(); err != nil {
 		return err
 	}
-	return b.waitReady(ctx)
+	if err := b.waitReady(ctx); err != nil || b.inService == nil {
+		return err
+	}
+	return b.process().Wait(ctx, haStartTimeout, "in the load balancer's service", b.inService)
 }
 
 // Kill kills the process (SIGKILL), as a crash would, and waits until it has exited.
@@ -145,7 +205,7 @@ func (c *Cluster) startHA(ctx context.Context, spec clusterSpec, assets string) 
 	if err != nil {
 		return nil, fmt.Errorf("clusterset: a highly available broker needs HAProxy: run `make tools` first: %w", err)
 	}
-	c.HA = &HABroker{}
+	c.HA = &HABroker{lbSocket: filepath.Join(c.dir, "haproxy.sock")}
 	pki := filepath.Join(c.dir, "pki")
 	if err := os.Mkdir(pki, 0o700); err != nil {
 		return nil, err
@@ -170,7 +230,8 @@ func (c *Cluster) startHA(ctx context.Context, spec clusterSpec, assets string) 
 		return nil, err
 	}
 	lbConfig := filepath.Join(c.dir, "haproxy.cfg")
-	if err := os.WriteFile(lbConfig, []byte(haproxyConfig(net.JoinHostPort(lbHost.String(), strconv.Itoa(lbPort)), c.HA.APIServers)), 0o600); err != nil {
+	lbAddr := net.JoinHostPort(lbHost.String(), strconv.Itoa(lbPort))
+	if err := os.WriteFile(lbConfig, []byte(haproxyConfig(lbAddr, c.HA.lbSocket, c.HA.APIServers)), 0o600); err != nil {
 		return nil, err
 	}
 	c.HA.LoadBalancer = &BrokerProcess{Name: spec.name + "-lb", URL: cfg.Host, bin: haproxy, log: spec.log,
@@ -179,6 +240,15 @@ func (c *Cluster) startHA(ctx context.Context, spec clusterSpec, assets string) 
 		readyURL: cfg.Host + "/readyz", hc: hc}
 	if err := c.HA.LoadBalancer.Restart(ctx); err != nil {
 		return nil, err
+	}
+	for _, a := range c.HA.APIServers {
+		a.inService = func() error {
+			names, err := c.HA.InService()
+			if err == nil && !slices.Contains(names, a.Name) {
+				err = fmt.Errorf("the load balancer has %s out of service", a.Name)
+			}
+			return err
+		}
 	}
 	return cfg, nil
 }
@@ -293,8 +363,8 @@ func readyClient(cfg *rest.Config) (*http.Client, error) {
 // to the API servers, each checked with GET /readyz. The checks run every second, and one API server is taken
 // out after two failed ones, so that a failure test need not wait long; a connection refused meanwhile is
 // retried on the other one (redispatch). The log says when an API server goes down or comes back, not every
-// connection.
-func haproxyConfig(bind string, apiServers []*BrokerProcess) string {
+// connection. The stats socket, at socket, tells InService which API servers are in service.
+func haproxyConfig(bind, socket string, apiServers []*BrokerProcess) string {
 	var servers strings.Builder
 	for _, b := range apiServers {
 		fmt.Fprintf(&servers, "\tserver %s %s\n", b.Name, strings.TrimPrefix(b.URL, "https://"))
@@ -302,6 +372,7 @@ func haproxyConfig(bind string, apiServers []*BrokerProcess) string {
 	return `global
 	log stdout format raw local0 notice
 	nbthread 1
+	stats socket ` + socket + ` mode 600 level user
 
 defaults
 	mode tcp
@@ -316,15 +387,18 @@ defaults
 
 frontend broker
 	bind ` + bind + `
-	default_backend apiservers
+	default_backend ` + haBackend + `
 
-backend apiservers
+backend ` + haBackend + `
 	option httpchk GET /readyz
 	http-check expect status 200
 	balance roundrobin
 	default-server check check-ssl verify none inter 1s fall 2 rise 2
 ` + servers.String()
 }
+
+// haBackend is the API servers' backend in HAProxy's configuration.
+const haBackend = "apiservers"
 
 // clientCAFile is the CA of the broker's client certificates, beside writeServingPKI's files.
 const clientCAFile = "client-ca.crt"

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -103,11 +104,13 @@ func TestHABroker(t *testing.T) {
 		if _, err := b.Kube.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
 			t.Errorf("through the load balancer: %v", err)
 		}
+		waitInService(t, ha, ha.APIServers[0].Name, ha.APIServers[1].Name)
 	})
 	for i, a := range ha.APIServers {
 		t.Run(fmt.Sprintf("the broker answers without %s", a.Name), func(t *testing.T) {
 			a.Kill()
 			checkWrites(t, b, fmt.Sprintf("api%d", i))
+			waitInService(t, ha, ha.APIServers[1-i].Name)
 			if err := a.Restart(ctx); err != nil {
 				t.Fatalf("restarting %s: %v", a.Name, err)
 			}
@@ -220,6 +223,18 @@ func checkWrites(t *testing.T, b *Cluster, prefix string) {
 	if shared > 1 {
 		t.Errorf("the broker's client failed %d times, want at most one, on the connection it had", shared)
 	}
+}
+
+// waitInService waits until the load balancer's health checks have exactly the API servers names in service.
+func waitInService(t *testing.T, ha *HABroker, names ...string) {
+	t.Helper()
+	poll.T(t, 10*time.Second, "the load balancer's API servers in service", func() error {
+		got, err := ha.InService()
+		if err == nil && !slices.Equal(got, names) {
+			err = fmt.Errorf("in service: %v, want %v", got, names)
+		}
+		return err
+	})
 }
 
 // freshClient is a client of cfg that opens a connection for every request.
