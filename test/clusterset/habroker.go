@@ -215,7 +215,8 @@ func (c *Cluster) startHA(ctx context.Context, spec clusterSpec, assets string) 
 	if err != nil {
 		return nil, err
 	}
-	cfg := &rest.Config{Host: "https://" + net.JoinHostPort(lbHost.String(), strconv.Itoa(lbPort))}
+	lbAddr := net.JoinHostPort(lbHost.String(), strconv.Itoa(lbPort))
+	cfg := &rest.Config{Host: "https://" + lbAddr}
 	if cfg.TLSClientConfig, err = writeHAPKI(pki, lbHost); err != nil {
 		return nil, err
 	}
@@ -230,7 +231,6 @@ func (c *Cluster) startHA(ctx context.Context, spec clusterSpec, assets string) 
 		return nil, err
 	}
 	lbConfig := filepath.Join(c.dir, "haproxy.cfg")
-	lbAddr := net.JoinHostPort(lbHost.String(), strconv.Itoa(lbPort))
 	if err := os.WriteFile(lbConfig, []byte(haproxyConfig(lbAddr, c.HA.lbSocket, c.HA.APIServers)), 0o600); err != nil {
 		return nil, err
 	}
