@@ -29,7 +29,9 @@ import (
 // signing key, so that a client or a token of one is good on the other; and HAProxy in TCP mode in front of both,
 // checking each one's /readyz, at the address every client of the broker is given (Cluster.Config, the broker's
 // kubeconfig, and so the broker-info that `kubectl mcs broker init` writes). Only HAProxy listens where the members
-// reach the broker; etcd and the API servers listen on loopback, each at a port of its own.
+// reach the broker; etcd and the API servers listen on loopback, each at a port of its own. Unlike kubeadm's API
+// servers, these two share a host, and so the identity Lease kube-apiserver names after its hostname
+// (kube-system/apiserver-<hash>), which each renews as its own: nothing a broker serves depends on it.
 
 const (
 	haEtcdMembers = 3
