@@ -326,3 +326,33 @@ func etcdLeader(t *testing.T, ha *HABroker) *BrokerProcess {
 	}
 	return leader
 }
+
+// TestPlanHABroker: only the broker is highly available, and only a clusterset with a broker can have one.
+func TestPlanHABroker(t *testing.T) {
+	specs, _, err := plan(Options{Members: []string{"cluster-a"}, HABroker: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range specs {
+		if s.ha != (s.name == BrokerName) {
+			t.Errorf("%s: ha %v", s.name, s.ha)
+		}
+	}
+	if _, _, err := plan(Options{Members: []string{"cluster-a"}, HABroker: true, NoBroker: true}); err == nil {
+		t.Error("plan with HABroker and NoBroker: no error")
+	}
+}
+
+// TestParseServersState reads `show servers state` as HAProxy 2.6 writes it: only running servers (state 2) are in
+// service.
+func TestParseServersState(t *testing.T) {
+	out := "1\n# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state\n" +
+		"3 apiservers 1 broker-apiserver-0 127.0.0.1 0 0\n3 apiservers 2 broker-apiserver-1 127.0.0.1 2 0\n\n"
+	got, err := parseServersState(out)
+	if err != nil || !slices.Equal(got, []string{"broker-apiserver-1"}) {
+		t.Errorf("parseServersState = %v, %v; want [broker-apiserver-1]", got, err)
+	}
+	if _, err := parseServersState("1\n3 apiservers 1 broker-apiserver-0\n"); err == nil {
+		t.Error("parseServersState without a header: no error")
+	}
+}
