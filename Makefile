@@ -52,8 +52,8 @@ generate: ## regenerate the API types' DeepCopy methods with the pinned controll
 helm-chart: ## regenerate the Helm chart build/helm/vksfleet-member from the kustomize bases of build/deploy
 	$(GO) generate ./build/helm
 
-up: tools build images ## start a local clusterset in the background (MEMBERS=3 members + broker; BARE=1: nothing of ours installed, join with kubectl mcs; MONITORING=1: a Prometheus, PROMETHEUS_URL); writes .fleet/
-	@bin/localfleet up -members $(MEMBERS) -nodes $(NODES) -bare=$(if $(BARE),true,false) -monitoring=$(if $(MONITORING),true,false)
+up: tools build images ## start a local clusterset in the background (MEMBERS=3 members + broker; BARE=1: nothing of ours installed, join with kubectl mcs; MONITORING=1: a Prometheus, PROMETHEUS_URL; BROKER=ha: the broker as 3 etcd members and 2 kube-apiservers behind HAProxy); writes .fleet/
+	@bin/localfleet up -members $(MEMBERS) -nodes $(NODES) -bare=$(if $(BARE),true,false) -monitoring=$(if $(MONITORING),true,false) -broker=$(or $(BROKER),single)
 
 demo: tools build images ## bring up a local fleet and walk both user stories; fails if any expectation fails
 	@bin/demo

@@ -73,7 +73,9 @@ ln -sfn "$oldest_assets_name" "$cache/oldest"
 # the MCS API conformance suite (test/nodeimages.BuildConformance) are made of this machine's socat, nc.openbsd,
 # BIND's dig, nslookup and host, and curl, with their libraries. The clusterset starts a containerd of its own per
 # node, with its own socket, root and state; on a machine with systemd, apt also starts Debian's containerd.service,
-# which they neither use nor disturb.
+# which they neither use nor disturb. HAProxy is the load balancer of a highly available broker (clusterset
+# Options.HABroker, `make up BROKER=ha`), as in kubeadm's guide to HA control planes; Debian's own haproxy.cfg, which
+# haproxy.service runs on a machine with systemd, binds no port, and the clusterset runs one of its own.
 missing=()
 command -v dig >/dev/null && command -v nslookup >/dev/null && command -v host >/dev/null || missing+=(dnsutils)
 command -v dnsperf >/dev/null || missing+=(dnsperf)
@@ -86,6 +88,7 @@ command -v containerd >/dev/null && command -v ctr >/dev/null || missing+=(conta
 command -v runc >/dev/null || missing+=(runc)
 [ -x /usr/lib/cni/ptp ] && [ -x /usr/lib/cni/host-local ] && [ -x /usr/lib/cni/loopback ] || missing+=(containernetworking-plugins)
 dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || missing+=(busybox-static)
+command -v haproxy >/dev/null || missing+=(haproxy)
 case "$(readlink -f "$(command -v nc 2>/dev/null)")" in */nc.openbsd) ;; *) missing+=(netcat-openbsd) ;; esac
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "tools: installing ${missing[*]}" >&2

@@ -81,6 +81,8 @@ type Cluster struct {
 	// nodes the member has the Service, kube-system/kube-dns, without a server behind it, as kubeadm leaves it
 	// before its DNS add-on is applied (test/fleet applies ours).
 	DNSServiceIP netip.Addr
+	// HA reaches each process of a highly available broker (Options.HABroker); nil for any other cluster.
+	HA *HABroker
 
 	member    bool
 	dir       string
@@ -102,6 +104,7 @@ type clusterSpec struct {
 	log               io.Writer
 	region            string
 	noKCM             bool // the member runs no kube-controller-manager
+	ha                bool // the broker is highly available (Options.HABroker)
 	// assets, when set, holds the member's own control-plane binaries (Options.Oldest), and fresh leaves out
 	// what the clusterset otherwise installs in a member.
 	assets string
@@ -128,59 +131,12 @@ func startCluster(ctx context.Context, spec clusterSpec, assets string) (c *Clus
 	if spec.assets != "" {
 		assets = spec.assets
 	}
-	var crds []*apiextensionsv1.CustomResourceDefinition
-	if !spec.fresh {
-		if crds, err = crdsFor(spec.member); err != nil {
-			return c, err
-		}
+	var cfg *rest.Config
+	if spec.ha {
+		cfg, err = c.startHA(ctx, spec, assets)
+	} else {
+		cfg, err = c.startEnvtest(spec, assets)
 	}
-	c.env = &envtest.Environment{
-		BinaryAssetsDirectory:    assets,
-		CRDs:                     crds,
-		Scheme:                   Scheme,
-		ControlPlaneStartTimeout: 90 * time.Second,
-		ControlPlaneStopTimeout:  20 * time.Second,
-	}
-	// Our ports, not envtest's: envtest suggests ports from the ephemeral range, which an outgoing connection
-	// can take before the server binds them.
-	ports, err := FreePorts(3)
-	if err != nil {
-		return c, err
-	}
-	c.env.ControlPlane.Etcd = &envtest.Etcd{Out: spec.log, Err: spec.log,
-		URL: &url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))}}
-	c.env.ControlPlane.Etcd.Configure().Set("listen-peer-urls", "http://"+net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])))
-	// The etcd data is thrown away at stop: skipping fsync makes every write much faster on a shared disk.
-	c.env.ControlPlane.Etcd.Configure().Set("unsafe-no-fsync", "true")
-	api := c.env.ControlPlane.GetAPIServer()
-	api.Out, api.Err = spec.log, spec.log
-	// A directory of our own, which stopping the API server leaves in place: RestartEmpty starts it again with the
-	// same serving certificate, so that every client's configuration still trusts it.
-	api.CertDir = filepath.Join(dir, "apiserver")
-	if err := os.Mkdir(api.CertDir, 0o700); err != nil {
-		return c, err
-	}
-	api.Configure().Set("service-cluster-ip-range", joinPrefixes(c.ServiceCIDRs))
-	api.SecureServing.ListenAddr = envtest.ListenAddr{Address: "127.0.0.1", Port: strconv.Itoa(ports[2])}
-	if spec.plane != nil {
-		// Node agents and kube-proxies reach the API server from their namespaces through the host link.
-		host := dataplane.HostV4.String()
-		port, err := freePortOn(host)
-		if err != nil {
-			return c, err
-		}
-		api.SecureServing.ListenAddr = envtest.ListenAddr{Address: host, Port: strconv.Itoa(port)}
-		api.Configure().Set("advertise-address", host)
-		if spec.member && spec.nodes > 0 {
-			if err := c.configureKubeletAuth(api); err != nil {
-				return c, err
-			}
-			if c.rootCAFile, err = c.configureInCluster(api); err != nil {
-				return c, err
-			}
-		}
-	}
-	cfg, err := c.env.Start()
 	if err != nil {
 		return c, err
 	}
@@ -195,6 +151,11 @@ func startCluster(ctx context.Context, spec clusterSpec, assets string) (c *Clus
 	}
 	if c.KubeconfigPath, err = c.writeKubeconfig(); err != nil {
 		return c, err
+	}
+	if spec.ha {
+		if err := c.InstallCRDs(); err != nil {
+			return c, err
+		}
 	}
 	if !spec.member {
 		c.kcm, err = startControllerManager(ctx, assets, c.dir, c.KubeconfigPath, "", brokerControllers, spec.log)
@@ -236,6 +197,72 @@ func startCluster(ctx context.Context, spec clusterSpec, assets string) (c *Clus
 	return c, nil
 }
 
+// startEnvtest starts the cluster's etcd and API server with envtest, which installs its CRDs, and returns an
+// administrator's configuration.
+func (c *Cluster) startEnvtest(spec clusterSpec, assets string) (*rest.Config, error) {
+	var crds []*apiextensionsv1.CustomResourceDefinition
+	if !spec.fresh {
+		var err error
+		if crds, err = crdsFor(spec.member); err != nil {
+			return nil, err
+		}
+	}
+	c.env = &envtest.Environment{
+		BinaryAssetsDirectory:    assets,
+		CRDs:                     crds,
+		Scheme:                   Scheme,
+		ControlPlaneStartTimeout: 90 * time.Second,
+		ControlPlaneStopTimeout:  20 * time.Second,
+	}
+	// Our ports, not envtest's: envtest suggests ports from the ephemeral range, which an outgoing connection
+	// can take before the server binds them.
+	ports, err := FreePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	c.env.ControlPlane.Etcd = &envtest.Etcd{Out: spec.log, Err: spec.log,
+		URL: &url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))}}
+	c.env.ControlPlane.Etcd.Configure().Set("listen-peer-urls", "http://"+net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])))
+	// The etcd data is thrown away at stop: skipping fsync makes every write much faster on a shared disk.
+	c.env.ControlPlane.Etcd.Configure().Set("unsafe-no-fsync", "true")
+	api := c.env.ControlPlane.GetAPIServer()
+	api.Out, api.Err = spec.log, spec.log
+	// A directory of our own, which stopping the API server leaves in place: RestartEmpty starts it again with the
+	// same serving certificate, so that every client's configuration still trusts it.
+	api.CertDir = filepath.Join(c.dir, "apiserver")
+	if err := os.Mkdir(api.CertDir, 0o700); err != nil {
+		return nil, err
+	}
+	api.Configure().Set("service-cluster-ip-range", joinPrefixes(c.ServiceCIDRs))
+	host := apiHost(spec)
+	port, err := freePortOn(host.String())
+	if err != nil {
+		return nil, err
+	}
+	api.SecureServing.ListenAddr = envtest.ListenAddr{Address: host.String(), Port: strconv.Itoa(port)}
+	if spec.plane != nil {
+		api.Configure().Set("advertise-address", host.String())
+		if spec.member && spec.nodes > 0 {
+			if err := c.configureKubeletAuth(api); err != nil {
+				return nil, err
+			}
+			if c.rootCAFile, err = c.configureInCluster(api); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return c.env.Start()
+}
+
+// apiHost is the address where the cluster's API server is reached: with a data plane the host link's, through
+// which node agents and kube-proxies reach it from their namespaces, else loopback.
+func apiHost(spec clusterSpec) netip.Addr {
+	if spec.plane != nil {
+		return dataplane.HostV4
+	}
+	return netip.MustParseAddr("127.0.0.1")
+}
+
 // stop stops the cluster's processes and removes its folder; it tolerates a partly started cluster.
 func (c *Cluster) stop() error {
 	var errs []error
@@ -261,6 +288,9 @@ func (c *Cluster) stop() error {
 	if c.env != nil {
 		errs = append(errs, c.env.Stop())
 	}
+	if c.HA != nil {
+		c.HA.stop()
+	}
 	errs = append(errs, os.RemoveAll(c.dir))
 	return errors.Join(errs...)
 }
@@ -270,6 +300,9 @@ func (c *Cluster) stop() error {
 // bootstrap objects only, without CRDs. InstallCRDs puts the CRDs back, as an operator would. Only the control
 // plane restarts: a member's controller-manager, nodes and pod loop are not for this.
 func (c *Cluster) RestartEmpty() error {
+	if c.HA != nil {
+		return errHA
+	}
 	api, etcd := c.env.ControlPlane.GetAPIServer(), c.env.ControlPlane.Etcd
 	// With clients watching, kube-apiserver takes longer than a test should wait to stop gracefully: it is killed
 	// after a second, as in a crash, and is gone once its port refuses connections.

@@ -38,6 +38,10 @@ type Options struct {
 	ClusterSetName string
 	// NoBroker leaves out the broker API server.
 	NoBroker bool
+	// HABroker runs the broker highly available, as kubeadm's guide lays out a control plane with an external etcd
+	// and a load balancer (habroker.go): a 3-member etcd cluster and 2 kube-apiservers behind HAProxy (Debian's,
+	// which `make tools` installs), which every client of the broker reaches. Cluster.HA reaches each process.
+	HABroker bool
 	// AssetsDir is the folder holding etcd, kube-apiserver, kube-controller-manager and kubectl; default
 	// $FLEET_ASSETS, else the repository's .cache/tools/current that `make tools` fills.
 	AssetsDir string
@@ -189,8 +193,11 @@ func plan(opts Options) ([]clusterSpec, string, error) {
 		}
 		specs = append(specs, spec)
 	}
+	if opts.HABroker && opts.NoBroker {
+		return nil, "", errors.New("clusterset: HABroker asks for a broker, NoBroker for none")
+	}
 	if !opts.NoBroker {
-		specs = append(specs, clusterSpec{name: BrokerName, index: maxMembers, log: logw, nodes: opts.Nodes})
+		specs = append(specs, clusterSpec{name: BrokerName, index: maxMembers, log: logw, nodes: opts.Nodes, ha: opts.HABroker})
 	}
 	return specs, assets, nil
 }

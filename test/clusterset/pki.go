@@ -29,10 +29,6 @@ import (
 // It returns the serving CA's file, which kube-controller-manager publishes as kube-root-ca.crt in every
 // namespace (pods verify the API server with it).
 func (c *Cluster) configureInCluster(api *envtest.APIServer) (string, error) {
-	ca, caKey, err := newCA("kube-apiserver-serving-ca")
-	if err != nil {
-		return "", err
-	}
 	spec := certSpec{cn: "kube-apiserver", server: true,
 		dns: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
 		ips: []netip.Addr{netip.IPv6Loopback(), netip.MustParseAddr("127.0.0.1"), dataplane.HostV4}}
@@ -40,33 +36,51 @@ func (c *Cluster) configureInCluster(api *envtest.APIServer) (string, error) {
 		// The kubernetes Service always gets the first address of each range.
 		spec.ips = append(spec.ips, p.Masked().Addr().Next())
 	}
-	cert, key, err := newCert(spec, ca, caKey)
+	ca, err := writeServingPKI(api.CertDir, spec)
 	if err != nil {
 		return "", err
+	}
+	api.SecureServing.CA = certPEM(ca)
+	// envtest's default disables ServiceAccount; an empty list disables nothing.
+	api.Configure().Set("disable-admission-plugins", "")
+	return filepath.Join(api.CertDir, servingCAFile), nil
+}
+
+// The files writeServingPKI writes; the last four are the names envtest looks for in an API server's CertDir.
+const (
+	servingCAFile   = "serving-ca.crt"
+	servingCertFile = "apiserver.crt"
+	servingKeyFile  = "apiserver.key"
+	saCertFile      = "sa-signer.crt"
+	saKeyFile       = "sa-signer.key"
+)
+
+// writeServingPKI writes into dir what an API server serves with: a new serving CA, the certificate it signs for
+// spec, and a service-account signing key. It returns the CA.
+func writeServingPKI(dir string, spec certSpec) (*x509.Certificate, error) {
+	ca, caKey, err := newCA("kube-apiserver-serving-ca")
+	if err != nil {
+		return nil, err
+	}
+	cert, key, err := newCert(spec, ca, caKey)
+	if err != nil {
+		return nil, err
 	}
 	saCA, saKey, err := newCA("service-account-signer")
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	caFile := filepath.Join(api.CertDir, "serving-ca.crt")
-	for path, crt := range map[string]*x509.Certificate{
-		caFile: ca, filepath.Join(api.CertDir, "apiserver.crt"): cert, filepath.Join(api.CertDir, "sa-signer.crt"): saCA,
-	} {
-		if err := writeCert(path, crt); err != nil {
-			return "", err
+	for name, crt := range map[string]*x509.Certificate{servingCAFile: ca, servingCertFile: cert, saCertFile: saCA} {
+		if err := writeCert(filepath.Join(dir, name), crt); err != nil {
+			return nil, err
 		}
 	}
-	for path, k := range map[string]*ecdsa.PrivateKey{
-		filepath.Join(api.CertDir, "apiserver.key"): key, filepath.Join(api.CertDir, "sa-signer.key"): saKey,
-	} {
-		if err := writeKey(path, k); err != nil {
-			return "", err
+	for name, k := range map[string]*ecdsa.PrivateKey{servingKeyFile: key, saKeyFile: saKey} {
+		if err := writeKey(filepath.Join(dir, name), k); err != nil {
+			return nil, err
 		}
 	}
-	api.SecureServing.CA = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw})
-	// envtest's default disables ServiceAccount; an empty list disables nothing.
-	api.Configure().Set("disable-admission-plugins", "")
-	return caFile, nil
+	return ca, nil
 }
 
 // certSpec is what a certificate says: its subject, and for a server, its names.
@@ -128,14 +142,28 @@ func sign(spec certSpec, isCA bool, parent *x509.Certificate, parentKey *ecdsa.P
 
 // writeCert writes a certificate as PEM.
 func writeCert(path string, cert *x509.Certificate) error {
-	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), 0o600)
+	return os.WriteFile(path, certPEM(cert), 0o600)
 }
 
 // writeKey writes an ECDSA private key as PEM.
 func writeKey(path string, key *ecdsa.PrivateKey) error {
-	der, err := x509.MarshalECPrivateKey(key)
+	b, err := keyPEM(key)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600)
+	return os.WriteFile(path, b, 0o600)
+}
+
+// certPEM encodes a certificate as PEM.
+func certPEM(cert *x509.Certificate) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})
+}
+
+// keyPEM encodes an ECDSA private key as PEM.
+func keyPEM(key *ecdsa.PrivateKey) ([]byte, error) {
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
 }

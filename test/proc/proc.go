@@ -81,10 +81,8 @@ func (p *Process) Wait(ctx context.Context, timeout time.Duration, what string, 
 
 // Stop sends SIGTERM, SIGKILL if the process has not exited ten seconds later, and waits for the exit.
 func (p *Process) Stop() {
-	select {
-	case <-p.done:
+	if p.Exited() {
 		return
-	default:
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -92,6 +90,31 @@ func (p *Process) Stop() {
 	case <-time.After(10 * time.Second):
 		_ = p.cmd.Process.Kill()
 		<-p.done
+	}
+}
+
+// Kill sends SIGKILL, as a crash would end the process, and waits for the exit.
+func (p *Process) Kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// Signal sends sig to the process, such as SIGSTOP and SIGCONT to freeze and thaw it as a hung server. It fails
+// once the process has exited (os.ErrProcessDone), rather than signal another process that got its pid.
+func (p *Process) Signal(sig syscall.Signal) error {
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("signalling %s: %w", p.name, err)
+	}
+	return nil
+}
+
+// Exited reports whether the process has exited.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
 	}
 }
 

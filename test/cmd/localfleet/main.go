@@ -53,6 +53,8 @@ func main() {
 	bin := fs.String("bin", "bin", "folder with the coredns and controller binaries")
 	bare := fs.Bool("bare", false, "install nothing of ours on the members: the broker is prepared (broker-info.yaml in -dir), members wait for `kubectl mcs join`")
 	monitoring := fs.Bool("monitoring", false, "run a Prometheus scraping every controller, CoreDNS and kube-proxy with the alert rules (PROMETHEUS_URL in the env file)")
+	var broker brokerKind
+	fs.Var(&broker, "broker", "the broker: single (one etcd and one kube-apiserver) or ha (3 etcd members and 2 kube-apiservers behind HAProxy)")
 	var flt fleet.Fault
 	fs.Func("kind", "fault: "+fleet.FaultKindNames(), func(s string) error { flt.Kind = fleet.FaultKind(s); return nil })
 	fs.StringVar(&flt.Member, "member", "", "fault: the member it is about")
@@ -66,11 +68,11 @@ func main() {
 	var err error
 	switch os.Args[1] {
 	case "up":
-		err = up(*dir, *bin, *members, *nodes, *bare, *monitoring, *timeout)
+		err = up(*dir, *bin, *members, *nodes, *bare, *monitoring, broker, *timeout)
 	case "down":
 		err = down(*dir)
 	case "run":
-		err = run(*dir, *bin, *members, *nodes, *bare, *monitoring)
+		err = run(*dir, *bin, *members, *nodes, *bare, *monitoring, broker)
 	case "fault":
 		err = fault(*dir, flt)
 	default:
@@ -81,6 +83,28 @@ func main() {
 		fmt.Fprintln(os.Stderr, "localfleet:", err)
 		os.Exit(1)
 	}
+}
+
+// brokerKind is -broker: whether the broker is highly available (clusterset.Options.HABroker).
+type brokerKind struct{ ha bool }
+
+func (b *brokerKind) String() string {
+	if b.ha {
+		return "ha"
+	}
+	return "single"
+}
+
+func (b *brokerKind) Set(s string) error {
+	switch s {
+	case "single", "":
+		b.ha = false
+	case "ha":
+		b.ha = true
+	default:
+		return fmt.Errorf("want single or ha, got %q", s)
+	}
+	return nil
 }
 
 // files names the state files in the state folder.
@@ -106,7 +130,7 @@ func (f files) running() int {
 	return pid
 }
 
-func up(dir, bin string, members, nodes int, bare, monitoring bool, timeout time.Duration) error {
+func up(dir, bin string, members, nodes int, bare, monitoring bool, broker brokerKind, timeout time.Duration) error {
 	if members < 1 {
 		return fmt.Errorf("-members must be at least 1, got %d", members)
 	}
@@ -137,7 +161,7 @@ func up(dir, bin string, members, nodes int, bare, monitoring bool, timeout time
 	}
 	start := time.Now()
 	cmd := exec.Command(self, "run", "-dir", dir, "-bin", bin, "-members", strconv.Itoa(members), "-nodes", strconv.Itoa(nodes), "-bare="+strconv.FormatBool(bare),
-		"-monitoring="+strconv.FormatBool(monitoring))
+		"-monitoring="+strconv.FormatBool(monitoring), "-broker="+broker.String())
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // outlives the shell that ran `make up`
 	if err := cmd.Start(); err != nil {
@@ -166,6 +190,10 @@ func up(dir, bin string, members, nodes int, bare, monitoring bool, timeout time
 		}
 	}
 	abs, _ := filepath.Abs(f.env())
+	if broker.ha {
+		// After the usage message, bare or not.
+		defer fmt.Println("The broker is highly available: 3 etcd members and 2 kube-apiservers behind HAProxy, which the broker context and every member reach.")
+	}
 	if bare {
 		info, _ := filepath.Abs(f.brokerInfo())
 		fmt.Printf(`Local clusterset up, bare, in %s: %s + broker, nothing of ours on the members (pid %d, log %s).
@@ -236,7 +264,7 @@ func sweep() error {
 	return nil
 }
 
-func run(dir, bin string, members, nodes int, bare, monitoring bool) error {
+func run(dir, bin string, members, nodes int, bare, monitoring bool, broker brokerKind) error {
 	f := files{dir}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -245,7 +273,7 @@ func run(dir, bin string, members, nodes int, bare, monitoring bool) error {
 	}
 	start := time.Now()
 	fl, err := fleet.Start(ctx, fleet.Options{
-		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(members), Nodes: nodes, DataPlaneWait: time.Second},
+		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(members), Nodes: nodes, DataPlaneWait: time.Second, HABroker: broker.ha},
 		BinDir:     bin,
 		Log:        os.Stderr,
 		Bare:       bare,
