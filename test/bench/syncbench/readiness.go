@@ -24,7 +24,10 @@ import (
 // pod's address ready. Each pod is made ready just after a whole second: kube-controller-manager's endpointslice
 // controller takes the slice's last-change-trigger-time from the pod's Ready condition, whose lastTransitionTime
 // the API keeps to the second, so the probes in cluster-b measure from that second, and a change made late in it
-// would count up to a second that never passed.
+// would count up to a second that never passed. That second is more than kube-proxy's minimum sync period after the
+// previous pod's: each change reaches kube-proxy alone, so these rows measure one change's way, where the export
+// phase measures a stream of them; changes a period apart would all wait the same part of it for their sync, set
+// by where the first fell.
 func (bn *bench) readiness(ctx context.Context, res *results) error {
 	r := bn.cfg.replicas
 	log.Printf("readiness: a Deployment of %d pods that start not ready", r)
@@ -95,13 +98,19 @@ func (bn *bench) readiness(ctx context.Context, res *results) error {
 	}
 	cpu := startCPU(bn.ctrls)
 	res.readyLatency = map[string][]time.Duration{}
+	var lastReady time.Time
 	for _, p := range pods {
 		ip := p.Status.PodIP
+		at := time.Now().Truncate(time.Second).Add(time.Second)
+		for at.Sub(lastReady) <= res.minSync {
+			at = at.Add(time.Second)
+		}
 		select {
-		case <-time.After(time.Until(time.Now().Truncate(time.Second).Add(time.Second))):
+		case <-time.After(time.Until(at)):
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		lastReady = at
 		// The clock starts before SetPodReady's Get and status update, which stand in for the kubelet's.
 		start := time.Now()
 		if err := bn.a.SetPodReady(ctx, namespace, p.Name, true); err != nil {

@@ -38,8 +38,9 @@ func (r results) report() string {
 		"imports all of them, they are made ready one at a time (the pod's Ready condition, as the kubelet sets it). "+
 		"Latency: from just before the pod status update to the moment the member's informer sees that pod's address "+
 		"ready in an imported slice; the path includes kube-controller-manager's endpointslice controller in cluster-a. "+
-		"Each pod is made ready just after a whole second: that controller copies the pod's Ready lastTransitionTime, "+
-		"kept to the second, into the slice's last-change-trigger-time.\n",
+		"Each pod is made ready just after a whole second, the first more than kube-proxy's minimum sync period after the "+
+		"previous pod's: that controller copies the pod's Ready lastTransitionTime, kept to the second, into the slice's "+
+		"last-change-trigger-time, and each change reaches kube-proxy alone.\n",
 		c.replicas)
 	fmt.Fprintf(&b, "- Consumers in %s: the pinned kube-proxy (nftables mode, its minimum sync period %s, for the member's "+
 		"virtual Node, in a network namespace of its own with nothing but loopback) and our CoreDNS (multicluster and "+
@@ -246,7 +247,8 @@ const (
 	dnsTarget   = 100 * time.Millisecond
 )
 
-// quantile is h's q-quantile in milliseconds with the bounds of its bucket, or "–" without observations.
+// quantile is h's q-quantile in milliseconds, to two significant digits below 10 ms, with the bounds of its bucket,
+// or "–" without observations.
 func quantile(h proc.Histogram, q float64) string {
 	v, lo, hi := h.Quantile(q)
 	if math.IsNaN(v) {
@@ -255,7 +257,11 @@ func quantile(h proc.Histogram, q float64) string {
 	if math.IsInf(hi, 1) {
 		return fmt.Sprintf("> %s", msBound(lo))
 	}
-	return fmt.Sprintf("%.0f [%s–%s]", 1000*v, msBound(lo), msBound(hi))
+	prec := 0
+	if x := 1000 * v; x > 0 && x < 10 {
+		prec = min(3, 1-int(math.Floor(math.Log10(x))))
+	}
+	return fmt.Sprintf("%s [%s–%s]", strconv.FormatFloat(1000*v, 'f', prec, 64), msBound(lo), msBound(hi))
 }
 
 // seconds says a bucket bound in milliseconds, "–" for NaN.

@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"math"
 	"slices"
 	"strings"
 	"testing"
 
 	"vksfleet.dev/fleet/test/clusterset"
+	"vksfleet.dev/fleet/test/proc"
 )
 
 func TestInts(t *testing.T) {
@@ -91,6 +93,26 @@ func TestScaleReport(t *testing.T) {
 		}
 		if strings.Contains(b.String(), ">6 members, kube-proxy p99<") {
 			t.Errorf("%s has a kube-proxy line for points that did not measure it", file)
+		}
+	}
+}
+
+func TestQuantileCell(t *testing.T) {
+	h := func(counts ...float64) proc.Histogram {
+		return proc.Histogram{Bounds: []float64{0.0001, 0.0004, 0.25, 0.5, math.Inf(1)}, Counts: counts}
+	}
+	for _, tc := range []struct {
+		h    proc.Histogram
+		q    float64
+		want string
+	}{
+		{h(0, 0, 0, 0, 0), 0.5, "–"},
+		{h(0, 0, 0, 10, 10), 0.5, "375 [250–500]"},
+		{h(0, 10, 10, 10, 10), 0.99, "0.40 [0.1–0.4]"},
+		{h(0, 0, 0, 0, 3), 0.99, "> 500"},
+	} {
+		if got := quantile(tc.h, tc.q); got != tc.want {
+			t.Errorf("quantile(%v, %g) = %q, want %q", tc.h.Counts, tc.q, got, tc.want)
 		}
 	}
 }
