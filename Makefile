@@ -83,11 +83,12 @@ SCALE_MEMBERS ?= 3,6,10
 SCALE_SERVICES ?= 1000,5000
 SCALE_FLAGS ?=
 
-bench-sync: tools ## export, readiness and restart propagation, 3 members × 1,000 services: sync.md; SCALE=1: the scale curve, scale.md and charts
+bench-sync: tools ## export, readiness and restart propagation, and on to kube-proxy and CoreDNS in cluster-b (root), 3 and 10 members × 1,000 services: sync.md, sync-10.md; SCALE=1: the scale curve, scale.md and charts
 ifdef SCALE
 	$(GO) run ./test/bench/syncbench -sweep -members $(SCALE_MEMBERS) -services $(SCALE_SERVICES) $(SCALE_FLAGS) -out test/bench/results/scale.md
 else
 	$(GO) run ./test/bench/syncbench -out test/bench/results/sync.md
+	$(GO) run ./test/bench/syncbench -members 10 -out test/bench/results/sync-10.md
 endif
 
 bench-fleet: tools build images ## the local clusterset's cost: start, stop and demo times, memory per node and pod (3 runs): fleet.md

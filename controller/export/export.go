@@ -121,8 +121,9 @@ func list(problems []string) string {
 
 // Slices are the endpoints of a Service's local EndpointSlices as this cluster publishes them: one slice per
 // source slice (split at MaxEndpointsPerSlice), named for the broker, with address type, ports and, per endpoint,
-// addresses, conditions, hostname and zone. Node names, target references and hints stay local. The result is
-// sorted by name.
+// addresses, conditions, hostname and zone, and the source's last-change-trigger-time, which broker.Slice carries
+// on so that importers' kube-proxies measure from the change here. Node names, target references and hints stay
+// local. The result is sorted by name.
 //
 // An empty source slice is published empty rather than withdrawn. Scaled to zero, a Service keeps its slice
 // (the EndpointSlice controller turns it into an empty placeholder): published as an update, the change reaches
@@ -143,8 +144,12 @@ func Slices(namespace, service string, local []discoveryv1.EndpointSlice) []disc
 		slices.SortFunc(eps, func(a, b discoveryv1.Endpoint) int { return strings.Compare(first(a.Addresses), first(b.Addresses)) })
 		for part := 0; part == 0 || part*MaxEndpointsPerSlice < len(eps); part++ {
 			chunk := eps[part*MaxEndpointsPerSlice : min(len(eps), (part+1)*MaxEndpointsPerSlice)]
+			meta := metav1.ObjectMeta{Name: names.BrokerSliceName(namespace, service, s.Name, part)}
+			if t, ok := s.Annotations[corev1.EndpointsLastChangeTriggerTime]; ok {
+				meta.Annotations = map[string]string{corev1.EndpointsLastChangeTriggerTime: t}
+			}
 			out = append(out, discoveryv1.EndpointSlice{
-				ObjectMeta:  metav1.ObjectMeta{Name: names.BrokerSliceName(namespace, service, s.Name, part)},
+				ObjectMeta:  meta,
 				AddressType: s.AddressType,
 				Endpoints:   chunk,
 				Ports:       clonePorts(s.Ports),

@@ -114,7 +114,8 @@ func endpoints(n int, node string) []discoveryv1.Endpoint {
 func TestSlices(t *testing.T) {
 	ports := []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)}}
 	local := []discoveryv1.EndpointSlice{
-		{ObjectMeta: metav1.ObjectMeta{Name: "web-v4"}, AddressType: discoveryv1.AddressTypeIPv4, Endpoints: endpoints(250, "node-1"), Ports: ports},
+		{ObjectMeta: metav1.ObjectMeta{Name: "web-v4", Annotations: map[string]string{corev1.EndpointsLastChangeTriggerTime: "2026-11-26T05:00:00.123456789Z", "local": "x"}},
+			AddressType: discoveryv1.AddressTypeIPv4, Endpoints: endpoints(250, "node-1"), Ports: ports},
 		{ObjectMeta: metav1.ObjectMeta{Name: "web-empty"}, AddressType: discoveryv1.AddressTypeIPv4, Ports: ports},
 		{ObjectMeta: metav1.ObjectMeta{Name: "web-gone", DeletionTimestamp: ptr.To(metav1.Now())}, AddressType: discoveryv1.AddressTypeIPv4, Endpoints: endpoints(1, "n")},
 	}
@@ -126,6 +127,14 @@ func TestSlices(t *testing.T) {
 		sizes = append(sizes, len(s.Endpoints))
 		if !reflect.DeepEqual(s.Ports, ports) || s.AddressType != discoveryv1.AddressTypeIPv4 {
 			t.Errorf("slice %s: ports %v, address type %s", s.Name, s.Ports, s.AddressType)
+		}
+		// The trigger time travels with every part of its source slice, and no other annotation does.
+		var want map[string]string
+		if s.Name != "ns.web.web-empty" {
+			want = map[string]string{corev1.EndpointsLastChangeTriggerTime: "2026-11-26T05:00:00.123456789Z"}
+		}
+		if !reflect.DeepEqual(s.Annotations, want) {
+			t.Errorf("slice %s: annotations %v, want %v", s.Name, s.Annotations, want)
 		}
 		for _, e := range s.Endpoints {
 			if e.NodeName != nil || e.TargetRef != nil || e.Hints != nil {

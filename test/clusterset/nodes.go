@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/netip"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -61,17 +60,7 @@ func (c *Cluster) startNodes(ctx context.Context, spec clusterSpec, assets strin
 		if err := c.startKubeletNode(ctx, spec, assets, n); err != nil {
 			return err
 		}
-		n.proxy, err = n.start(spec.log, "kube-proxy", filepath.Join(assets, "kube-proxy"),
-			"--proxy-mode=nftables",
-			"--kubeconfig="+c.KubeconfigPath,
-			"--hostname-override="+n.Name,
-			"--cluster-cidr="+joinPrefixes(c.PodCIDRs),
-			// nf_conntrack_max is not per namespace: kube-proxy exits if it has to write it.
-			"--conntrack-max-per-core=0",
-			"--healthz-bind-address=0.0.0.0:"+strconv.Itoa(proxyHealthPort),
-			// On the node's addresses, for a Prometheus on the host (fleet.Options.Monitoring), as for healthz.
-			"--metrics-bind-address=0.0.0.0:10249",
-		)
+		n.proxy, err = n.start(spec.log, "kube-proxy", filepath.Join(assets, "kube-proxy"), c.proxyArgs(n.Name)...)
 		if err != nil {
 			return err
 		}

@@ -39,9 +39,24 @@ type Series struct {
 	X, Y []float64
 	// Color is the line's index in the palette, so that series of one subject (a p50 and its p99) share one.
 	Color int
-	// Dashed draws a secondary measure of the subject, such as the p50 beside its p99.
-	Dashed bool
+	// Style tells the measures of one subject apart: Solid for the main one.
+	Style Style
 }
+
+// Style is a line's pattern.
+type Style int
+
+// The line patterns: a subject's main measure is Solid, the others beside it, such as its p50 beside its p99,
+// one of the rest.
+const (
+	Solid Style = iota
+	Dashed
+	Dotted
+	DashDot
+)
+
+// dashes are each Style's dash pattern, in points.
+var dashes = map[Style][]float64{Dashed: {5, 3}, Dotted: {1.5, 2.5}, DashDot: {6, 2.5, 1.5, 2.5}}
 
 // Lines plots series against one numeric axis, both axes from zero, each point marked and its X value ticked.
 type Lines struct {
@@ -73,8 +88,8 @@ func (l Lines) WriteSVG(w io.Writer) error {
 		}
 		line.Color = plotutil.Color(s.Color)
 		line.Width = vg.Points(1.5)
-		if s.Dashed {
-			line.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
+		for _, d := range dashes[s.Style] {
+			line.Dashes = append(line.Dashes, vg.Points(d))
 		}
 		points.Color = line.Color
 		points.Shape = plotutil.Shape(s.Color)

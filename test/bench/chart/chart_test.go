@@ -20,7 +20,7 @@ func TestWriteSVG(t *testing.T) {
 			name: "lines",
 			chart: Lines{Title: "export → import", X: "services", Y: "ms", Series: []Series{
 				{Name: "3 members p99", X: []float64{1000, 5000}, Y: []float64{147, 320}},
-				{Name: "3 members p50", X: []float64{1000, 5000}, Y: []float64{62, 90}, Dashed: true},
+				{Name: "3 members p50", X: []float64{1000, 5000}, Y: []float64{62, 90}, Style: Dashed},
 				{Name: "10 members p99", X: []float64{1000, 5000}, Y: []float64{400, 900}, Color: 1},
 			}},
 			want: []string{"export → import", "services", "3 members p99", "3 members p50", "10 members p99"},

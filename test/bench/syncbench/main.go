@@ -2,8 +2,9 @@
 // members and a broker, with one controller process per member (cmd/controller, started by test/ctrlharness):
 // ServiceExports created in cluster-a until every other member imports them, pods becoming ready in cluster-a
 // until every other member's imported slices say so, and a restart of every controller until all are idle
-// again, with the writes it made, each controller's CPU time and memory, and what the broker holds. Latencies
-// are measured, not asserted. One run is one point, N members × S services, reported as a Markdown table;
+// again, with the writes it made, each controller's CPU time and memory, and what the broker holds. In cluster-b,
+// a real kube-proxy and our CoreDNS consume the imports, and their own histograms say how long each endpoint
+// change took from cluster-a to their rules and answers (probes.go). Latencies are measured, not asserted. One run is one point, N members × S services, reported as a Markdown table;
 // -sweep runs each point of a grid in a process of its own and draws the scale table and its charts.
 // `make bench-sync` runs it.
 package main
@@ -15,7 +16,6 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -28,6 +28,7 @@ import (
 
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/ctrlharness"
+	"vksfleet.dev/fleet/test/fleet"
 )
 
 // namespace holds every object of the benchmark, in all members, so that every member imports everything.
@@ -46,7 +47,7 @@ type config struct {
 	rate                                   float64
 	qps                                    float32
 	burst, workers                         int
-	controller                             string // the mcs-controller binary
+	bin                                    string // the folder of the mcs-controller and coredns binaries
 }
 
 // defaultRate is -rate's default, ServiceExports created per second. A scale point run at another rate is kept
@@ -69,7 +70,7 @@ func main() {
 	qps := flag.Float64("qps", 200, "controller client QPS to each API server")
 	burst := flag.Int("burst", 400, "controller client burst to each API server")
 	workers := flag.Int("workers", 0, "reconcile workers per controller; 0 is the controller's default")
-	controllerBin := flag.String("controller", "", "the mcs-controller binary; default: built from ./cmd/controller")
+	bin := flag.String("bin", "", "the folder of the controller and coredns binaries; default: built from this tree")
 	flag.Parse()
 	ctrl.SetLogger(logr.Discard())
 	var err error
@@ -77,13 +78,13 @@ func main() {
 		if *out == "" {
 			*out = "test/bench/results/scale.md"
 		}
-		err = runSweep(*out, *members, *services, *rate, *render, *controllerBin)
+		err = runSweep(*out, *members, *services, *rate, *render, *bin)
 	} else {
 		if *out == "" {
 			*out = "test/bench/results/sync.md"
 		}
 		cfg := config{endpoints: *endpoints, replicas: *replicas, rate: *rate, qps: float32(*qps), burst: *burst,
-			workers: *workers, controller: *controllerBin}
+			workers: *workers, bin: *bin}
 		if cfg.members, err = strconv.Atoi(*members); err != nil || cfg.members < 2 {
 			log.Fatalf("-members %q: want one number, 2 or more (a list needs -sweep)", *members)
 		}
@@ -108,18 +109,19 @@ type bench struct {
 	others []*clusterset.Cluster // the members that import cluster-a's exports, in clusterset order
 	ctrls  []*ctrlharness.Controller
 	seen   []*watcher // one per member of others, in the same order
+	probes *probes    // in cluster-b
 }
 
 func run(cfg config, out, pointJSON string) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if cfg.controller == "" {
-		dir, err := os.MkdirTemp("", "syncbench-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		if cfg.controller, err = buildController(dir); err != nil {
+	dir, err := os.MkdirTemp("", "syncbench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if cfg.bin == "" {
+		if cfg.bin, err = buildBinaries(dir); err != nil {
 			return err
 		}
 	}
@@ -143,7 +145,7 @@ func run(cfg config, out, pointJSON string) error {
 	bn := &bench{cfg: cfg, cs: cs, a: cs.Members[0], others: cs.Members[1:]}
 	for _, m := range cs.Members {
 		bn.ctrls = append(bn.ctrls, ctrlharness.New(m, cs.Broker, ctrlharness.Options{
-			Workers: cfg.workers, QPS: cfg.qps, Burst: cfg.burst, Binary: cfg.controller}))
+			Workers: cfg.workers, QPS: cfg.qps, Burst: cfg.burst, Binary: filepath.Join(cfg.bin, "controller")}))
 	}
 	defer func() {
 		for _, c := range bn.ctrls {
@@ -174,8 +176,17 @@ func run(cfg config, out, pointJSON string) error {
 		}
 		bn.seen = append(bn.seen, w)
 	}
+	log.Printf("starting kube-proxy and CoreDNS in %s", bn.others[0].Name)
+	if bn.probes, err = startProbes(ctx, bn.others[0], cfg.bin, dir); err != nil {
+		return err
+	}
+	defer func() {
+		if err := bn.probes.stop(); err != nil {
+			log.Print("stopping kube-proxy and CoreDNS: ", err)
+		}
+	}()
 
-	res := results{cfg: cfg, members: names, before: before}
+	res := results{cfg: cfg, members: names, before: before, minSync: bn.probes.proxy.MinSyncPeriod}
 	if err := bn.exports(ctx, &res); err != nil {
 		return fmt.Errorf("export propagation: %w", err)
 	}
@@ -218,14 +229,11 @@ func (bn *bench) startControllers() error {
 	return nil
 }
 
-// buildController builds cmd/controller into dir, as `make build` would.
-func buildController(dir string) (string, error) {
-	bin := filepath.Join(dir, "controller")
-	log.Print("building the mcs-controller")
-	if b, err := exec.Command("go", "build", "-o", bin, "./cmd/controller").CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building ./cmd/controller: %v\n%s", err, b)
-	}
-	return bin, nil
+// buildBinaries builds the controller and coredns into a folder in dir, as `make build` would, and returns it.
+func buildBinaries(dir string) (string, error) {
+	bin := filepath.Join(dir, "bin")
+	log.Print("building the mcs-controller and CoreDNS")
+	return bin, fleet.Build(bin)
 }
 
 func writeFile(path string, b []byte) error {
@@ -254,6 +262,10 @@ type results struct {
 	readyLatency map[string][]time.Duration // per importing member, per pod
 	readyLast    []time.Duration            // per pod, to ready in the last member
 	readyCPU     cpuUse
+
+	// What kube-proxy and CoreDNS in cluster-b observed over each phase, and kube-proxy's minimum sync period.
+	exportSeen, readySeen snapshot
+	minSync               time.Duration
 
 	memory map[string]memory  // per member's controller, after the readiness phase
 	broker map[string]objects // by resource, after the readiness phase

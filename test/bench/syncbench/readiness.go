@@ -21,7 +21,13 @@ import (
 
 // readiness exports a Deployment whose pods start not ready, waits until every other member imports all of them,
 // then makes them ready one at a time, each time waiting until every other member's imported slices show that
-// pod's address ready.
+// pod's address ready. Each pod is made ready just after a whole second: kube-controller-manager's endpointslice
+// controller takes the slice's last-change-trigger-time from the pod's Ready condition, whose lastTransitionTime
+// the API keeps to the second, so the probes in cluster-b measure from that second, and a change made late in it
+// would count up to a second that never passed. That second is more than kube-proxy's minimum sync period after the
+// previous pod's: each change reaches kube-proxy alone, so these rows measure one change's way, where the export
+// phase measures a stream of them; changes a period apart would all wait the same part of it for their sync, set
+// by where the first fell.
 func (bn *bench) readiness(ctx context.Context, res *results) error {
 	r := bn.cfg.replicas
 	log.Printf("readiness: a Deployment of %d pods that start not ready", r)
@@ -86,10 +92,25 @@ func (bn *bench) readiness(ctx context.Context, res *results) error {
 		}
 	}
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
+	seenBefore, err := bn.probes.settle(ctx)
+	if err != nil {
+		return err
+	}
 	cpu := startCPU(bn.ctrls)
 	res.readyLatency = map[string][]time.Duration{}
+	var lastReady time.Time
 	for _, p := range pods {
 		ip := p.Status.PodIP
+		at := time.Now().Truncate(time.Second).Add(time.Second)
+		for at.Sub(lastReady) <= res.minSync {
+			at = at.Add(time.Second)
+		}
+		select {
+		case <-time.After(time.Until(at)):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		lastReady = at
 		// The clock starts before SetPodReady's Get and status update, which stand in for the kubelet's.
 		start := time.Now()
 		if err := bn.a.SetPodReady(ctx, namespace, p.Name, true); err != nil {
@@ -115,6 +136,13 @@ func (bn *bench) readiness(ctx context.Context, res *results) error {
 		res.readyLast = append(res.readyLast, last)
 	}
 	res.readyCPU = cpu.stop()
+	seenAfter, err := bn.probes.settle(ctx)
+	if err != nil {
+		return err
+	}
+	if res.readySeen, err = seenAfter.sub(seenBefore); err != nil {
+		return err
+	}
 	log.Printf("readiness, in the last member: p50 %s p99 %s", percentile(res.readyLast, 50), percentile(res.readyLast, 99))
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"vksfleet.dev/fleet/test/bench/chart"
+	"vksfleet.dev/fleet/test/proc"
 )
 
 // point is one run's figures in the scale table, kept as JSON beside it so that points run at different times
@@ -33,6 +34,9 @@ type point struct {
 	ExportPooled latency            // every importing member's latencies together
 	Ready        map[string]latency
 	ReadyLast    latency
+	// From an endpoint change in cluster-a to cluster-b's kube-proxy rules and CoreDNS answers, by phase, from their
+	// histograms; zero in points kept before they were measured.
+	ProxyExport, ProxyReady, DNSExport, DNSReady histLatency
 
 	// WritesPerServiceMember are the export phase's controller writes per service per member, by "METHOD resource".
 	WritesPerServiceMember map[string]float64
@@ -44,6 +48,19 @@ type point struct {
 
 // latency is a distribution's summary, in milliseconds.
 type latency struct{ P50, P99, Max float64 }
+
+// histLatency is a histogram's summary over a phase: its observations and quantiles in milliseconds, zero without
+// observations.
+type histLatency struct{ N, P50, P99 float64 }
+
+func summarizeHist(h proc.Histogram) histLatency {
+	if h.Count() == 0 {
+		return histLatency{}
+	}
+	p50, _, _ := h.Quantile(0.5)
+	p99, _, _ := h.Quantile(0.99)
+	return histLatency{N: h.Count(), P50: 1000 * p50, P99: 1000 * p99}
+}
 
 func summarize(ds []time.Duration) latency {
 	f := func(p float64) float64 { return float64(percentile(ds, p)) / float64(time.Millisecond) }
@@ -68,6 +85,8 @@ func (r results) point() point {
 		Ready: map[string]latency{}, ReadyLast: summarize(r.readyLast),
 		WritesPerServiceMember: map[string]float64{}, Controllers: map[string]controllerUse{}, Broker: r.broker,
 		RestartSeconds: r.restartTook.Seconds(), RestartWrites: sum(r.restartWrites),
+		ProxyExport: summarizeHist(r.exportSeen[proxyProgrammed]), ProxyReady: summarizeHist(r.readySeen[proxyProgrammed]),
+		DNSExport: summarizeHist(r.exportSeen[dnsAnswered]), DNSReady: summarizeHist(r.readySeen[dnsAnswered]),
 	}
 	var pooled []time.Duration
 	for _, m := range r.members[1:] {
@@ -143,12 +162,12 @@ func loadPoints(dir string) ([]point, error) {
 
 // sweepFlags are the flags a sweep does not pass on to its points.
 var sweepFlags = map[string]bool{"sweep": true, "render": true, "members": true, "services": true, "out": true,
-	"point-json": true, "controller": true}
+	"point-json": true, "bin": true}
 
 // runSweep runs every members × services point in a process of its own (this program again), each keeping its
 // figures in the scale folder beside out, then writes the scale table of every point kept there to out, and the
 // charts beside it. A point that fails stops the sweep; those done are kept.
-func runSweep(out, members, services string, rate float64, render bool, controller string) error {
+func runSweep(out, members, services string, rate float64, render bool, bin string) error {
 	dir := filepath.Join(filepath.Dir(out), "scale")
 	if !render {
 		ms, err := ints(members)
@@ -159,13 +178,13 @@ func runSweep(out, members, services string, rate float64, render bool, controll
 		if err != nil {
 			return fmt.Errorf("-services: %w", err)
 		}
-		if controller == "" {
+		if bin == "" {
 			tmp, err := os.MkdirTemp("", "syncbench-")
 			if err != nil {
 				return err
 			}
 			defer os.RemoveAll(tmp)
-			if controller, err = buildController(tmp); err != nil {
+			if bin, err = buildBinaries(tmp); err != nil {
 				return err
 			}
 		}
@@ -190,7 +209,7 @@ func runSweep(out, members, services string, rate float64, render bool, controll
 		for _, g := range grid {
 			name := point{Members: g.members, Services: g.services, Offered: rate}.name()
 			args := append(slices.Clone(pass), "-members="+strconv.Itoa(g.members), "-services="+strconv.Itoa(g.services),
-				"-controller="+controller, "-out="+filepath.Join(dir, name+".md"), "-point-json="+filepath.Join(dir, name+".json"))
+				"-bin="+bin, "-out="+filepath.Join(dir, name+".md"), "-point-json="+filepath.Join(dir, name+".json"))
 			log.Printf("point %s: %s %s", name, self, strings.Join(args, " "))
 			start := time.Now()
 			cmd := exec.Command(self, args...)
@@ -250,14 +269,16 @@ func scaleReport(points []point) string {
 		"to the import being complete (ServiceImport and every endpoint ready) in each other member; endpoint change, " +
 		"from a pod's readiness in cluster-a to its endpoint ready in each other member. Controller CPU and memory are " +
 		"each member's mcs-controller process's own (/proc). Broker objects are those the controllers wrote, after the " +
-		"readiness phase.\n\n")
+		"readiness phase. kube-proxy and CoreDNS p99 are from their own histograms in cluster-b, from the source slice's " +
+		"last-change-trigger-time to the rules programmed and to the answers, in the export phase; then the readiness " +
+		"phase (\"–\": not measured at that point).\n\n")
 	fmt.Fprintf(&b, "![export → import latency against services](%s)\n![writes per service per member against members](%s)\n\n",
 		latencyChart, writesChart)
 	b.WriteString("| members × services | export p50 ms, per member | export p99 ms, per member | export p99 ms, last member | " +
-		"endpoint change p99 ms, last member | writes per service per member | controller CPU s in the export phase: " +
+		"endpoint change p99 ms, last member | kube-proxy p99 ms: export; readiness | CoreDNS p99 ms: export; readiness | writes per service per member | controller CPU s in the export phase: " +
 		"cluster-a; others' mean | controller peak RSS MiB: cluster-a; others' max | broker objects; MiB | restart s; writes | " +
 		"exports/s; cores busy before, during | date |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, p := range points {
 		var p50, p99 []float64
 		for _, l := range p.Export {
@@ -276,9 +297,9 @@ func scaleReport(points []point) string {
 			objs.Count += o.Count
 			objs.Bytes += o.Bytes
 		}
-		fmt.Fprintf(&b, "| [%d × %d%s](scale/%s.md) | %s | %s | **%.0f** | %.0f | **%.2f** | %.1f; %.1f | %.0f; %.0f | %d; %.1f | %.2f; %.0f | %.1f; %.2f, %.2f | %s |\n",
+		fmt.Fprintf(&b, "| [%d × %d%s](scale/%s.md) | %s | %s | **%.0f** | %.0f | %s; %s | %s; %s | **%.2f** | %.1f; %.1f | %.0f; %.0f | %d; %.1f | %.2f; %.0f | %.1f; %.2f, %.2f | %s |\n",
 			p.Members, p.Services, p.at(), p.name(), spread(p50), spread(p99), p.ExportLast.P99, p.ReadyLast.P99,
-			sum(p.WritesPerServiceMember), a.ExportCPUSeconds, cpu, a.PeakMiB, peak, objs.Count, float64(objs.Bytes)/(1<<20),
+			p.ProxyExport.p99(), p.ProxyReady.p99(), p.DNSExport.p99(), p.DNSReady.p99(), sum(p.WritesPerServiceMember), a.ExportCPUSeconds, cpu, a.PeakMiB, peak, objs.Count, float64(objs.Bytes)/(1<<20),
 			p.RestartSeconds, p.RestartWrites, p.Rate, p.MachineBusyBefore, p.MachineBusyExport, p.Date)
 	}
 
@@ -291,6 +312,14 @@ func scaleReport(points []point) string {
 			return fmt.Sprintf("%d; %.0f", p.Broker[k].Count, float64(p.Broker[k].Bytes)/1024)
 		})
 	return b.String()
+}
+
+// p99 is the p99 in milliseconds, "–" when nothing was observed.
+func (h histLatency) p99() string {
+	if h.N == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f", h.P99)
 }
 
 // byPoint writes a table with a column per point and a row per key any point has.
@@ -325,10 +354,12 @@ func spread(vs []float64) string {
 	return fmt.Sprintf("%.0f–%.0f", lo, hi)
 }
 
-// scaleCharts draws the points: export latency against services, a line per member count (and rate, when not the
-// default), and writes per service per member against members, a line per service count (and rate).
+// scaleCharts draws the points: export latency against services, lines per member count (and rate, when not the
+// default): p99 and p50 to every other member's informer, and p99 to cluster-b's kube-proxy rules and CoreDNS
+// answers; and writes per service per member against members, a line per service count (and rate).
 func scaleCharts(points []point) map[string]chart.Chart {
-	lat := chart.Lines{Title: "Export → import in every other member", X: "exported services", Y: "milliseconds", LogY: true}
+	lat := chart.Lines{Title: "Export → import in every other member; → kube-proxy and CoreDNS in cluster-b", X: "exported services",
+		Y: "milliseconds", LogY: true}
 	writes := chart.Lines{Title: "Controller writes per service per member", X: "members", Y: "writes"}
 	type line struct {
 		size    int // members or services
@@ -343,12 +374,26 @@ func scaleCharts(points []point) map[string]chart.Chart {
 	for i, l := range slices.SortedFunc(maps.Keys(byMembers), order) {
 		at := byMembers[l][0].at()
 		p99 := chart.Series{Name: fmt.Sprintf("%d members%s, p99", l.size, at), Color: i}
-		p50 := chart.Series{Name: fmt.Sprintf("%d members%s, p50", l.size, at), Color: i, Dashed: true}
+		p50 := chart.Series{Name: fmt.Sprintf("%d members%s, p50", l.size, at), Color: i, Style: chart.Dashed}
+		proxy := chart.Series{Name: fmt.Sprintf("%d members%s, kube-proxy p99", l.size, at), Color: i, Style: chart.Dotted}
+		dns := chart.Series{Name: fmt.Sprintf("%d members%s, CoreDNS p99", l.size, at), Color: i, Style: chart.DashDot}
 		for _, p := range byMembers[l] { // sorted by services
 			p99.X, p99.Y = append(p99.X, float64(p.Services)), append(p99.Y, p.ExportPooled.P99)
 			p50.X, p50.Y = append(p50.X, float64(p.Services)), append(p50.Y, p.ExportPooled.P50)
+			// Points kept before the probes were measured have none.
+			if p.ProxyExport.N > 0 {
+				proxy.X, proxy.Y = append(proxy.X, float64(p.Services)), append(proxy.Y, p.ProxyExport.P99)
+			}
+			if p.DNSExport.N > 0 {
+				dns.X, dns.Y = append(dns.X, float64(p.Services)), append(dns.Y, p.DNSExport.P99)
+			}
 		}
 		lat.Series = append(lat.Series, p99, p50)
+		for _, s := range []chart.Series{proxy, dns} {
+			if len(s.X) > 0 {
+				lat.Series = append(lat.Series, s)
+			}
+		}
 	}
 	for i, l := range slices.SortedFunc(maps.Keys(byServices), order) {
 		line := chart.Series{Name: fmt.Sprintf("%d services%s", l.size, byServices[l][0].at()), Color: i}
