@@ -4,10 +4,10 @@
 // update deletes it (SIGTERM and its grace period) and force-deleted (SIGKILL, as a crashed node's pods are lost).
 //
 // cluster-b exports web; a pod of cluster-a asks web.takeover.svc.clusterset.local every 50 ms, resolving the name
-// for each request. Right after each controller goes, cluster-b's web is scaled by one: the change needs both
-// controllers, so the time until cluster-a imports it measures the takeover as users see it. Every phase counts
-// the requests that failed (expected none), the time until another replica holds the leader Lease, and the time
-// until the change is imported. TAKEOVER_RUNS repeats the phases (default 1); with TAKEOVER_RESULTS set, the
+// for each request. Right after each controller goes, cluster-b exports one more Service: the change needs both
+// controllers and nothing else (no pod has to start), so the time until cluster-a imports it measures the takeover
+// as users see it. Every phase counts the requests that failed (expected none), the time until another replica
+// holds the leader Lease, and the time until the new export is imported. TAKEOVER_RUNS repeats the phases (default 1); with TAKEOVER_RESULTS set, the
 // figures are written there as a Markdown table (`make bench-takeover`).
 package takeover
 
@@ -25,7 +25,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -53,8 +52,9 @@ type env struct {
 	f    *fleet.Fleet
 	a, b *fleet.Member
 	loop *workload.Loop
-	web  int32 // cluster-b's web replicas
 	rows []string
+	// exports counts the Services cluster-b exported after web, one per controller taken away.
+	exports int
 }
 
 func TestTakeover(t *testing.T) {
@@ -75,13 +75,13 @@ func TestTakeover(t *testing.T) {
 	t.Logf("fleet with 2 members x 1 node up in %s", time.Since(start).Round(100*time.Millisecond))
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	e := &env{f: f, a: f.Member("cluster-a"), b: f.Member("cluster-b"), web: 2}
+	e := &env{f: f, a: f.Member("cluster-a"), b: f.Member("cluster-b")}
 	for _, m := range f.Members {
 		if err := m.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := workload.Deploy(ctx, e.b.Client, ns, "web", e.b.Name, e.web, false); err != nil {
+	if err := workload.Deploy(ctx, e.b.Client, ns, "web", e.b.Name, 2, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.b.Client.Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}}); err != nil {
@@ -93,7 +93,6 @@ func TestTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.loop = loop
-	e.waitImported(t, e.web)
 	e.waitServed(t)
 
 	for run := range runs {
@@ -126,8 +125,8 @@ func deletePod(t *testing.T, m *fleet.Member, p corev1.Pod, force bool) {
 	}
 }
 
-// controllerGoes takes m's elected controller away and scales cluster-b's web by one at once: another replica
-// takes the Lease over, the change reaches cluster-a's import, and no request fails.
+// controllerGoes takes m's elected controller away and has cluster-b export one more Service at once: another
+// replica takes the Lease over, the export reaches cluster-a, and no request fails.
 func (e *env) controllerGoes(t *testing.T, run int, m *fleet.Member, force bool) {
 	ctx := context.Background()
 	lease := e.leader(t, m)
@@ -142,7 +141,7 @@ func (e *env) controllerGoes(t *testing.T, run int, m *fleet.Member, force bool)
 	}
 	gone := time.Now()
 	deletePod(t, m, pods[i], force)
-	e.scaleWeb(t, e.web%3+2) // 2 -> 3 -> 2
+	svc := e.exportOneMore(t)
 	var took time.Duration
 	poll.T(t, timeout, fmt.Sprintf("another replica of %s's controller leads", m.Name), func() error {
 		l := e.leader(t, m)
@@ -153,11 +152,11 @@ func (e *env) controllerGoes(t *testing.T, run int, m *fleet.Member, force bool)
 		took = max(0, l.Spec.AcquireTime.Sub(gone))
 		return nil
 	})
-	imported := e.waitImported(t, e.web).Sub(gone)
+	imported := e.waitImported(t, svc).Sub(gone)
 	e.waitAvailable(t, m, "mcs-system", "mcs-controller")
 	what := fmt.Sprintf("%s's elected controller %s", m.Name, how(force))
 	failed := e.failedSince(t, gone)
-	t.Logf("run %d: %s: new leader after %s, cluster-b's scale imported by cluster-a after %s, %d failed requests",
+	t.Logf("run %d: %s: new leader after %s, cluster-b's new export imported by cluster-a after %s, %d failed requests",
 		run+1, what, took.Round(10*time.Millisecond), imported.Round(10*time.Millisecond), len(failed))
 	if len(failed) > 0 {
 		t.Errorf("%s: %d requests failed: %v", what, len(failed), failed)
@@ -167,7 +166,7 @@ func (e *env) controllerGoes(t *testing.T, run int, m *fleet.Member, force bool)
 		bound = takeoverBound
 	}
 	if imported > bound {
-		t.Errorf("%s: the change took %s to be imported, over %s", what, imported.Round(10*time.Millisecond), bound)
+		t.Errorf("%s: the new export took %s to be imported, over %s", what, imported.Round(10*time.Millisecond), bound)
 	}
 	e.rows = append(e.rows, fmt.Sprintf("| %s | %d | %.1f s | %.1f s | %d |", what, run+1, took.Seconds(), imported.Seconds(), len(failed)))
 }
@@ -205,39 +204,37 @@ func (e *env) leader(t *testing.T, m *fleet.Member) *coordinationv1.Lease {
 	return l
 }
 
-// scaleWeb sets cluster-b's web replicas.
-func (e *env) scaleWeb(t *testing.T, replicas int32) {
+// exportOneMore creates a Service in cluster-b and its ServiceExport, and returns the Service's name.
+func (e *env) exportOneMore(t *testing.T) string {
 	t.Helper()
-	d := &appsv1.Deployment{}
-	if err := e.b.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "web"}, d); err != nil {
-		t.Fatal(err)
+	ctx := context.Background()
+	e.exports++
+	name := fmt.Sprintf("probe-%d", e.exports)
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": name},
+			Ports: []corev1.ServicePort{{Name: "tcp", Protocol: corev1.ProtocolTCP, Port: workload.EchoPort}}},
 	}
-	d.Spec.Replicas = ptr.To(replicas)
-	if err := e.b.Client.Update(context.Background(), d); err != nil {
-		t.Fatal(err)
+	se := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	for _, o := range []client.Object{svc, se} {
+		if err := e.b.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
 	}
-	e.web = replicas
+	return name
 }
 
-// waitImported waits until cluster-a's imported slices of web hold want ready endpoints, and says when it saw
-// them, to within poll.Interval.
-func (e *env) waitImported(t *testing.T, want int32) time.Time {
+// waitImported waits until cluster-a has a ServiceImport of name with a ClusterSetIP, and says when it saw it, to
+// within poll.Interval.
+func (e *env) waitImported(t *testing.T, name string) time.Time {
 	t.Helper()
-	poll.T(t, timeout, fmt.Sprintf("cluster-a imports %d ready endpoints of web", want), func() error {
-		var list discoveryv1.EndpointSliceList
-		if err := e.a.Client.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{mcsv1beta1.LabelServiceName: "web"}); err != nil {
+	poll.T(t, timeout, fmt.Sprintf("cluster-a imports %s", name), func() error {
+		si := &mcsv1beta1.ServiceImport{}
+		if err := e.a.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, si); err != nil {
 			return err
 		}
-		ready := 0
-		for _, s := range list.Items {
-			for _, ep := range s.Endpoints {
-				if ptr.Deref(ep.Conditions.Ready, false) {
-					ready++
-				}
-			}
-		}
-		if ready != int(want) {
-			return fmt.Errorf("%d ready", ready)
+		if len(si.Spec.IPs) == 0 {
+			return fmt.Errorf("no ClusterSetIP yet")
 		}
 		return nil
 	})
@@ -303,8 +300,8 @@ func (e *env) writeResults(t *testing.T, runs int) {
 	fmt.Fprintf(&b, "# Controller and CoreDNS replicas lost (`make bench-takeover`)\n\nWritten by test/takeover on %s: %d run(s); "+
 		"2 members x 1 node, 2 controller and 2 CoreDNS replicas each as the manifests run them; a request every 50 ms "+
 		"from a pod of cluster-a to web.%s.svc.clusterset.local (exported by cluster-b), its name resolved for each "+
-		"request, 1 s per request; cluster-b's web scaled by one right after each controller goes.\n\n"+
-		"| replica lost | run | new leader after | change imported after | failed requests |\n|---|---|---|---|---|\n",
+		"request, 1 s per request; cluster-b exports one more Service right after each controller goes.\n\n"+
+		"| replica lost | run | new leader after | new export imported after | failed requests |\n|---|---|---|---|---|\n",
 		time.Now().UTC().Format(time.RFC3339), runs, ns)
 	for _, r := range e.rows {
 		b.WriteString(r + "\n")
