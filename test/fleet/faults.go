@@ -332,14 +332,43 @@ func (m *Member) controllerContainers(ctx context.Context) ([]container, error) 
 	}
 	var cs []container
 	for _, p := range pods.Items {
-		for _, st := range p.Status.ContainerStatuses {
-			id, ok := strings.CutPrefix(st.ContainerID, "containerd://")
-			if ok && st.State.Running != nil && p.Spec.NodeName != "" {
-				cs = append(cs, container{socket: filepath.Join(dataplane.NodeRunDir(p.Spec.NodeName), "containerd.sock"), id: id})
+		cs = append(cs, containersOf(p)...)
+	}
+	return cs, nil
+}
+
+// containersOf are the pod's containers that run.
+func containersOf(p corev1.Pod) []container {
+	var cs []container
+	for _, st := range p.Status.ContainerStatuses {
+		id, ok := strings.CutPrefix(st.ContainerID, "containerd://")
+		if ok && st.State.Running != nil && p.Spec.NodeName != "" {
+			cs = append(cs, container{socket: filepath.Join(dataplane.NodeRunDir(p.Spec.NodeName), "containerd.sock"), id: id})
+		}
+	}
+	return cs
+}
+
+// KillPod kills every process of the pod's running containers with SIGKILL, as a crash would: none runs its
+// shutdown (a controller keeps its leader Lease until it expires), and the kubelet restarts the containers in the
+// same pod.
+func (m *Member) KillPod(ctx context.Context, p corev1.Pod) error {
+	cs := containersOf(p)
+	if len(cs) == 0 {
+		return fmt.Errorf("fleet: %s: pod %s has no running container", m.Name, p.Name)
+	}
+	for _, c := range cs {
+		pids, err := c.processes(ctx)
+		if err != nil {
+			return err
+		}
+		for _, pid := range pids {
+			if err := kill(pid); err != nil {
+				return fmt.Errorf("fleet: %s: killing process %d of pod %s: %w", m.Name, pid, p.Name, err)
 			}
 		}
 	}
-	return cs, nil
+	return nil
 }
 
 // processes lists the container's processes, as its node's containerd knows them.

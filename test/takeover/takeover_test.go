@@ -1,7 +1,8 @@
 // Package takeover measures, with requests from a pod through DNS and kube-proxy, what a member loses when one of
 // its two controller replicas or two CoreDNS replicas goes: the elected controller of the importing member
 // (cluster-a) or of the exporting one (cluster-b), and one of cluster-a's CoreDNS pods, each deleted as a rolling
-// update deletes it (SIGTERM and its grace period) and force-deleted (SIGKILL, as a crashed node's pods are lost).
+// update deletes it (SIGTERM and its grace period), and its processes killed with SIGKILL, as a crash kills them
+// (the kubelet restarts the container).
 //
 // cluster-b exports web; a pod of cluster-a asks web.takeover.svc.clusterset.local every 50 ms, resolving the name
 // for each request. Right after each controller goes, cluster-b exports one more Service: the change needs both
@@ -96,65 +97,70 @@ func TestTakeover(t *testing.T) {
 	e.waitServed(t)
 
 	for run := range runs {
-		for _, force := range []bool{false, true} {
-			e.controllerGoes(t, run, e.a, force)
-			e.controllerGoes(t, run, e.b, force)
-			e.dnsGoes(t, run, force)
+		for _, crash := range []bool{false, true} {
+			e.controllerGoes(t, run, e.a, crash)
+			e.controllerGoes(t, run, e.b, crash)
+			e.dnsGoes(t, run, crash)
 		}
 	}
 	e.writeResults(t, runs)
 }
 
 // how names the way a pod goes.
-func how(force bool) string {
-	if force {
-		return "force-deleted (SIGKILL)"
+func how(crash bool) string {
+	if crash {
+		return "killed (SIGKILL)"
 	}
 	return "deleted (SIGTERM, grace period)"
 }
 
-// deletePod deletes a pod of m as a rolling update does, or at once, the way a crash loses it.
-func deletePod(t *testing.T, m *fleet.Member, p corev1.Pod, force bool) {
+// takeAway deletes a pod of m as a rolling update does, or kills its processes as a crash does. (A pod deleted
+// with a grace period of 0 is no crash: the kubelet still sends SIGTERM first, and a controller hands its Lease
+// over.)
+func takeAway(t *testing.T, m *fleet.Member, p corev1.Pod, crash bool) {
 	t.Helper()
-	opts := metav1.DeleteOptions{}
-	if force {
-		opts.GracePeriodSeconds = ptr.To[int64](0)
+	var err error
+	if crash {
+		err = m.KillPod(context.Background(), p)
+	} else {
+		err = m.Kube.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{})
 	}
-	if err := m.Kube.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, opts); err != nil {
+	if err != nil {
 		t.Fatal(err)
 	}
 }
 
 // controllerGoes takes m's elected controller away and has cluster-b export one more Service at once: another
 // replica takes the Lease over, the export reaches cluster-a, and no request fails.
-func (e *env) controllerGoes(t *testing.T, run int, m *fleet.Member, force bool) {
+func (e *env) controllerGoes(t *testing.T, run int, m *fleet.Member, crash bool) {
 	ctx := context.Background()
-	lease := e.leader(t, m)
-	holder, _, _ := strings.Cut(ptr.Deref(lease.Spec.HolderIdentity, ""), "_")
+	// The holder is the pod's name, "_", and a UUID of the process: a container the kubelet restarts in the same
+	// pod holds the Lease as a new holder.
+	holder := ptr.Deref(e.leader(t, m).Spec.HolderIdentity, "")
+	podName, _, _ := strings.Cut(holder, "_")
 	pods, err := m.ControllerPods(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	i := slices.IndexFunc(pods, func(p corev1.Pod) bool { return p.Name == holder })
+	i := slices.IndexFunc(pods, func(p corev1.Pod) bool { return p.Name == podName })
 	if i < 0 {
 		t.Fatalf("%s: the leader %q is none of the controller pods", m.Name, holder)
 	}
 	gone := time.Now()
-	deletePod(t, m, pods[i], force)
+	takeAway(t, m, pods[i], crash)
 	svc := e.exportOneMore(t)
 	var took time.Duration
 	poll.T(t, timeout, fmt.Sprintf("another replica of %s's controller leads", m.Name), func() error {
 		l := e.leader(t, m)
-		h, _, _ := strings.Cut(ptr.Deref(l.Spec.HolderIdentity, ""), "_")
-		if h == holder || l.Spec.AcquireTime == nil {
-			return fmt.Errorf("held by %s", h)
+		if h := ptr.Deref(l.Spec.HolderIdentity, ""); h == holder || h == "" || l.Spec.AcquireTime == nil {
+			return fmt.Errorf("held by %q", h)
 		}
 		took = max(0, l.Spec.AcquireTime.Sub(gone))
 		return nil
 	})
 	imported := e.waitImported(t, svc).Sub(gone)
 	e.waitAvailable(t, m, "mcs-system", "mcs-controller")
-	what := fmt.Sprintf("%s's elected controller %s", m.Name, how(force))
+	what := fmt.Sprintf("%s's elected controller %s", m.Name, how(crash))
 	failed := e.failedSince(t, gone)
 	t.Logf("run %d: %s: new leader after %s, cluster-b's new export imported by cluster-a after %s, %d failed requests",
 		run+1, what, took.Round(10*time.Millisecond), imported.Round(10*time.Millisecond), len(failed))
@@ -162,7 +168,7 @@ func (e *env) controllerGoes(t *testing.T, run int, m *fleet.Member, force bool)
 		t.Errorf("%s: %d requests failed: %v", what, len(failed), failed)
 	}
 	bound := gracefulBound
-	if force {
+	if crash {
 		bound = takeoverBound
 	}
 	if imported > bound {
@@ -172,7 +178,7 @@ func (e *env) controllerGoes(t *testing.T, run int, m *fleet.Member, force bool)
 }
 
 // dnsGoes takes one of cluster-a's two CoreDNS pods away while the loop resolves web for every request.
-func (e *env) dnsGoes(t *testing.T, run int, force bool) {
+func (e *env) dnsGoes(t *testing.T, run int, crash bool) {
 	ctx := context.Background()
 	pods, err := e.a.DNSPods(ctx)
 	if err != nil {
@@ -182,10 +188,10 @@ func (e *env) dnsGoes(t *testing.T, run int, force bool) {
 		t.Fatalf("cluster-a has %d CoreDNS pods, want 2", len(pods))
 	}
 	gone := time.Now()
-	deletePod(t, e.a, pods[0], force)
+	takeAway(t, e.a, pods[0], crash)
 	e.waitAvailable(t, e.a, "kube-system", "coredns")
 	e.waitServed(t)
-	what := fmt.Sprintf("one of cluster-a's two CoreDNS pods %s", how(force))
+	what := fmt.Sprintf("one of cluster-a's two CoreDNS pods %s", how(crash))
 	failed := e.failedSince(t, gone)
 	t.Logf("run %d: %s: %d failed requests", run+1, what, len(failed))
 	if len(failed) > 0 {
