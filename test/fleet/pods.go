@@ -75,7 +75,9 @@ var (
 )
 
 // ControllerPods lists the member's mcs-controller pods (the manifests run two replicas, one elected).
-func (m *Member) ControllerPods(ctx context.Context) ([]corev1.Pod, error) { return m.pods(ctx, controllerPods) }
+func (m *Member) ControllerPods(ctx context.Context) ([]corev1.Pod, error) {
+	return m.pods(ctx, controllerPods)
+}
 
 // DNSPods lists the member's CoreDNS pods, behind its kube-dns Service.
 func (m *Member) DNSPods(ctx context.Context) ([]corev1.Pod, error) { return m.pods(ctx, dnsPods) }
