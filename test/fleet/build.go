@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"testing"
 	"time"
 
@@ -56,4 +57,19 @@ func StartTest(t testing.TB, members, nodes int, tune ...func(*Options)) (*Fleet
 		}
 	})
 	return f, bin, log
+}
+
+// Runs is how many times a benchmark's test repeats its scenarios, as the environment variable name says (a
+// positive number), or 1 without it.
+func Runs(t testing.TB, name string) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return 1
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a positive number", name, v)
+	}
+	return n
 }

@@ -455,13 +455,10 @@ func rotate(t *testing.T, f *fleet.Fleet, a, b *fleet.Member) {
 		return fmt.Errorf("a request with the old token gave %v, want 401 Unauthorized", err)
 	})
 	end := time.Now().UnixMilli()
-	poll.T(t, timeout, "the loop reported every request until now", func() error {
-		if !loop.Reported(end) {
-			return fmt.Errorf("not yet")
-		}
-		return nil
-	})
-	reqs := loop.Requests(start, end)
+	reqs, err := loop.Settled(context.Background(), start, end, timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
 	failed := 0
 	for _, r := range reqs {
 		if !r.OK {

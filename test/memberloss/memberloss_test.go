@@ -27,7 +27,6 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -86,14 +85,7 @@ func TestMemberLoss(t *testing.T) {
 		t.Skip(err)
 	}
 	ctrl.SetLogger(logr.Discard())
-	runs := 1
-	if v := os.Getenv("MEMBERLOSS_RUNS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("MEMBERLOSS_RUNS=%q: want a positive number", v)
-		}
-		runs = n
-	}
+	runs := fleet.Runs(t, "MEMBERLOSS_RUNS")
 	stale := 4 * leaseGrace
 	if v := os.Getenv("MEMBERLOSS_STALE"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -436,13 +428,11 @@ func (e *env) waitAnswered(t *testing.T, l *workload.Loop, from int64, clusters 
 // requests returns the loop's requests that started in [from, to), once all of them are reported.
 func (e *env) requests(t *testing.T, l *workload.Loop, from, to int64) []workload.Request {
 	t.Helper()
-	poll.T(t, timeout, "the loop reports its requests", func() error {
-		if !l.Reported(to) {
-			return fmt.Errorf("not yet")
-		}
-		return nil
-	})
-	return l.Requests(from, to)
+	reqs, err := l.Settled(context.Background(), from, to, timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reqs
 }
 
 // condition returns m's import's condition of type typ, nil when it has none.

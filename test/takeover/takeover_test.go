@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -65,14 +64,7 @@ func TestTakeover(t *testing.T) {
 		t.Skip(err)
 	}
 	ctrl.SetLogger(logr.Discard())
-	runs := 1
-	if v := os.Getenv("TAKEOVER_RUNS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("TAKEOVER_RUNS=%q: want a positive number", v)
-		}
-		runs = n
-	}
+	runs := fleet.Runs(t, "TAKEOVER_RUNS")
 	start := time.Now()
 	f, _, _ := fleet.StartTest(t, 2, 1)
 	t.Logf("fleet with 2 members x 1 node up in %s", time.Since(start).Round(100*time.Millisecond))
@@ -317,14 +309,11 @@ func (e *env) waitAvailable(t *testing.T, m *fleet.Member, namespace, name strin
 // failedSince returns the loop's failed requests since from, once every request until now is reported.
 func (e *env) failedSince(t *testing.T, from time.Time) []string {
 	t.Helper()
-	to := time.Now().UnixMilli()
-	poll.T(t, timeout, "the loop reports its requests", func() error {
-		if !e.loop.Reported(to) {
-			return fmt.Errorf("not yet")
-		}
-		return nil
-	})
-	return workload.Failures(e.loop.Requests(from.UnixMilli(), to))
+	reqs, err := e.loop.Settled(context.Background(), from.UnixMilli(), time.Now().UnixMilli(), timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return workload.Failures(reqs)
 }
 
 // writeResults writes the figures as a Markdown table where TAKEOVER_RESULTS says.

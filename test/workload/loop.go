@@ -100,6 +100,21 @@ func (l *Loop) Reported(ms int64) bool {
 	return l.err != nil || len(l.reqs) > 0 && l.reqs[len(l.reqs)-1].StartMs >= ms
 }
 
+// Settled returns the requests that started in [from, to) once every one of them is reported, waiting at most
+// timeout.
+func (l *Loop) Settled(ctx context.Context, from, to int64, timeout time.Duration) ([]Request, error) {
+	err := poll.Until(ctx, poll.Interval, timeout, func() error {
+		if !l.Reported(to) {
+			return fmt.Errorf("loop %s has not reported every request that started before %d yet", l.Name, to)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return l.Requests(from, to), nil
+}
+
 // Err is why the log ended, nil while it is followed.
 func (l *Loop) Err() error {
 	l.mu.Lock()
