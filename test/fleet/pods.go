@@ -110,7 +110,7 @@ func (f *Fleet) install(ctx context.Context) error {
 			}
 		}
 		for _, m := range f.Members {
-			if err := m.waitAvailable(ctx, dnsNamespace, dnsDeployment, replicas); err != nil {
+			if err := m.WaitAvailable(ctx, dnsNamespace, dnsDeployment, replicas, installTimeout); err != nil {
 				return err
 			}
 		}
@@ -185,7 +185,7 @@ func (m *Member) started(ctx context.Context) error {
 	if err := m.StartController(); err != nil {
 		return err
 	}
-	if err := m.waitAvailable(ctx, dnsNamespace, dnsDeployment, replicas); err != nil {
+	if err := m.WaitAvailable(ctx, dnsNamespace, dnsDeployment, replicas, installTimeout); err != nil {
 		return err
 	}
 	return m.findDNS(ctx)
@@ -240,14 +240,14 @@ func (m *Member) scaleController(n int32) error {
 	if err != nil {
 		return fmt.Errorf("%s: scaling the controller to %d: %w", m.Name, n, err)
 	}
-	return m.waitAvailable(ctx, controllerNamespace, controllerDeployment, n)
+	return m.WaitAvailable(ctx, controllerNamespace, controllerDeployment, n, installTimeout)
 }
 
-// waitAvailable waits until the Deployment's rollout is complete with n available replicas and, for n = 0, until
-// none of its pods is left.
-func (m *Member) waitAvailable(ctx context.Context, namespace, name string, n int32) error {
+// WaitAvailable waits, at most within, until the member's Deployment's rollout is complete with n available
+// replicas and, for n = 0, until none of its pods is left.
+func (m *Member) WaitAvailable(ctx context.Context, namespace, name string, n int32, within time.Duration) error {
 	key := client.ObjectKey{Namespace: namespace, Name: name}
-	return poll.Until(ctx, 100*time.Millisecond, installTimeout, func() error {
+	return poll.Until(ctx, 100*time.Millisecond, within, func() error {
 		var d appsv1.Deployment
 		if err := m.Client.Get(ctx, key, &d); err != nil {
 			return err

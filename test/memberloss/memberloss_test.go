@@ -331,32 +331,23 @@ func (e *env) deployTier(t *testing.T, m *fleet.Member) {
 	}
 }
 
-// scaleTier sets the replicas of m's tier Deployment.
-func (e *env) scaleTier(t *testing.T, m *fleet.Member, replicas int32) {
-	t.Helper()
-	d := &appsv1.Deployment{}
-	if err := m.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "tier"}, d); err != nil {
-		t.Fatal(err)
-	}
-	d.Spec.Replicas = ptr.To(replicas)
-	if err := m.Client.Update(context.Background(), d); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // testTierEmpties scales cluster-b's tier pods, the closest tier for cluster-a's client, to zero: they exit at
 // once, and a's requests reach cluster-c within the tier target. With a pod in cluster-b again, they come back to
 // it without a failure.
 func (e *env) testTierEmpties(t *testing.T, run int) {
 	e.waitAnswered(t, e.aTier, nowMs(), "cluster-b")
 	empty := nowMs()
-	e.scaleTier(t, e.b, 0)
+	if err := workload.Scale(context.Background(), e.b.Client, ns, "tier", 0); err != nil {
+		t.Fatal(err)
+	}
 	moved := e.waitAnswered(t, e.aTier, nowMs(), "cluster-c")
 	last := lastFailure(e.requests(t, e.aTier, empty, nowMs()), empty)
 	e.check(t, tierEmpties, fmt.Sprintf("cluster-b's tier pods scaled to zero, run %d: the last request failed %d ms after, cluster-c answered %d ms after",
 		run+1, last, moved-empty), last)
 	back := nowMs()
-	e.scaleTier(t, e.b, 1)
+	if err := workload.Scale(context.Background(), e.b.Client, ns, "tier", 1); err != nil {
+		t.Fatal(err)
+	}
 	again := e.waitAnswered(t, e.aTier, back, "cluster-b")
 	reqs := e.requests(t, e.aTier, back, nowMs())
 	failed := workload.Failures(reqs)

@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -47,6 +46,8 @@ const (
 	takeoverBound = 30 * time.Second
 	// gracefulBound is the same for a leader that releases its Lease as it stops.
 	gracefulBound = 10 * time.Second
+	// replicas is how many controller and CoreDNS replicas the manifests run in each member.
+	replicas = 2
 )
 
 // env is the running fleet and the request loop.
@@ -154,7 +155,9 @@ func (e *env) controllerGoes(t *testing.T, run int, m *fleet.Member, crash bool)
 	})
 	imported := e.waitImported(t, svc).Sub(gone)
 	e.waitReplaced(t, m, pods[i], crash)
-	e.waitAvailable(t, m, "mcs-system", "mcs-controller")
+	if err := m.WaitAvailable(ctx, fleet.ControllerLeaderLease.Namespace, "mcs-controller", replicas, timeout); err != nil {
+		t.Fatal(err)
+	}
 	what := fmt.Sprintf("%s's elected controller %s", m.Name, how(crash))
 	failed := e.failedSince(t, gone)
 	t.Logf("run %d: %s: new leader after %s, cluster-b's new export imported by cluster-a after %s, %d failed requests",
@@ -181,13 +184,15 @@ func (e *env) dnsGoes(t *testing.T, run int, crash bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pods) < 2 {
-		t.Fatalf("cluster-a has %d CoreDNS pods, want 2", len(pods))
+	if len(pods) < replicas {
+		t.Fatalf("cluster-a has %d CoreDNS pods, want %d", len(pods), replicas)
 	}
 	gone := time.Now()
 	takeAway(t, e.a, pods[0], crash)
 	e.waitReplaced(t, e.a, pods[0], crash)
-	e.waitAvailable(t, e.a, "kube-system", "coredns")
+	if err := e.a.WaitAvailable(ctx, "kube-system", "coredns", replicas, timeout); err != nil {
+		t.Fatal(err)
+	}
 	e.waitServed(t)
 	what := fmt.Sprintf("one of cluster-a's two CoreDNS pods %s", how(crash))
 	failed := e.failedSince(t, gone)
@@ -284,23 +289,6 @@ func (e *env) waitServed(t *testing.T) {
 		}
 		if failed := workload.Failures(reqs[len(reqs)-10:]); len(failed) > 0 {
 			return fmt.Errorf("failed: %v", failed)
-		}
-		return nil
-	})
-}
-
-// waitAvailable waits until m's Deployment has all its replicas updated and available again, its replaced pod
-// gone.
-func (e *env) waitAvailable(t *testing.T, m *fleet.Member, namespace, name string) {
-	t.Helper()
-	poll.T(t, timeout, fmt.Sprintf("%s's %s/%s available", m.Name, namespace, name), func() error {
-		d := &appsv1.Deployment{}
-		if err := m.Client.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, d); err != nil {
-			return err
-		}
-		want := ptr.Deref(d.Spec.Replicas, 1)
-		if d.Status.Replicas != want || d.Status.AvailableReplicas != want || d.Status.UpdatedReplicas != want {
-			return fmt.Errorf("status %+v", d.Status)
 		}
 		return nil
 	})

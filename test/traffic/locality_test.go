@@ -72,13 +72,7 @@ func (e *env) nearPods(t *testing.T, m *fleet.Member, app string, headless bool,
 
 func (e *env) scale(t *testing.T, m *fleet.Member, deployment string, replicas int32) {
 	t.Helper()
-	ctx := context.Background()
-	d := &appsv1.Deployment{}
-	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: deployment}, d); err != nil {
-		t.Fatal(err)
-	}
-	d.Spec.Replicas = ptr.To(replicas)
-	if err := m.Client.Update(ctx, d); err != nil {
+	if err := workload.Scale(context.Background(), m.Client, ns, deployment, replicas); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -123,6 +123,16 @@ func Deploy(ctx context.Context, c client.Client, namespace, app, cluster string
 	return nil
 }
 
+// Scale sets the replicas of a Deployment.
+func Scale(ctx context.Context, c client.Client, namespace, name string, replicas int32) error {
+	d := &appsv1.Deployment{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, d); err != nil {
+		return err
+	}
+	d.Spec.Replicas = ptr.To(replicas)
+	return c.Update(ctx, d)
+}
+
 // PodReady says whether the pod's Ready condition is True.
 func PodReady(p *corev1.Pod) bool {
 	return slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
