@@ -28,9 +28,6 @@ var faultName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,127}$`)
 // address in side and one in others, in both directions, at random; 100 is a cut. Drop again with the same name
 // replaces that fault.
 func Drop(name string, side, others []netip.Prefix, percent float64) error {
-	if !faultName.MatchString(name) {
-		return fmt.Errorf("dataplane: fault name %q: want lower-case letters, digits and dashes", name)
-	}
 	if !(percent > 0 && percent <= 100) {
 		return fmt.Errorf("dataplane: fault %s: a loss of %v%% is not in (0, 100]", name, percent)
 	}
@@ -39,26 +36,68 @@ func Drop(name string, side, others []netip.Prefix, percent float64) error {
 	if n := int(math.Round(percent * 100)); n < 10000 {
 		odds = fmt.Sprintf(" numgen random mod 10000 < %d", n)
 	}
+	var rules []string
+	for _, family := range families {
+		a, b := elements(side, family.is4), elements(others, family.is4)
+		if a == "" || b == "" {
+			continue
+		}
+		for _, dir := range [][2]string{{a, b}, {b, a}} {
+			rules = append(rules, fmt.Sprintf("%s saddr { %s } %s daddr { %s }%s drop", family.match, dir[0], family.match, dir[1], odds))
+		}
+	}
+	return setFault(name, rules)
+}
+
+// DropTo makes the fabric drop every TCP packet between an address in side and the server at to, in both
+// directions: side is cut from that one server of the host (the broker's load balancer, say), and reaches every
+// other address as before. Drop again with the same name replaces that fault.
+func DropTo(name string, side []netip.Prefix, to netip.AddrPort) error {
+	var rules []string
+	for _, family := range families {
+		a := elements(side, family.is4)
+		if a == "" || to.Addr().Is4() != family.is4 {
+			continue
+		}
+		rules = append(rules,
+			fmt.Sprintf("%s saddr { %s } %s daddr %s tcp dport %d drop", family.match, a, family.match, to.Addr(), to.Port()),
+			fmt.Sprintf("%s saddr %s tcp sport %d %s daddr { %s } drop", family.match, to.Addr(), to.Port(), family.match, a))
+	}
+	if len(rules) == 0 {
+		return fmt.Errorf("dataplane: fault %s: no address of %s's family to cut from it", name, to)
+	}
+	return setFault(name, rules)
+}
+
+// families are the address families a fault's rules match, by nftables' name for each.
+var families = []struct {
+	match string
+	is4   bool
+}{{"ip", true}, {"ip6", false}}
+
+// setFault puts the fault's rules in a chain of its own, replacing those of the fault of the same name.
+func setFault(name string, rules []string) error {
+	if !faultName.MatchString(name) {
+		return fmt.Errorf("dataplane: fault name %q: want lower-case letters, digits and dashes", name)
+	}
 	chain := fmt.Sprintf("inet %s %s", faultTable, name)
 	script := []string{
 		"table inet " + faultTable + " {}",
 		"add chain " + chain + " { type filter hook forward priority filter; policy accept; }",
 		"flush chain " + chain,
 	}
-	for _, family := range []struct {
-		match string
-		is4   bool
-	}{{"ip", true}, {"ip6", false}} {
-		a, b := elements(side, family.is4), elements(others, family.is4)
-		if a == "" || b == "" {
-			continue
-		}
-		for _, dir := range [][2]string{{a, b}, {b, a}} {
-			script = append(script, fmt.Sprintf("add rule %s %s saddr { %s } %s daddr { %s }%s drop",
-				chain, family.match, dir[0], family.match, dir[1], odds))
-		}
+	for _, r := range rules {
+		script = append(script, "add rule "+chain+" "+r)
 	}
 	return nft(strings.Join(script, "\n") + "\n")
+}
+
+// Remove undoes the fault of that name, leaving the others in place; it is an error if there is none.
+func Remove(name string) error {
+	if !faultName.MatchString(name) {
+		return fmt.Errorf("dataplane: fault name %q: want lower-case letters, digits and dashes", name)
+	}
+	return nft(fmt.Sprintf("delete chain inet %s %s\n", faultTable, name))
 }
 
 // elements is an nftables set's elements: the prefixes of one family.

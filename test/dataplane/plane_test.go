@@ -135,6 +135,30 @@ func TestPlane(t *testing.T) {
 	if _, err := dial("10.2.0.7:9000"); err != nil {
 		t.Errorf("pod a to pod b once healed: %v", err)
 	}
+	// A cut from one server of the host drops that server's packets only, for that side only; Remove takes that
+	// fault away alone.
+	must(t, DropTo("broker-b", podsB, netip.AddrPortFrom(HostV4, 1)))
+	must(t, Drop("cut-b", podsB, podsA, 100))
+	if _, err := dialIn(PodNS("bbbb"), net.JoinHostPort(HostV4.String(), "1")); err == nil || strings.Contains(err.Error(), "refused") {
+		t.Errorf("pod b to the host's cut port: %v, want no answer", err)
+	}
+	if _, err := dialIn(PodNS("bbbb"), net.JoinHostPort(HostV4.String(), "2")); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Errorf("pod b to another port of the host: %v, want connection refused (the host answers)", err)
+	}
+	if _, err := dialIn(PodNS("aaaa"), net.JoinHostPort(HostV4.String(), "1")); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Errorf("pod a to the port cut from pod b: %v, want connection refused (the host answers)", err)
+	}
+	must(t, Remove("broker-b"))
+	if names, err := Faults(); err != nil || strings.Join(names, ",") != "cut-b" {
+		t.Errorf("Faults() after removing broker-b = %v, %v; want cut-b alone", names, err)
+	}
+	if _, err := dialIn(PodNS("bbbb"), net.JoinHostPort(HostV4.String(), "1")); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Errorf("pod b to the host once the cut is removed: %v, want connection refused (the host answers)", err)
+	}
+	if err := Remove("broker-b"); err == nil {
+		t.Error("Remove of a fault that is not there succeeded")
+	}
+	must(t, Heal())
 	if err := Drop("Bad Name", podsB, podsA, 100); err == nil {
 		t.Error("Drop took a name that is no nftables chain name")
 	}

@@ -202,33 +202,27 @@ func (m *Member) stopControlPlane(ctx context.Context) error {
 	if m.stopped != nil {
 		return nil
 	}
-	dir := filepath.Dir(m.KubeconfigPath) + "/"
-	api := memberProcesses(dir, "kube-apiserver")
-	if len(api) != 1 {
-		return fmt.Errorf("fleet: %s: found %d kube-apiserver processes naming %s, want 1", m.Name, len(api), dir)
+	api, err := m.apiServerPid()
+	if err != nil {
+		return err
 	}
 	// The containers' ids come from the API server, which must still answer.
 	containers, err := m.controllerContainers(ctx)
 	if err != nil {
 		return err
 	}
-	s := &stoppedControlPlane{apiServer: api[0]}
+	s := &stoppedControlPlane{apiServer: api}
 	// From here on, a failure leaves what was done recorded, for start-control-plane to undo.
 	m.stopped = s
 	for _, c := range containers {
-		pids, err := c.processes(ctx)
+		frozen, err := c.freeze(ctx)
+		s.controllers = append(s.controllers, frozen)
 		if err != nil {
-			return err
-		}
-		s.controllers = append(s.controllers, frozenContainer{id: c.id, pids: pids})
-		for _, pid := range pids {
-			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-				return fmt.Errorf("fleet: %s: freezing process %d of the mcs-controller container %s: %w", m.Name, pid, c.id, err)
-			}
+			return fmt.Errorf("fleet: %s: the mcs-controller: %w", m.Name, err)
 		}
 	}
 	for _, name := range controlPlaneComponents {
-		for _, pid := range memberProcesses(dir, name) {
+		for _, pid := range memberProcesses(m.dir(), name) {
 			argv, err := cmdline(pid)
 			if err != nil {
 				return err
@@ -258,14 +252,8 @@ func (m *Member) startControlPlane(ctx context.Context) error {
 	if err := m.thaw(); err != nil {
 		return err
 	}
-	err := poll.Until(ctx, poll.Interval, installTimeout, func() error {
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		_, err := m.Kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(rctx)
+	if err := m.waitAPIReady(ctx); err != nil {
 		return err
-	})
-	if err != nil {
-		return fmt.Errorf("fleet: %s: the thawed API server: %w", m.Name, err)
 	}
 	// Each component leaves the list once started, so that a start that failed half-way and is asked again starts
 	// only those still stopped.
@@ -286,7 +274,7 @@ func (m *Member) startControlPlane(ctx context.Context) error {
 }
 
 // thaw thaws what stopControlPlane froze: the API server, and the mcs-controller processes still in their
-// container (the kubelet may have restarted it meanwhile, and their pids may have gone to other processes).
+// containers.
 func (m *Member) thaw() error {
 	s := m.stopped
 	if s == nil {
@@ -297,13 +285,34 @@ func (m *Member) thaw() error {
 		errs = append(errs, fmt.Errorf("fleet: %s: thawing kube-apiserver: %w", m.Name, err))
 	}
 	for _, c := range s.controllers {
-		for _, pid := range c.pids {
-			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid)); err == nil && bytes.Contains(b, []byte(c.id)) {
-				_ = syscall.Kill(pid, syscall.SIGCONT)
-			}
-		}
+		c.thaw()
 	}
 	return errors.Join(errs...)
+}
+
+// freeze freezes the container's processes (SIGSTOP) and returns them, for thaw.
+func (c container) freeze(ctx context.Context) (frozenContainer, error) {
+	pids, err := c.processes(ctx)
+	if err != nil {
+		return frozenContainer{}, err
+	}
+	f := frozenContainer{id: c.id, pids: pids}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			return f, fmt.Errorf("fleet: freezing process %d of container %s: %w", pid, c.id, err)
+		}
+	}
+	return f, nil
+}
+
+// thaw thaws the processes freeze froze that are still in their container: the kubelet may have restarted it
+// meanwhile, and their pids may have gone to other processes.
+func (c frozenContainer) thaw() {
+	for _, pid := range c.pids {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid)); err == nil && bytes.Contains(b, []byte(c.id)) {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
 }
 
 // stopFaults, at Stop, thaws what a stopped control plane has frozen, so that the clusterset can stop, and

@@ -17,6 +17,7 @@ import (
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -84,6 +85,26 @@ func (m *Member) DNSPods(ctx context.Context) ([]corev1.Pod, error) { return m.p
 
 // ControllerLeaderLease is the Lease of the member's controller replicas' leader election.
 var ControllerLeaderLease = types.NamespacedName{Namespace: controllerNamespace, Name: controller.LeaderElectionID}
+
+// LeaderPod is the member's controller pod that holds the leader Lease: its holder identity is the pod's name,
+// "_", and a UUID of the process.
+func (m *Member) LeaderPod(ctx context.Context) (corev1.Pod, error) {
+	var l coordinationv1.Lease
+	if err := m.Client.Get(ctx, ControllerLeaderLease, &l); err != nil {
+		return corev1.Pod{}, err
+	}
+	name, _, _ := strings.Cut(ptr.Deref(l.Spec.HolderIdentity, ""), "_")
+	pods, err := m.ControllerPods(ctx)
+	if err != nil {
+		return corev1.Pod{}, err
+	}
+	for _, p := range pods {
+		if p.Name == name {
+			return p, nil
+		}
+	}
+	return corev1.Pod{}, fmt.Errorf("fleet: %s: the leader %q is none of the controller pods", m.Name, name)
+}
 
 // pods lists the member's pods of a part of the product.
 func (m *Member) pods(ctx context.Context, sel productPods) ([]corev1.Pod, error) {

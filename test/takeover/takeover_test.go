@@ -17,7 +17,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -132,17 +131,12 @@ func (e *env) controllerGoes(t *testing.T, run int, m *fleet.Member, crash bool)
 	// The holder is the pod's name, "_", and a UUID of the process: a container the kubelet restarts in the same
 	// pod holds the Lease as a new holder.
 	holder := ptr.Deref(e.leader(t, m).Spec.HolderIdentity, "")
-	podName, _, _ := strings.Cut(holder, "_")
-	pods, err := m.ControllerPods(ctx)
+	pod, err := m.LeaderPod(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	i := slices.IndexFunc(pods, func(p corev1.Pod) bool { return p.Name == podName })
-	if i < 0 {
-		t.Fatalf("%s: the leader %q is none of the controller pods", m.Name, holder)
-	}
 	gone := time.Now()
-	takeAway(t, m, pods[i], crash)
+	takeAway(t, m, pod, crash)
 	svc := e.exportOneMore(t)
 	var took time.Duration
 	poll.T(t, timeout, fmt.Sprintf("another replica of %s's controller leads", m.Name), func() error {
@@ -154,7 +148,7 @@ func (e *env) controllerGoes(t *testing.T, run int, m *fleet.Member, crash bool)
 		return nil
 	})
 	imported := e.waitImported(t, svc).Sub(gone)
-	e.waitReplaced(t, m, pods[i], crash)
+	e.waitReplaced(t, m, pod, crash)
 	if err := m.WaitAvailable(ctx, fleet.ControllerLeaderLease.Namespace, "mcs-controller", replicas, timeout); err != nil {
 		t.Fatal(err)
 	}

@@ -4,14 +4,17 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"vksfleet.dev/fleet/test/nodeimages"
 	"vksfleet.dev/fleet/test/poll"
@@ -26,16 +29,30 @@ func LoopPod(name, namespace, target string, interval, duration time.Duration) *
 	return p
 }
 
+// DNSLoopPod is a pod that runs `serve loop -proto dns`: it resolves names, each in turn, through the pod's DNS,
+// one lookup every interval, for at most duration. Names ending in a dot skip the pod's search domains.
+func DNSLoopPod(name, namespace string, names []string, interval, duration time.Duration) *corev1.Pod {
+	p := ClientPod(name, namespace)
+	p.Spec.Containers[0].Command = []string{nodeimages.ServeBin, "loop", "-proto", "dns", "-target", strings.Join(names, ","),
+		"-interval", interval.String(), "-timeout", "1s", "-duration", duration.String()}
+	return p
+}
+
 // Loop is a running loop pod whose requests are read from its log as they are made, through the API server and
-// the kubelet, as `kubectl logs -f` does.
+// the kubelet, as `kubectl logs -f` does. When the log breaks off while the pod runs (its API server restarted or
+// was unreachable for a while), the loop follows it again from where it was, for up to reconnectTimeout.
 type Loop struct {
 	// Name is the pod's.
 	Name string
 
+	pods corev1client.PodInterface
 	mu   sync.Mutex
 	reqs []Request // in the order they were made
 	err  error     // why the log ended, once it has
 }
+
+// reconnectTimeout bounds how long a loop tries to follow a log that broke off again.
+const reconnectTimeout = 5 * time.Minute
 
 // StartLoop creates the loop pod and follows its log until ctx ends; it returns once the log is followed.
 func StartLoop(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, timeout time.Duration) (*Loop, error) {
@@ -43,38 +60,87 @@ func StartLoop(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, 
 	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}
-	var logs io.ReadCloser
-	err := poll.Until(ctx, poll.Interval, timeout, func() error {
-		// Before its container runs, the API server answers a pod's log with nothing at all, not an error.
-		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].State.Running == nil {
-			return fmt.Errorf("pod %s is %s, its container not running yet", pod.Name, p.Status.Phase)
-		}
-		logs, err = pods.GetLogs(pod.Name, &corev1.PodLogOptions{Follow: true}).Stream(ctx)
-		return err
-	})
+	l := &Loop{Name: pod.Name, pods: pods}
+	logs, _, err := l.follow(ctx, nil, timeout)
 	if err != nil {
 		return nil, fmt.Errorf("following loop %s: %w", pod.Name, err)
 	}
-	l := &Loop{Name: pod.Name}
-	go l.read(logs)
+	go l.read(ctx, logs)
 	return l, nil
 }
 
-func (l *Loop) read(logs io.ReadCloser) {
+// follow opens the pod's log once its container runs, from since on when it is given, and says whether the
+// container has ended (its log then ends with its last line).
+func (l *Loop) follow(ctx context.Context, since *metav1.Time, timeout time.Duration) (logs io.ReadCloser, ended bool, err error) {
+	err = poll.Until(ctx, poll.Interval, timeout, func() error {
+		// Before its container runs, the API server answers a pod's log with nothing at all, not an error.
+		p, err := l.pods.Get(ctx, l.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(p.Status.ContainerStatuses) == 0 {
+			return fmt.Errorf("pod %s is %s, its container not running yet", l.Name, p.Status.Phase)
+		}
+		st := p.Status.ContainerStatuses[0].State
+		if st.Running == nil && st.Terminated == nil {
+			return fmt.Errorf("pod %s is %s, its container not running yet", l.Name, p.Status.Phase)
+		}
+		ended = st.Terminated != nil
+		logs, err = l.pods.GetLogs(l.Name, &corev1.PodLogOptions{Follow: true, SinceTime: since}).Stream(ctx)
+		return err
+	})
+	return logs, ended, err
+}
+
+// read reads the log's requests as they come, and follows the log again when it breaks off while the container
+// runs: from a second before the last request read, skipping the requests already read.
+func (l *Loop) read(ctx context.Context, logs io.ReadCloser) {
+	for {
+		err := l.consume(logs)
+		if ctx.Err() != nil {
+			l.end(err)
+			return
+		}
+		var since *metav1.Time
+		l.mu.Lock()
+		if n := len(l.reqs); n > 0 {
+			since = &metav1.Time{Time: time.UnixMilli(l.reqs[n-1].StartMs).Add(-time.Second)}
+		}
+		l.mu.Unlock()
+		next, ended, ferr := l.follow(ctx, since, reconnectTimeout)
+		switch {
+		case ferr != nil:
+			l.end(errors.Join(err, ferr))
+			return
+		case ended:
+			l.end(l.consume(next))
+			return
+		}
+		logs = next
+	}
+}
+
+// consume reads the requests of a log until it ends, and says why it ended.
+func (l *Loop) consume(logs io.ReadCloser) error {
 	defer logs.Close()
 	lines := bufio.NewScanner(logs)
 	for lines.Scan() {
 		reqs := ParseLoop(lines.Text())
 		l.mu.Lock()
-		l.reqs = append(l.reqs, reqs...)
+		for _, r := range reqs {
+			if n := len(l.reqs); n == 0 || r.Seq > l.reqs[n-1].Seq {
+				l.reqs = append(l.reqs, r)
+			}
+		}
 		l.mu.Unlock()
 	}
+	return cmp.Or(lines.Err(), io.EOF)
+}
+
+// end records why the log is no longer followed.
+func (l *Loop) end(err error) {
 	l.mu.Lock()
-	l.err = fmt.Errorf("the log of %s ended: %w", l.Name, cmp.Or(lines.Err(), io.EOF))
+	l.err = fmt.Errorf("the log of %s ended: %w", l.Name, err)
 	l.mu.Unlock()
 }
 

@@ -16,6 +16,7 @@ import (
 
 type loopConfig struct {
 	target, proto     string
+	names             []string // with proto dns: the names target lists
 	interval, timeout time.Duration
 	count             int           // 0: no limit
 	duration          time.Duration // 0: no limit
@@ -99,6 +100,9 @@ func orDash(s string) string {
 }
 
 func request(ctx context.Context, cfg loopConfig, client *http.Client, seq int) loopResult {
+	if cfg.proto == "dns" {
+		return lookup(ctx, cfg.names, seq)
+	}
 	host, port, _ := splitTarget(cfg.target) // checked with the flags
 	if net.ParseIP(host) == nil {
 		// The name is looked up here rather than by the dialer so that a lookup failure has its own reason.
@@ -136,6 +140,37 @@ func request(ctx context.Context, cfg loopConfig, client *http.Client, seq int) 
 		return failure("read", err)
 	}
 	return parseReply(reply, payload)
+}
+
+// lookup asks the system resolver for the addresses of one of names, each in turn (seq counts from 1). The
+// result's cluster is the name asked and its pod the number of addresses; a failure's reason says how the name
+// failed and which: "nxdomain:NAME" and the like.
+func lookup(ctx context.Context, names []string, seq int) loopResult {
+	name := names[(seq-1)%len(names)]
+	addrs, err := net.DefaultResolver.LookupHost(ctx, name)
+	if err == nil && len(addrs) == 0 {
+		return loopResult{reason: "empty:" + name}
+	}
+	if err != nil {
+		return loopResult{reason: lookupFailure(err) + ":" + name}
+	}
+	return loopResult{cluster: name, pod: strconv.Itoa(len(addrs))}
+}
+
+// lookupFailure names how a lookup failed: the name does not exist, a server failed or refused it (Go's
+// resolver reports SERVFAIL and REFUSED alike, after trying every server), no answer came in time, or another
+// error.
+func lookupFailure(err error) string {
+	var dnsErr *net.DNSError
+	switch {
+	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
+		return "nxdomain"
+	case errors.As(err, &dnsErr) && dnsErr.IsTimeout, errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.As(err, &dnsErr) && dnsErr.Err == "server misbehaving":
+		return "servfail"
+	}
+	return "dns"
 }
 
 func requestHTTP(ctx context.Context, client *http.Client, addr, target string) loopResult {

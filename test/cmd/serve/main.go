@@ -6,6 +6,7 @@
 //
 //	serve [-cluster NAME] [-pod NAME] [-tcp ADDR] [-udp ADDR] [-http ADDR]
 //	serve loop -target HOST:PORT [-proto tcp|udp|http] [-interval D] [-timeout D] [-count N] [-duration D]
+//	serve loop -proto dns -target NAME[,NAME...] [-interval D] [-timeout D] [-count N] [-duration D]
 //
 // # Server
 //
@@ -51,6 +52,15 @@
 //	bad-reply  the reply is not an identity line, or echoes something other than what was sent
 //	http-<n>   the HTTP status was n, not 200
 //
+// With -proto dns, the loop only resolves: each request asks the system resolver for the next name of -target's
+// list, in turn, and its line is
+//
+//	<seq> <start, unix milliseconds> ok <name> <number of addresses> <latency ms>
+//	<seq> <start, unix milliseconds> fail <reason>:<name> <latency ms>
+//
+// where the reason is nxdomain (the name does not exist), servfail (the servers failed or refused it), timeout,
+// empty (no address) or dns (any other error).
+//
 // The loop exits 0 whatever its requests did; both modes exit 1 on bad flags.
 package main
 
@@ -62,6 +72,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -71,7 +82,8 @@ import (
 const (
 	serverUsage = "usage: serve [-cluster NAME] [-pod NAME] [-tcp ADDR] [-udp ADDR] [-http ADDR]\n" +
 		"       serve loop -h for the client loop\n"
-	loopUsage = "usage: serve loop -target HOST:PORT [-proto tcp|udp|http] [-interval D] [-timeout D] [-count N] [-duration D]\n"
+	loopUsage = "usage: serve loop -target HOST:PORT [-proto tcp|udp|http] [-interval D] [-timeout D] [-count N] [-duration D]\n" +
+		"       serve loop -proto dns -target NAME[,NAME...] [-interval D] [-timeout D] [-count N] [-duration D]\n"
 
 	maxCount    = 1_000_000
 	maxDuration = 24 * time.Hour
@@ -174,8 +186,8 @@ func parseServerFlags(args []string, stderr io.Writer) (serverConfig, error) {
 func parseLoopFlags(args []string, stderr io.Writer) (loopConfig, error) {
 	cfg := loopConfig{}
 	fs := newFlagSet("serve loop", loopUsage, stderr)
-	fs.StringVar(&cfg.target, "target", "", "`host:port` to send requests to (required)")
-	fs.StringVar(&cfg.proto, "proto", "tcp", "protocol: tcp, udp or http")
+	fs.StringVar(&cfg.target, "target", "", "`host:port` to send requests to, or with -proto dns the names to resolve, comma-separated (required)")
+	fs.StringVar(&cfg.proto, "proto", "tcp", "protocol: tcp, udp, http, or dns (lookups only)")
 	fs.DurationVar(&cfg.interval, "interval", 50*time.Millisecond, "time between request starts")
 	fs.DurationVar(&cfg.timeout, "timeout", time.Second, "limit per request, resolution to reply")
 	fs.IntVar(&cfg.count, "count", 0, "stop after `N` requests (at most 1000000)")
@@ -186,12 +198,17 @@ func parseLoopFlags(args []string, stderr io.Writer) (loopConfig, error) {
 	if cfg.target == "" {
 		return cfg, errors.New("loop: -target is required")
 	}
-	if _, _, err := splitTarget(cfg.target); err != nil {
+	if cfg.proto == "dns" {
+		cfg.names = strings.Split(cfg.target, ",")
+		if slices.Contains(cfg.names, "") {
+			return cfg, fmt.Errorf("loop: -target %q: an empty name", cfg.target)
+		}
+	} else if _, _, err := splitTarget(cfg.target); err != nil {
 		return cfg, fmt.Errorf("loop: -target: %w", err)
 	}
 	switch {
-	case cfg.proto != "tcp" && cfg.proto != "udp" && cfg.proto != "http":
-		return cfg, fmt.Errorf("loop: -proto %q is not tcp, udp or http", cfg.proto)
+	case !slices.Contains([]string{"tcp", "udp", "http", "dns"}, cfg.proto):
+		return cfg, fmt.Errorf("loop: -proto %q is not tcp, udp, http or dns", cfg.proto)
 	case cfg.interval < 0:
 		return cfg, errors.New("loop: -interval is negative")
 	case cfg.timeout <= 0:

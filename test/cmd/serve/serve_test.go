@@ -253,6 +253,38 @@ func TestLoopFailures(t *testing.T) {
 	}
 }
 
+func TestDNSLoopResolvesEachNameInTurn(t *testing.T) {
+	// /etc/hosts answers localhost, and an address is its own answer: no DNS server is needed.
+	lines, summary := loopLines(t, "-proto", "dns", "-target", "localhost,127.0.0.1", "-count", "3", "-interval", "0s")
+	want := []string{"localhost", "127.0.0.1", "localhost"}
+	for i, f := range lines {
+		if len(f) != 6 || f[2] != "ok" || f[3] != want[i] || f[4] == "0" {
+			t.Errorf("line %d: got %q, want ok for %s with its number of addresses", i+1, f, want[i])
+		}
+	}
+	if len(lines) != 3 || summary != "summary sent=3 ok=3 failed=0" {
+		t.Errorf("got %d lines and %q, want 3, all ok", len(lines), summary)
+	}
+}
+
+func TestLookupFailure(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{&net.DNSError{Err: "no such host", Name: "x.", IsNotFound: true}, "nxdomain"},
+		{&net.DNSError{Err: "i/o timeout", Name: "x.", IsTimeout: true}, "timeout"},
+		{fmt.Errorf("lookup: %w", context.DeadlineExceeded), "timeout"},
+		{&net.DNSError{Err: "server misbehaving", Name: "x.", IsTemporary: true}, "servfail"},
+		{&net.DNSError{Err: "cannot unmarshal DNS message", Name: "x."}, "dns"},
+		{errors.New("anything else"), "dns"},
+	} {
+		if got := lookupFailure(tc.err); got != tc.want {
+			t.Errorf("lookupFailure(%v) = %q, want %q", tc.err, got, tc.want)
+		}
+	}
+}
+
 func TestLoopStopsAfterDuration(t *testing.T) {
 	r := start(t)
 	began := time.Now()
@@ -301,6 +333,8 @@ func TestLoopFlags(t *testing.T) {
 		{[]string{"-target", "h:1", "-count", "1", "-proto", "sctp"}, "-proto"},
 		{[]string{"-target", "h:1", "-count", "1", "-timeout", "0s"}, "-timeout"},
 		{[]string{"-target", "h:1", "-count", "1", "extra"}, "unexpected arguments"},
+		{[]string{"-proto", "dns", "-target", "a.example.,b.example.", "-count", "1"}, ""},
+		{[]string{"-proto", "dns", "-target", "a.example.,,b.example.", "-count", "1"}, "empty name"},
 	} {
 		_, err := parseLoopFlags(tc.args, io.Discard)
 		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
