@@ -9,7 +9,7 @@ STATICCHECK    := $(TOOLS_CACHE)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # Integration tests start real control planes; on 2 cores a whole run takes several minutes.
 TEST_TIMEOUT   ?= 30m
 
-.PHONY: help tools build test lint fuzz generate helm-chart up down fault demo bench-memberloss bench-takeover bench-dns bench-sync bench-fleet manifests images conformance
+.PHONY: help tools build test lint fuzz generate helm-chart up down fault demo bench-memberloss bench-takeover chaos bench-dns bench-sync bench-fleet manifests images conformance
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -68,6 +68,12 @@ fault: ## cause a fault in the running local clusterset: FAULT=stop-control-plan
 
 bench-memberloss: tools images ## member loss with traffic: control plane stopped 10 minutes, each cut, whole loss and tier emptying 10 times, 2 minutes of packet loss: test/bench/results/memberloss.md
 	MEMBERLOSS_RUNS=10 MEMBERLOSS_STALE=10m MEMBERLOSS_LOSS=2m MEMBERLOSS_RESULTS=$(CURDIR)/test/bench/results/memberloss.md $(GO) test -count=1 -timeout 60m -run TestMemberLoss -v ./test/memberloss/
+
+# A chaos run (test/chaos): `make test` runs it for 2 minutes; CHAOS_SEED=N replays a run's faults.
+CHAOS_DURATION ?= 10m
+
+chaos: tools images ## faults drawn at random, one every 5 s for CHAOS_DURATION (10m), while users churn exports and send requests and lookups: test/bench/results/chaos.md
+	CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_RESULTS=$(CURDIR)/test/bench/results/chaos.md $(GO) test -count=1 -timeout 60m -run 'TestChaos$$' -v ./test/chaos/
 
 bench-takeover: tools images ## controller and CoreDNS replicas lost with traffic, deleted and force-deleted, 5 runs: test/bench/results/takeover.md
 	TAKEOVER_RUNS=5 TAKEOVER_RESULTS=$(CURDIR)/test/bench/results/takeover.md $(GO) test -count=1 -timeout 60m -run TestTakeover -v ./test/takeover/
