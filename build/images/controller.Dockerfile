@@ -9,7 +9,8 @@ LABEL org.opencontainers.image.title="mcs-controller" \
       org.opencontainers.image.description="Kubernetes Multi-Cluster Services controller: exports to the broker, imports from it" \
       org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.version="${VERSION}" \
-      org.opencontainers.image.revision="${REVISION}"
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.licenses="Apache-2.0"
 COPY mcs-controller /mcs-controller
 USER 65532:65532
 EXPOSE 8080/tcp 8081/tcp

@@ -10,7 +10,8 @@ LABEL org.opencontainers.image.title="coredns" \
       org.opencontainers.image.description="CoreDNS with the multicluster plugin: cluster.local and clusterset.local (KEP-1645)" \
       org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.version="${VERSION}" \
-      org.opencontainers.image.revision="${REVISION}"
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.licenses="Apache-2.0"
 # Port 53 as a non-root user: the binary's file capability, as in upstream CoreDNS images.
 ADD coredns.tar /
 USER 65532:65532

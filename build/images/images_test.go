@@ -1,6 +1,7 @@
 // Package images checks the Dockerfiles without a container engine: each image is FROM scratch only (nothing is
-// pulled), runs its binary as the non-root user 65532, carries the OCI labels build.sh fills in, and runs the file
-// that build.sh puts in its context. test/install builds and runs the images with a real engine.
+// pulled), runs its binary as the non-root user 65532, carries the OCI labels build.sh fills in and the licence
+// label (Apache-2.0, the LICENSE at the repository's root), and runs the file that build.sh puts in its context.
+// test/install builds and runs the images with a real engine.
 package images
 
 import (
@@ -50,6 +51,9 @@ func TestDockerfiles(t *testing.T) {
 				if !strings.Contains(df, "org.opencontainers.image."+l+"=") {
 					t.Errorf("no org.opencontainers.image.%s label", l)
 				}
+			}
+			if !strings.Contains(df, `org.opencontainers.image.licenses="Apache-2.0"`) {
+				t.Error(`no org.opencontainers.image.licenses="Apache-2.0" label (the LICENSE at the repository's root)`)
 			}
 		})
 	}
