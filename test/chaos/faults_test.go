@@ -297,11 +297,41 @@ func (r *run) inject(ctx context.Context) {
 	wg.Wait()
 }
 
-// record keeps a fault that happened.
+// record keeps a fault that happened, and logs it.
 func (r *run) record(f fault) {
 	r.mu.Lock()
 	r.faults = append(r.faults, f)
 	r.mu.Unlock()
+	r.t.Logf("fault %s", f)
+}
+
+// String says what the fault was, on what and when.
+func (f fault) String() string {
+	on := f.member
+	if on == "" {
+		on = fmt.Sprintf("#%d", f.target)
+	}
+	s := fmt.Sprintf("%s on %s from %s", f.kindName(), on, f.start.Format("15:04:05.000"))
+	if !f.done.IsZero() {
+		s += " to " + f.done.Format("15:04:05.000")
+	}
+	if f.err != nil {
+		s += fmt.Sprintf(" (%v)", f.err)
+	}
+	return s
+}
+
+// activeAt lists the faults on at t, or undone less than tolerated before.
+func (r *run) activeAt(t time.Time) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var on []string
+	for _, f := range r.faults {
+		if f.err == nil && !t.Before(f.start) && t.Before(f.done.Add(tolerated)) {
+			on = append(on, f.String())
+		}
+	}
+	return on
 }
 
 func TestPlan(t *testing.T) {

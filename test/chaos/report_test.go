@@ -33,6 +33,9 @@ type loopFigures struct {
 func (r *run) figures(member, name string, l *workload.Loop, from, to time.Time) loopFigures {
 	reqs := l.Requests(from.UnixMilli(), to.UnixMilli())
 	f := loopFigures{name: member + "/" + name, sent: len(reqs), reasons: map[string]int{}}
+	if len(reqs) == 0 {
+		f.unexplained = append(f.unexplained, "no request reported")
+	}
 	lastOK := from.UnixMilli()
 	for _, q := range reqs {
 		if q.OK {
@@ -41,18 +44,20 @@ func (r *run) figures(member, name string, l *workload.Loop, from, to time.Time)
 			continue
 		}
 		f.failed++
-		reason, fqdn, _ := strings.Cut(q.Reason, ":")
+		reason, _, _ := strings.Cut(q.Reason, ":")
 		f.reasons[reason]++
+		at := time.UnixMilli(q.StartMs)
+		what := fmt.Sprintf("#%d %s at %s, during: %s", q.Seq, q.Reason, at.Format("15:04:05.000"), strings.Join(r.activeAt(at), "; "))
 		switch reason {
 		case "nxdomain":
-			f.nxdomain = append(f.nxdomain, fqdn)
+			f.nxdomain = append(f.nxdomain, what)
 		case "servfail":
-			f.servfail = append(f.servfail, fqdn)
+			f.servfail = append(f.servfail, what)
 		}
-		if r.dnsFaultAt(member, time.UnixMilli(q.StartMs)) {
+		if r.dnsFaultAt(member, at) {
 			f.explained++
 		} else {
-			f.unexplained = append(f.unexplained, fmt.Sprintf("#%d %s at %s", q.Seq, q.Reason, time.UnixMilli(q.StartMs).Format("15:04:05.000")))
+			f.unexplained = append(f.unexplained, what)
 		}
 	}
 	f.longestGapMs = max(f.longestGapMs, to.UnixMilli()-lastOK)

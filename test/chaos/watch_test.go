@@ -3,6 +3,7 @@ package chaos
 import (
 	"bufio"
 	"context"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"vksfleet.dev/fleet/test/dataplane"
@@ -130,10 +132,8 @@ func (w *watcher) totalWrites() float64 {
 	return sum
 }
 
-// reconcilerError matches a controller's "Reconciler error" line as klog writes it; errValue and controllerValue
-// find its error and its controller.
+// errValue and controllerValue find the error and the controller of a "Reconciler error" line as klog writes it.
 var (
-	reconcilerError = regexp.MustCompile(`"Reconciler error"`)
 	errValue        = regexp.MustCompile(` err="((?:[^"\\]|\\.)*)"`)
 	controllerValue = regexp.MustCompile(` controller="([^"]*)"`)
 )
@@ -158,7 +158,9 @@ func (w *watcher) scanLogs(m *fleet.Member) {
 	}
 }
 
-// countErrors counts a log file's "Reconciler error" lines by cause.
+// countErrors counts a log file's "Reconciler error" lines by cause. The file is the kubelet's: each line starts
+// with its time, stream and tag. klog writes an error of several lines as err=<, the lines indented, then " >"
+// and the rest of the line's values.
 func countErrors(path string) map[string]int {
 	f, err := os.Open(path)
 	if err != nil {
@@ -168,21 +170,53 @@ func countErrors(path string) map[string]int {
 	counts := map[string]int{}
 	lines := bufio.NewScanner(f)
 	lines.Buffer(make([]byte, 64<<10), 1<<20)
-	for lines.Scan() {
-		line := lines.Text()
-		if !reconcilerError.MatchString(line) {
+	next := func() (string, bool) {
+		if !lines.Scan() {
+			return "", false
+		}
+		// time stream tag text
+		fields := strings.SplitN(lines.Text(), " ", 4)
+		return fields[len(fields)-1], true
+	}
+	for {
+		line, ok := next()
+		if !ok {
+			return counts
+		}
+		if !strings.Contains(line, `"Reconciler error"`) {
 			continue
 		}
 		what, ctrl := "(no error)", "(no controller)"
-		if m := errValue.FindStringSubmatch(line); m != nil {
-			what = cause(m[1])
+		if head, _, multi := strings.Cut(line, " err=<"); multi {
+			var text []string
+			for {
+				l, ok := next()
+				if !ok {
+					break
+				}
+				if rest, end := strings.CutPrefix(l, " >"); end {
+					line = head + rest
+					break
+				}
+				text = append(text, strings.TrimSpace(l))
+			}
+			what = cause(strings.Join(text, " "))
+		} else if m := errValue.FindStringSubmatch(line); m != nil {
+			what = cause(unquote(m[1]))
 		}
 		if m := controllerValue.FindStringSubmatch(line); m != nil {
 			ctrl = m[1]
 		}
 		counts[ctrl+": "+what]++
 	}
-	return counts
+}
+
+// unquote reads a value klog quoted, or returns it as it is.
+func unquote(quoted string) string {
+	if s, err := strconv.Unquote(`"` + quoted + `"`); err == nil {
+		return s
+	}
+	return quoted
 }
 
 // digits are what differs between two errors of one cause: addresses, ports, versions, durations.
@@ -190,11 +224,7 @@ var digits = regexp.MustCompile(`[0-9]+`)
 
 // cause is an error's cause, as a reader would group it: its innermost part (after the last ": "), with numbers
 // written N.
-func cause(quoted string) string {
-	s, err := strconv.Unquote(`"` + quoted + `"`)
-	if err != nil {
-		s = quoted
-	}
+func cause(s string) string {
 	if i := strings.LastIndex(s, ": "); i >= 0 {
 		s = s[i+2:]
 	}
@@ -212,4 +242,27 @@ func (w *watcher) errorsByCause() map[string]int {
 		}
 	}
 	return total
+}
+
+func TestCountErrors(t *testing.T) {
+	log := `2026-11-26T08:20:01.000000000Z stderr F E1126 08:20:01.000000       1 controller.go:474] "Reconciler error" err="updating chaos/web: Put \"https://10.254.0.1:1234/x\": dial tcp 10.254.0.1:1234: connect: connection refused" controller="serviceexport" namespace="chaos"
+2026-11-26T08:20:02.000000000Z stderr F I1126 08:20:02.000000       1 other.go:1] "unrelated"
+2026-11-26T08:20:03.000000000Z stderr F E1126 08:20:03.000000       1 controller.go:474] "Reconciler error" err=<
+2026-11-26T08:20:03.000000000Z stderr F 	first line
+2026-11-26T08:20:03.000000000Z stderr F 	writing slice: the object has been modified; please apply your changes to the latest version and try again
+2026-11-26T08:20:03.000000000Z stderr F  > controller="serviceimport" namespace="chaos"
+2026-11-26T08:20:04.000000000Z stderr F E1126 08:20:04.000000       1 controller.go:474] "Reconciler error" err="dial tcp 10.254.0.1:99: connect: connection refused" controller="serviceexport"
+`
+	path := filepath.Join(t.TempDir(), "0.log")
+	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := countErrors(path)
+	want := map[string]int{
+		"serviceexport: connection refused": 2,
+		"serviceimport: the object has been modified; please apply your changes to the latest version and try again": 1,
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("countErrors = %v, want %v", got, want)
+	}
 }

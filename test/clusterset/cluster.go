@@ -89,6 +89,8 @@ type Cluster struct {
 	env       *envtest.Environment
 	kcm       *proc.Process
 	scheduler *proc.Process
+	// apiServers are API servers started in place of envtest's (AdoptAPIServer), stopped where it would be.
+	apiServers []*proc.Process
 	pods      *podLoop
 	// kubeletPKI holds the kubelets' client CA and the API server's client certificate, with kubelet nodes.
 	kubeletPKI kubeletPKI
@@ -285,6 +287,9 @@ func (c *Cluster) stop() error {
 	if c.kcm != nil {
 		c.kcm.Stop()
 	}
+	for _, p := range c.apiServers {
+		p.Stop()
+	}
 	if c.env != nil {
 		errs = append(errs, c.env.Stop())
 	}
@@ -294,6 +299,10 @@ func (c *Cluster) stop() error {
 	errs = append(errs, os.RemoveAll(c.dir))
 	return errors.Join(errs...)
 }
+
+// AdoptAPIServer makes the cluster stop p, an API server started again in place of the one envtest started (which
+// a test killed), when it stops: after its nodes, before its etcd.
+func (c *Cluster) AdoptAPIServer(p *proc.Process) { c.apiServers = append(c.apiServers, p) }
 
 // RestartEmpty stops the cluster's API server and etcd, throws etcd's data away and starts both again at the same
 // address with the same credentials, as after the loss of etcd's disk: the API server comes back with its own

@@ -21,8 +21,8 @@ import (
 // Fault's kinds, they leave the member's other processes alone.
 
 // KillAPIServer kills the member's kube-apiserver with SIGKILL, as a crash would, starts it again with the same
-// command line (its etcd keeps the data) and waits until it is ready. The new process outlives the clusterset's
-// stop, which still needs it to drain the nodes, and Stop stops it last.
+// command line (its etcd keeps the data) and waits until it is ready. The cluster stops the new process where it
+// would have stopped the first.
 func (m *Member) KillAPIServer(ctx context.Context) error {
 	f := m.fleet
 	f.faultMu.Lock()
@@ -45,7 +45,7 @@ func (m *Member) KillAPIServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.apiServers = append(m.apiServers, p)
+	m.AdoptAPIServer(p)
 	return m.waitAPIReady(ctx)
 }
 

@@ -98,8 +98,6 @@ type Member struct {
 	// control-plane processes start-control-plane started again, which Stop stops.
 	stopped   *stoppedControlPlane
 	restarted []*proc.Process
-	// With nodes: the API servers KillAPIServer started, which Stop stops after the clusterset.
-	apiServers []*proc.Process
 }
 
 // Start starts the clusterset, then every member's controller and CoreDNS, and returns once each member's
@@ -213,11 +211,6 @@ func (f *Fleet) Stop() error {
 			m.StopCoreDNS()
 		}
 		errs = append(errs, f.ClusterSet.Stop(), os.RemoveAll(f.dir))
-		for _, m := range f.Members {
-			for _, p := range m.apiServers {
-				p.Stop()
-			}
-		}
 		f.stopErr = errors.Join(errs...)
 	})
 	return f.stopErr
