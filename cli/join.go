@@ -1,4 +1,4 @@
-package mcsctl
+package cli
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
 
-	"vksfleet.dev/fleet/mcsctl/install"
+	"vksfleet.dev/fleet/cli/install"
 )
 
 // defaultBrokerInfo is where broker init writes the broker-info file and join, unjoin read it.
