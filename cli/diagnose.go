@@ -18,7 +18,6 @@ import (
 	"vksfleet.dev/fleet/controller/imports"
 	"vksfleet.dev/fleet/controller/merge"
 	"vksfleet.dev/fleet/mcs/names"
-	"vksfleet.dev/fleet/plugin/zone"
 )
 
 // Result is a check's outcome.
@@ -221,9 +220,9 @@ func zoneCheck(m *Member) Check {
 		c.Hint = noZoneHint(m)
 	default:
 		c.Result = Pass
-		c.Message = fmt.Sprintf("%s serves %s (dns-version %s)", m.DNS, strings.TrimSuffix(clustersetZone, "."), strings.Join(a.Records, ","))
-		if a.Records[0] != zone.Version {
-			c.Message += fmt.Sprintf("; our CoreDNS answers %s", zone.Version)
+		c.Message = fmt.Sprintf("%s serves %s (dns-version %s)", m.DNS, names.DNSZone, strings.Join(a.Records, ","))
+		if a.Records[0] != names.DNSSchemaVersion {
+			c.Message += fmt.Sprintf("; our CoreDNS answers %s", names.DNSSchemaVersion)
 		}
 	}
 	return c

@@ -152,7 +152,7 @@ func (r *reconciler) ready(si, want *mcsv1beta1.ServiceImport, exported []corev1
 	if missing != "" {
 		waiting = "Waiting for " + missing + "."
 	} else if r.dns != nil {
-		checks := imports.DNSChecks(want, slices, DNSZone)
+		checks := imports.DNSChecks(want, slices)
 		if len(checks) == 0 {
 			// Only a headless import with no ready endpoint asks nothing: its name is NXDOMAIN until one is ready.
 			waiting = "Waiting for a ready endpoint: a headless service's name resolves to its ready endpoints only."

@@ -80,9 +80,9 @@ func validLabel(label string) bool {
 // room for the longest name of its own, dns-version.<zone>: then the records that do not come from services,
 // the SOA and NS among them, always pack.
 func CheckZone(zone string) error {
-	if !validName(zone) || !validName("dns-version."+zone) {
+	if !validName(zone) || !validName(versionName(zone)) {
 		return fmt.Errorf("zone %q is not a name of RFC 1123 labels of at most 63 characters, at most %d octets long",
-			zone, 253-len("dns-version."))
+			zone, 253-len(versionName("")))
 	}
 	return nil
 }

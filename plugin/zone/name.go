@@ -1,6 +1,10 @@
 package zone
 
-import "strings"
+import (
+	"strings"
+
+	"vksfleet.dev/fleet/mcs/names"
+)
 
 // Kind says what part of the zone's namespace a query name falls in.
 type Kind uint8
@@ -49,7 +53,7 @@ func Parse(qname, zone string) Name {
 	}
 	rel := strings.TrimSuffix(qname[:len(qname)-len(zone)], ".") // relative name, no trailing dot
 	switch rel {
-	case "dns-version":
+	case names.DNSVersionLabel:
 		return Name{Kind: DNSVersion}
 	case "ns.dns":
 		return Name{Kind: NameServer}
@@ -89,3 +93,7 @@ func cutLast(s string) (rest, last string) {
 	}
 	return s[:i], s[i+1:]
 }
+
+// versionName is the name of zone (fully qualified) whose TXT record answers the DNS schema version
+// (names.DNSSchemaVersion): dns-version.<zone>.
+func versionName(zone string) string { return names.DNSVersionLabel + "." + zone }

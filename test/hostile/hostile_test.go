@@ -38,7 +38,7 @@ import (
 
 const (
 	ns      = "team"
-	zone    = ".svc.clusterset.local."
+	zone    = ".svc." + names.DNSZone + "."
 	timeout = 60 * time.Second
 	// mallory is the hostile member: it exists on the broker only, where the test writes with the identity
 	// `kubectl mcs join` gives it.

@@ -130,7 +130,7 @@ func TestJoinAndUnjoin(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Run("a pod of cluster-b reaches web by its clusterset.local name", func(t *testing.T) {
-		reach(t, b, fmt.Sprintf("web.%s.svc.clusterset.local", ns))
+		reach(t, b, names.ServiceDNSName(ns, "web"))
 	})
 	t.Run("a pod of cluster-c reaches web by its cluster-local name", func(t *testing.T) {
 		reach(t, c, fmt.Sprintf("web-clusterset.%s.svc.cluster.local", ns))
@@ -411,7 +411,7 @@ func rotate(t *testing.T, f *fleet.Fleet, a, b *fleet.Member) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loop, err := workload.StartLoop(ctx, b.Kube, workload.LoopPod("rotation-loop", ns, fmt.Sprintf("web.%s.svc.clusterset.local:%d", ns, workload.EchoPort),
+	loop, err := workload.StartLoop(ctx, b.Kube, workload.LoopPod("rotation-loop", ns, fmt.Sprintf("%s:%d", names.ServiceDNSName(ns, "web"), workload.EchoPort),
 		50*time.Millisecond, 10*time.Minute), timeout)
 	if err != nil {
 		t.Fatal(err)
