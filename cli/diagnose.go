@@ -17,6 +17,7 @@ import (
 	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/controller/imports"
 	"vksfleet.dev/fleet/controller/merge"
+	"vksfleet.dev/fleet/mcs/memberlease"
 	"vksfleet.dev/fleet/mcs/names"
 )
 
@@ -281,9 +282,9 @@ func staleSlicesCheck(s *Snapshot, m *Member) Check {
 		switch l := s.lease(src); {
 		case !l.found:
 			why = "which left the clusterset (no Lease)"
-		case l.age > l.grace+withdrawMargin && keptStale(m.serviceImport(svc), src):
+		case !memberlease.Fresh(l.age, l.grace+withdrawMargin) && keptStale(m.serviceImport(svc), src):
 			continue // its control plane is lost, its endpoints answer here: kept on purpose
-		case l.age > l.grace+withdrawMargin:
+		case !memberlease.Fresh(l.age, l.grace+withdrawMargin):
 			why = fmt.Sprintf("whose Lease was last renewed %s ago (grace %s)", round(l.age), l.grace)
 		case !l.alive():
 			continue // being withdrawn right now

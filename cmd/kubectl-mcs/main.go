@@ -13,7 +13,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	ctrl "sigs.k8s.io/controller-runtime"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"vksfleet.dev/fleet/cli"
 )
@@ -23,7 +23,7 @@ import (
 func main() {
 	// Errors come back to the command, which prints them; controller-runtime's clients would otherwise warn, after
 	// 30 s of a long join, that nobody set their logger.
-	ctrl.SetLogger(logr.Discard())
+	logf.SetLogger(logr.Discard())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	cmd := cli.NewCommand(genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})
 	err := cmd.ExecuteContext(ctx)
