@@ -5,14 +5,68 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"vksfleet.dev/fleet/mcs/mcsversion"
 )
+
+func (o *options) exportCommand() *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "export SERVICE [-n NAMESPACE] [--context CONTEXT]",
+		Short: "Create the Service's ServiceExport and wait until it is Ready",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, key, err := o.exportTarget(args[0])
+			if err != nil {
+				return err
+			}
+			se, err := exportService(cmd.Context(), c, key, timeout)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(o.streams.Out, "serviceexport %s exported (%s)\n", key, conditionsText(se.Status.Conditions))
+			return err
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "how long to wait for the export to be Ready")
+	return cmd
+}
+
+// exportTarget is a client of --context (default the current one) and the service in -n (default the context's
+// namespace), as kubectl resolves them.
+func (o *options) exportTarget(name string) (client.Client, types.NamespacedName, error) {
+	if o.broker != "" {
+		return nil, types.NamespacedName{}, fmt.Errorf("--broker-context names the broker, and export talks to the member: name it with --context")
+	}
+	loader := o.config.ToRawKubeConfigLoader()
+	ns, _, err := loader.Namespace()
+	if err != nil {
+		return nil, types.NamespacedName{}, err
+	}
+	cfg, err := o.config.ToRESTConfig()
+	if err != nil {
+		return nil, types.NamespacedName{}, err
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, types.NamespacedName{}, err
+	}
+	gv, err := mcsversion.Detect(dc)
+	if err != nil {
+		return nil, types.NamespacedName{}, err
+	}
+	c, err := newClient(cfg, gv)
+	return c, types.NamespacedName{Namespace: ns, Name: name}, err
+}
 
 // pollInterval is how often export and unexport look at the ServiceExport while they wait.
 const pollInterval = 250 * time.Millisecond
@@ -39,26 +93,6 @@ func exportService(ctx context.Context, c client.Client, key types.NamespacedNam
 		return nil, fmt.Errorf("ServiceExport %s not Ready after %s (conditions: %s): is the mcs-controller running? (%w)", key, timeout, conditionsText(last), ErrUnhealthy)
 	}
 	return se, err
-}
-
-// unexportService deletes the ServiceExport and waits until it is gone; deleting one that does not exist is an
-// error, as kubectl delete says.
-func unexportService(ctx context.Context, c client.Client, key types.NamespacedName, timeout time.Duration) error {
-	se := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
-	if err := c.Delete(ctx, se); err != nil {
-		return fmt.Errorf("deleting ServiceExport %s: %w", key, err)
-	}
-	err := wait.PollUntilContextTimeout(ctx, pollInterval, timeout, true, func(ctx context.Context) (bool, error) {
-		err := c.Get(ctx, key, se)
-		if apierrors.IsNotFound(err) {
-			return true, nil
-		}
-		return false, err
-	})
-	if wait.Interrupted(err) {
-		return fmt.Errorf("ServiceExport %s still exists after %s (finalizers: %v)", key, timeout, se.Finalizers)
-	}
-	return err
 }
 
 func conditionsText(conds []metav1.Condition) string {

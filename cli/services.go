@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -159,4 +160,34 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+func (o *options) servicesCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "services [NAME]",
+		Short: "The services × clusters matrix: exported or imported, type, ClusterSetIP, endpoints per source, conflicts",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ns, err := o.namespace()
+			if err != nil {
+				return err
+			}
+			if err := validateOutput(o.output); err != nil {
+				return err
+			}
+			s, err := o.snapshot(cmd.Context(), false, nil)
+			if err != nil {
+				return err
+			}
+			name := ""
+			if len(args) == 1 {
+				name = args[0]
+			}
+			rows := Matrix(s, ns, name)
+			return print(o.streams.Out, o.output, servicesTable(rows), map[string]any{"services": rows})
+		},
+	}
+	o.addOutput(cmd)
+	o.addAllNamespaces(cmd)
+	return cmd
 }

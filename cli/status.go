@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 )
@@ -112,4 +113,25 @@ func statusTable(rows []StatusRow) *metav1.Table {
 		}})
 	}
 	return t
+}
+
+func (o *options) statusCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Every member: cluster id, clusterset, controller, broker Lease, and whether its DNS serves clusterset.local",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := validateOutput(o.output); err != nil {
+				return err
+			}
+			s, err := o.snapshot(cmd.Context(), true, nil)
+			if err != nil {
+				return err
+			}
+			rows := Status(s)
+			return print(o.streams.Out, o.output, statusTable(rows), map[string]any{"members": rows})
+		},
+	}
+	o.addOutput(cmd)
+	return cmd
 }
