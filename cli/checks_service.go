@@ -58,12 +58,7 @@ func controllerHint(m *Member) string {
 
 func exportValidCheck(m *Member, svc types.NamespacedName, se *mcsv1beta1.ServiceExport) Check {
 	c := newCheck(CheckExportValid, m, svc)
-	cond := meta.FindStatusCondition(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionValid))
-	switch {
-	case cond == nil:
-		c.Result, c.Message, c.Hint = Fail, "the ServiceExport has no Valid condition yet", controllerHint(m)
-	case cond.Status != metav1.ConditionTrue:
-		c.Result, c.Message = Fail, fmt.Sprintf("Valid=%s/%s: %s", cond.Status, cond.Reason, cond.Message)
+	if cond := judgeCondition(&c, m, se, mcsv1beta1.ServiceExportConditionValid, "the ServiceExport is valid"); cond != nil && c.Result == Fail {
 		switch mcsv1beta1.ServiceExportConditionReason(cond.Reason) {
 		case mcsv1beta1.ServiceExportReasonNoService:
 			c.Hint = fmt.Sprintf("create the Service %s in %s, or delete its ServiceExport", svc, m.Context)
@@ -72,29 +67,37 @@ func exportValidCheck(m *Member, svc types.NamespacedName, se *mcsv1beta1.Servic
 		default:
 			c.Hint = "fix what the message names, or export from another namespace"
 		}
-	default:
-		c.Result, c.Message = Pass, "the ServiceExport is valid"
 	}
 	return c
+}
+
+// judgeCondition fills c from the ServiceExport's condition typ, which must be True: Fail with the controller hint
+// while it is missing, Fail with its status, reason and message while it is not True (the caller adds the hint,
+// which depends on the condition), else Pass with the message pass. It returns the condition.
+func judgeCondition(c *Check, m *Member, se *mcsv1beta1.ServiceExport, typ mcsv1beta1.ServiceExportConditionType, pass string) *metav1.Condition {
+	cond := meta.FindStatusCondition(se.Status.Conditions, string(typ))
+	switch {
+	case cond == nil:
+		c.Result, c.Message, c.Hint = Fail, fmt.Sprintf("the ServiceExport has no %s condition yet", typ), controllerHint(m)
+	case cond.Status != metav1.ConditionTrue:
+		c.Result, c.Message = Fail, fmt.Sprintf("%s=%s/%s: %s", typ, cond.Status, cond.Reason, cond.Message)
+	default:
+		c.Result, c.Message = Pass, pass
+	}
+	return cond
 }
 
 // exportReadyCheck fails while a valid export is not published: its record never reaches the broker, so no member
 // imports it and no other check would notice.
 func exportReadyCheck(m *Member, svc types.NamespacedName, se *mcsv1beta1.ServiceExport) Check {
 	c := newCheck(CheckExportReady, m, svc)
-	valid := meta.FindStatusCondition(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionValid))
-	cond := meta.FindStatusCondition(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionReady))
-	switch {
-	case valid == nil || valid.Status != metav1.ConditionTrue:
+	if !meta.IsStatusConditionTrue(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionValid)) {
 		c.Result, c.Message = Pass, "not valid, so not published (see export-valid)"
-	case cond == nil:
-		c.Result, c.Message, c.Hint = Fail, "the ServiceExport has no Ready condition yet", controllerHint(m)
-	case cond.Status != metav1.ConditionTrue:
-		c.Result, c.Message = Fail, fmt.Sprintf("Ready=%s/%s: %s", cond.Status, cond.Reason, cond.Message)
+		return c
+	}
+	if cond := judgeCondition(&c, m, se, mcsv1beta1.ServiceExportConditionReady, "the ServiceExport is published"); cond != nil && c.Result == Fail {
 		c.Hint = "fix what the message names (broker credentials, RBAC or quota on the broker, another cluster with this cluster id); " +
 			controllerHint(m)
-	default:
-		c.Result, c.Message = Pass, "the ServiceExport is published"
 	}
 	return c
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,7 +11,7 @@ import (
 )
 
 func (o *options) diagnoseCommand() *cobra.Command {
-	cmd := &cobra.Command{
+	return o.readCommand(&cobra.Command{
 		Use:   "diagnose [NAME | NAMESPACE/NAME]",
 		Short: "Check the clusterset, and every exported service (or one), printing a PASS, FAIL or UNKNOWN line per check with a hint",
 		Long: `diagnose checks that every member is reachable and has the CRDs, that its Corefile has the multicluster stanza and
@@ -21,33 +22,24 @@ where the namespace is absent, and for <clusterid>.<svc>.<ns>).
 It exits 0 when no check fails, 1 when one does; UNKNOWN (something the plugin cannot see, such as a DNS
 server it cannot reach: see --dns and --in-cluster) does not fail.`,
 		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ns, err := o.namespace()
-			if err != nil {
-				return err
+	}, true, func(ctx context.Context, ns string, args []string) (view, error) {
+		name := ""
+		if len(args) == 1 {
+			name = args[0]
+			if n, rest, ok := strings.Cut(name, "/"); ok {
+				ns, name = n, rest
 			}
-			if err := validateOutput(o.output); err != nil {
-				return err
-			}
-			name := ""
-			if len(args) == 1 {
-				name = args[0]
-				if n, rest, ok := strings.Cut(name, "/"); ok {
-					ns, name = n, rest
-				}
-			}
-			s, err := o.snapshot(cmd.Context(), true, func(s *Snapshot) []types.NamespacedName { return s.services(ns, name) })
-			if err != nil {
-				return err
-			}
-			scope := s.services(ns, name)
-			if name != "" && len(scope) == 0 {
-				return fmt.Errorf("no member or broker knows a service %q%s", name, inNamespace(ns))
-			}
-			checks := Diagnose(s, scope)
-			if err := print(o.streams.Out, o.output, diagnoseTable(checks), map[string]any{"passed": Passed(checks), "checks": checks}); err != nil {
-				return err
-			}
+		}
+		s, err := o.snapshot(ctx, true, func(s *Snapshot) []types.NamespacedName { return s.services(ns, name) })
+		if err != nil {
+			return view{}, err
+		}
+		scope := s.services(ns, name)
+		if name != "" && len(scope) == 0 {
+			return view{}, fmt.Errorf("no member or broker knows a service %q%s", name, inNamespace(ns))
+		}
+		checks := Diagnose(s, scope)
+		done := func() error {
 			if o.output == outputTable || o.output == outputWide {
 				if err := summary(o.streams.Out, checks); err != nil {
 					return err
@@ -57,11 +49,9 @@ server it cannot reach: see --dns and --in-cluster) does not fail.`,
 				return ErrChecksFailed
 			}
 			return nil
-		},
-	}
-	o.addOutput(cmd)
-	o.addAllNamespaces(cmd)
-	return cmd
+		}
+		return view{table: diagnoseTable(checks), object: map[string]any{"passed": Passed(checks), "checks": checks}, done: done}, nil
+	})
 }
 
 func inNamespace(ns string) string {

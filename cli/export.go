@@ -19,25 +19,36 @@ import (
 )
 
 func (o *options) exportCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "export SERVICE [-n NAMESPACE] [--context CONTEXT]", Short: "Create the Service's ServiceExport and wait until it is Ready"}
+	return o.serviceExportCommand(cmd, "how long to wait for the export to be Ready", func(ctx context.Context, c client.Client, key types.NamespacedName, timeout time.Duration) (string, error) {
+		se, err := exportService(ctx, c, key, timeout)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("exported (%s)", conditionsText(se.Status.Conditions)), nil
+	})
+}
+
+// serviceExportCommand completes cmd as export's or unexport's command, which acts on one Service's ServiceExport
+// in one member: it resolves them (exportTarget), runs act, which waits at most --timeout (wait says for what), and
+// prints "serviceexport <namespace>/<name>" and what act says it did.
+func (o *options) serviceExportCommand(cmd *cobra.Command, wait string,
+	act func(ctx context.Context, c client.Client, key types.NamespacedName, timeout time.Duration) (string, error)) *cobra.Command {
 	var timeout time.Duration
-	cmd := &cobra.Command{
-		Use:   "export SERVICE [-n NAMESPACE] [--context CONTEXT]",
-		Short: "Create the Service's ServiceExport and wait until it is Ready",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, key, err := o.exportTarget(args[0])
-			if err != nil {
-				return err
-			}
-			se, err := exportService(cmd.Context(), c, key, timeout)
-			if err != nil {
-				return err
-			}
-			_, err = fmt.Fprintf(o.streams.Out, "serviceexport %s exported (%s)\n", key, conditionsText(se.Status.Conditions))
+	cmd.Args = cobra.ExactArgs(1)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		c, key, err := o.exportTarget(args[0])
+		if err != nil {
 			return err
-		},
+		}
+		did, err := act(cmd.Context(), c, key, timeout)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(o.streams.Out, "serviceexport %s %s\n", key, did)
+		return err
 	}
-	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "how long to wait for the export to be Ready")
+	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, wait)
 	return cmd
 }
 

@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 )
@@ -85,4 +87,44 @@ func (o *options) addOutput(cmd *cobra.Command) {
 
 func (o *options) addAllNamespaces(cmd *cobra.Command) {
 	cmd.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "every namespace (the default without -n)")
+}
+
+// A view is what a read command prints: the table, the object -o json and yaml print, and then, when set, done,
+// which prints what follows the table and returns the command's error (diagnose's summary and failed checks).
+type view struct {
+	table  *metav1.Table
+	object any
+	done   func() error
+}
+
+// readCommand completes cmd as a command that reads the clusterset and prints a view of it, with -o, and with -A
+// when namespaced: it checks -n against -A and -o before reading anything, then run reads what it needs (see
+// options.snapshot) for the namespace (-n; "" for all) and the arguments, and returns the view to print.
+func (o *options) readCommand(cmd *cobra.Command, namespaced bool,
+	run func(ctx context.Context, ns string, args []string) (view, error)) *cobra.Command {
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		ns := ""
+		if namespaced {
+			var err error
+			if ns, err = o.namespace(); err != nil {
+				return err
+			}
+		}
+		if err := validateOutput(o.output); err != nil {
+			return err
+		}
+		v, err := run(cmd.Context(), ns, args)
+		if err != nil {
+			return err
+		}
+		if err := print(o.streams.Out, o.output, v.table, v.object); err != nil || v.done == nil {
+			return err
+		}
+		return v.done()
+	}
+	o.addOutput(cmd)
+	if namespaced {
+		o.addAllNamespaces(cmd)
+	}
+	return cmd
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -163,31 +164,20 @@ func dash(s string) string {
 }
 
 func (o *options) servicesCommand() *cobra.Command {
-	cmd := &cobra.Command{
+	return o.readCommand(&cobra.Command{
 		Use:   "services [NAME]",
 		Short: "The services × clusters matrix: exported or imported, type, ClusterSetIP, endpoints per source, conflicts",
 		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ns, err := o.namespace()
-			if err != nil {
-				return err
-			}
-			if err := validateOutput(o.output); err != nil {
-				return err
-			}
-			s, err := o.snapshot(cmd.Context(), false, nil)
-			if err != nil {
-				return err
-			}
-			name := ""
-			if len(args) == 1 {
-				name = args[0]
-			}
-			rows := Matrix(s, ns, name)
-			return print(o.streams.Out, o.output, servicesTable(rows), map[string]any{"services": rows})
-		},
-	}
-	o.addOutput(cmd)
-	o.addAllNamespaces(cmd)
-	return cmd
+	}, true, func(ctx context.Context, ns string, args []string) (view, error) {
+		s, err := o.snapshot(ctx, false, nil)
+		if err != nil {
+			return view{}, err
+		}
+		name := ""
+		if len(args) == 1 {
+			name = args[0]
+		}
+		rows := Matrix(s, ns, name)
+		return view{table: servicesTable(rows), object: map[string]any{"services": rows}}, nil
+	})
 }

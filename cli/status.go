@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"strings"
 	"time"
 
@@ -116,22 +117,16 @@ func statusTable(rows []StatusRow) *metav1.Table {
 }
 
 func (o *options) statusCommand() *cobra.Command {
-	cmd := &cobra.Command{
+	return o.readCommand(&cobra.Command{
 		Use:   "status",
 		Short: "Every member: cluster id, clusterset, controller, broker Lease, and whether its DNS serves clusterset.local",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := validateOutput(o.output); err != nil {
-				return err
-			}
-			s, err := o.snapshot(cmd.Context(), true, nil)
-			if err != nil {
-				return err
-			}
-			rows := Status(s)
-			return print(o.streams.Out, o.output, statusTable(rows), map[string]any{"members": rows})
-		},
-	}
-	o.addOutput(cmd)
-	return cmd
+	}, false, func(ctx context.Context, _ string, _ []string) (view, error) {
+		s, err := o.snapshot(ctx, true, nil)
+		if err != nil {
+			return view{}, err
+		}
+		rows := Status(s)
+		return view{table: statusTable(rows), object: map[string]any{"members": rows}}, nil
+	})
 }

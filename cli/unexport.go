@@ -15,25 +15,10 @@ import (
 )
 
 func (o *options) unexportCommand() *cobra.Command {
-	var timeout time.Duration
-	cmd := &cobra.Command{
-		Use:   "unexport SERVICE [-n NAMESPACE] [--context CONTEXT]",
-		Short: "Delete the Service's ServiceExport and wait until it is gone",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, key, err := o.exportTarget(args[0])
-			if err != nil {
-				return err
-			}
-			if err := unexportService(cmd.Context(), c, key, timeout); err != nil {
-				return err
-			}
-			_, err = fmt.Fprintf(o.streams.Out, "serviceexport %s unexported\n", key)
-			return err
-		},
-	}
-	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "how long to wait for the ServiceExport to be gone")
-	return cmd
+	cmd := &cobra.Command{Use: "unexport SERVICE [-n NAMESPACE] [--context CONTEXT]", Short: "Delete the Service's ServiceExport and wait until it is gone"}
+	return o.serviceExportCommand(cmd, "how long to wait for the ServiceExport to be gone", func(ctx context.Context, c client.Client, key types.NamespacedName, timeout time.Duration) (string, error) {
+		return "unexported", unexportService(ctx, c, key, timeout)
+	})
 }
 
 // unexportService deletes the ServiceExport and waits until it is gone; deleting one that does not exist is an
