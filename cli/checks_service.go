@@ -234,13 +234,9 @@ func serviceDNSCheck(m *Member, svc types.NamespacedName, si *mcsv1beta1.Service
 	}
 	var problems, got []string
 	for _, q := range qs {
-		a, ok := m.DNSAnswers[q.key()]
-		if !ok {
-			c.Result, c.Message, c.Hint = Unknown, "not asked", dnsHint(m)
-			return c
-		}
-		if a.Error != "" {
-			return dnsErrorCheck(c, m, a)
+		a, unanswered := answerOf(c, m, q)
+		if unanswered != nil {
+			return *unanswered
 		}
 		family := familyOf(want, q.qtype == dns.TypeAAAA)
 		records := slices.Sorted(slices.Values(a.Records))
@@ -262,12 +258,10 @@ func serviceDNSCheck(m *Member, svc types.NamespacedName, si *mcsv1beta1.Service
 	}
 	for _, e := range exports {
 		q := clusterIDQuery(svc, e.Cluster)
-		switch a, ok := m.DNSAnswers[q.key()]; {
-		case !ok:
-			c.Result, c.Message, c.Hint = Unknown, "not asked", dnsHint(m)
-			return c
-		case a.Error != "":
-			return dnsErrorCheck(c, m, a)
+		a, unanswered := answerOf(c, m, q)
+		switch {
+		case unanswered != nil:
+			return *unanswered
 		case a.Rcode != "NXDOMAIN":
 			problems = append(problems, fmt.Sprintf("%s answered %v (%s), want NXDOMAIN: no name exists at a cluster id", strings.TrimSuffix(q.name, "."), a.Records, a.Rcode))
 		}
@@ -287,13 +281,10 @@ func absentNamespaceDNSCheck(m *Member, svc types.NamespacedName) Check {
 	c := newCheck(CheckDNS, m, svc)
 	var problems []string
 	for _, q := range serviceQueries(svc) {
-		a, ok := m.DNSAnswers[q.key()]
+		a, unanswered := answerOf(c, m, q)
 		switch {
-		case !ok:
-			c.Result, c.Message, c.Hint = Unknown, "not asked", dnsHint(m)
-			return c
-		case a.Error != "":
-			return dnsErrorCheck(c, m, a)
+		case unanswered != nil:
+			return *unanswered
 		case a.Rcode != "NXDOMAIN":
 			problems = append(problems, fmt.Sprintf("%s answered %v (%s)", dns.TypeToString[q.qtype], a.Records, a.Rcode))
 		}
@@ -335,4 +326,19 @@ func readyAddresses(in []discoveryv1.EndpointSlice) []string {
 
 func subset(a, b []string) bool {
 	return !slices.ContainsFunc(a, func(x string) bool { return !slices.Contains(b, x) })
+}
+
+// answerOf returns the member's answer to q, or, when there is none to judge, the check c judged by that: Unknown
+// when q was not asked, as dnsErrorCheck says when it got no answer.
+func answerOf(c Check, m *Member, q query) (DNSAnswer, *Check) {
+	a, ok := m.DNSAnswers[q.key()]
+	switch {
+	case !ok:
+		c.Result, c.Message, c.Hint = Unknown, "not asked", dnsHint(m)
+		return a, &c
+	case a.Error != "":
+		c = dnsErrorCheck(c, m, a)
+		return a, &c
+	}
+	return a, nil
 }
