@@ -18,9 +18,6 @@ import (
 	"vksfleet.dev/fleet/controller/imports"
 )
 
-// DNSZone is the zone whose answers an import's Ready condition waits for (Options.DNSAddress).
-const DNSZone = "clusterset.local"
-
 const (
 	// dnsTimeout bounds one question: a server on the cluster network answers in milliseconds.
 	dnsTimeout = time.Second

@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"vksfleet.dev/fleet/controller/export"
 )
 
 // ReasonClusterIDConflict is the ServiceExport Ready=False reason while another cluster claims this member's id.
-const ReasonClusterIDConflict = "ClusterIDConflict"
+const ReasonClusterIDConflict = export.ReasonClusterIDConflict
 
 // duplicateID tracks whether another process renews this member's broker Lease: two clusters claim one cluster
 // id, as a cluster restored from another's etcd snapshot does (it keeps the kube-system UID, the default id). They

@@ -16,6 +16,7 @@ import (
 
 	"vksfleet.dev/fleet/controller/export"
 	"vksfleet.dev/fleet/mcs/clusterid"
+	"vksfleet.dev/fleet/mcs/memberlease"
 )
 
 // Options configure one controller. Local and Broker are required; Run gives a zero setting the default its field
@@ -79,8 +80,9 @@ type BrokerCredentials interface {
 
 // Defaults of the Options that Run gives a zero setting, and that cmd/controller's flags state.
 const (
-	// DefaultLeaseGrace is the default Options.LeaseGrace.
-	DefaultLeaseGrace = 30 * time.Second
+	// DefaultLeaseGrace is the default Options.LeaseGrace: the lease-age rule's (package memberlease), which
+	// kubectl-mcs assumes for a Lease that records no duration.
+	DefaultLeaseGrace = memberlease.DefaultGrace
 	// DefaultWorkers is the default Options.Workers.
 	DefaultWorkers = 16
 )

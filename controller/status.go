@@ -14,36 +14,19 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/controller/export"
 	"vksfleet.dev/fleet/controller/imports"
 	"vksfleet.dev/fleet/controller/merge"
 )
 
-// exportStatus writes the ServiceExport's Valid, Ready and Conflict conditions.
+// exportStatus writes the ServiceExport's Valid, Ready and Conflict conditions, as export.Conditions computes them.
 func (r *reconciler) exportStatus(ctx context.Context, se *mcsv1beta1.ServiceExport, valid metav1.Condition,
 	exported bool, publishErr error, merged merge.Result) error {
-	conds := append([]metav1.Condition(nil), se.Status.Conditions...)
-	meta.SetStatusCondition(&conds, valid)
-	ready := metav1.Condition{
-		Type: string(mcsv1beta1.ServiceExportConditionReady), Status: metav1.ConditionTrue,
-		Reason: string(mcsv1beta1.ServiceExportReasonExported), Message: "The service is exported to the clusterset.",
-		ObservedGeneration: se.Generation,
+	idConflict := ""
+	if r.duplicate.Active() {
+		idConflict = r.duplicate.message()
 	}
-	switch {
-	case !exported:
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonPending),
-			"The service is not valid for export."
-	case publishErr != nil:
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonFailed),
-			"Publishing to the broker failed: "+publishErr.Error()
-	case r.duplicate.Active():
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonClusterIDConflict, r.duplicate.message()
-	}
-	meta.SetStatusCondition(&conds, ready)
-	if exported {
-		meta.SetStatusCondition(&conds, merge.Condition(merged.Conflicts, se.Generation))
-	} else {
-		meta.RemoveStatusCondition(&conds, string(mcsv1beta1.ServiceExportConditionConflict))
-	}
+	conds := export.Conditions(se.Status.Conditions, valid, exported, publishErr, idConflict, merged.Conflicts, se.Generation)
 	if equality.Semantic.DeepEqual(conds, se.Status.Conditions) {
 		return nil
 	}
@@ -152,7 +135,7 @@ func (r *reconciler) ready(si, want *mcsv1beta1.ServiceImport, exported []corev1
 	if missing != "" {
 		waiting = "Waiting for " + missing + "."
 	} else if r.dns != nil {
-		checks := imports.DNSChecks(want, slices, DNSZone)
+		checks := imports.DNSChecks(want, slices)
 		if len(checks) == 0 {
 			// Only a headless import with no ready endpoint asks nothing: its name is NXDOMAIN until one is ready.
 			waiting = "Waiting for a ready endpoint: a headless service's name resolves to its ready endpoints only."

@@ -54,11 +54,7 @@ func (t *triggers) all(ctx context.Context) error {
 	if err := t.local.List(ctx, imported); err != nil {
 		return err
 	}
-	keys := make([]types.NamespacedName, len(imported.Items))
-	for i := range imported.Items {
-		keys[i] = client.ObjectKeyFromObject(&imported.Items[i])
-	}
-	if err := t.send(ctx, keys...); err != nil {
+	if err := t.send(ctx, keysOf(imported.Items)...); err != nil {
 		return err
 	}
 	records := &mcsv1beta1.ServiceImportList{}
@@ -74,11 +70,20 @@ func (t *triggers) exports(ctx context.Context) error {
 	if err := t.local.List(ctx, exported); err != nil {
 		return err
 	}
-	keys := make([]types.NamespacedName, len(exported.Items))
-	for i := range exported.Items {
-		keys[i] = client.ObjectKeyFromObject(&exported.Items[i])
+	return t.send(ctx, keysOf(exported.Items)...)
+}
+
+// keysOf returns the keys of listed objects, which are services: a ServiceExport and a ServiceImport share their
+// Service's namespace and name.
+func keysOf[T any, PT interface {
+	*T
+	client.Object
+}](items []T) []types.NamespacedName {
+	keys := make([]types.NamespacedName, len(items))
+	for i := range items {
+		keys[i] = client.ObjectKeyFromObject(PT(&items[i]))
 	}
-	return t.send(ctx, keys...)
+	return keys
 }
 
 // send enqueues the services, waiting while the buffer is full.

@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/yaml"
 
 	"vksfleet.dev/fleet/build/deploy"
-	"vksfleet.dev/fleet/mcsctl/install"
+	"vksfleet.dev/fleet/cli/install"
 )
 
 // ChartDir is the chart's folder, relative to build/helm.
@@ -44,7 +44,7 @@ type part struct {
 	needs string
 }
 
-// The chart's templates, one per base of a member's overlay (mcsctl/install's memberOverlay): the controller and
+// The chart's templates, one per base of a member's overlay (cli/install's memberOverlay): the controller and
 // the admission policy in every mode, and each DNS base in its own mode. The CRDs go to crds/, Helm's convention.
 var parts = []part{
 	{file: "controller.yaml", base: "controller", component: "controller"},
@@ -55,7 +55,7 @@ var parts = []part{
 	{file: "dns-replace.yaml", base: "coredns", mode: install.DNSReplace, component: "dns"},
 }
 
-// The controller's argument that the cluster-local mode replaces, as mcsctl/install's memberOverlay does.
+// The controller's argument that the cluster-local mode replaces, as cli/install's memberOverlay does.
 const (
 	dnsAddressFlag   = "--dns-address="
 	clusterLocalFlag = "--cluster-local-services"

@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"vksfleet.dev/fleet/build/deploy"
-	"vksfleet.dev/fleet/mcsctl/install"
+	"vksfleet.dev/fleet/cli/install"
 	"vksfleet.dev/fleet/test/clusterset"
 )
 

@@ -13,24 +13,24 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	ctrl "sigs.k8s.io/controller-runtime"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"vksfleet.dev/fleet/mcsctl"
+	"vksfleet.dev/fleet/cli"
 )
 
-// main exits as mcsctl.ExitCode says, for scripts: 0 healthy, 1 unhealthy (a diagnose check failed), 2 could not
+// main exits as cli.ExitCode says, for scripts: 0 healthy, 1 unhealthy (a diagnose check failed), 2 could not
 // run.
 func main() {
 	// Errors come back to the command, which prints them; controller-runtime's clients would otherwise warn, after
 	// 30 s of a long join, that nobody set their logger.
-	ctrl.SetLogger(logr.Discard())
+	logf.SetLogger(logr.Discard())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	cmd := mcsctl.NewCommand(genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})
+	cmd := cli.NewCommand(genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})
 	err := cmd.ExecuteContext(ctx)
 	// diagnose printed its failed checks already.
-	if err != nil && !errors.Is(err, mcsctl.ErrChecksFailed) {
+	if err != nil && !errors.Is(err, cli.ErrChecksFailed) {
 		fmt.Fprintln(os.Stderr, "error:", err)
 	}
 	stop()
-	os.Exit(mcsctl.ExitCode(err))
+	os.Exit(cli.ExitCode(err))
 }

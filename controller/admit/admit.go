@@ -19,6 +19,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/mcs/clusterid"
+	"vksfleet.dev/fleet/mcs/names"
 )
 
 // Limits on what one export may carry. They are far above what a real Service has, and low enough that no member
@@ -61,7 +62,7 @@ var protocols = []corev1.Protocol{corev1.ProtocolTCP, corev1.ProtocolUDP, corev1
 // reservedPrefixes are the key prefixes exported metadata may not carry: the MCS API's own and this project's,
 // which the controller and the DNS plugin read from ServiceImports (an exported mcs.vksfleet.dev/locality would
 // steer every member's headless DNS).
-var reservedPrefixes = []string{"multicluster.kubernetes.io/", "multicluster.x-k8s.io/", "mcs.vksfleet.dev/"}
+var reservedPrefixes = []string{"multicluster.kubernetes.io/", "multicluster.x-k8s.io/", names.KeyPrefix}
 
 // reserved says whether key is in a namespace the MCS API or this project keeps for itself.
 func reserved(key string) bool {

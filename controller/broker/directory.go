@@ -22,14 +22,12 @@ const (
 	// DirectoryNamespace is the broker namespace of the clusterset's own objects (`kubectl mcs broker init`
 	// creates it): the joiner's identity and the member directory.
 	DirectoryNamespace = "mcs-broker"
-	// LabelDirectory marks the directory's ConfigMaps.
-	LabelDirectory = "mcs.vksfleet.dev/member-directory"
 	// directoryKey is the key of the cluster id in an entry.
 	directoryKey = "clusterID"
 )
 
 // DirectorySelector selects the directory's entries.
-var DirectorySelector = labels.SelectorFromSet(labels.Set{LabelDirectory: "true"})
+var DirectorySelector = labels.SelectorFromSet(labels.Set{names.LabelMemberDirectory: "true"})
 
 // DirectoryEntry is the member directory's entry for the member clusterID.
 func DirectoryEntry(clusterID string) *corev1.ConfigMap {
@@ -37,7 +35,7 @@ func DirectoryEntry(clusterID string) *corev1.ConfigMap {
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: DirectoryNamespace, Name: names.BrokerNamespace(clusterID),
-			Labels: map[string]string{LabelDirectory: "true", names.LabelManagedBy: "kubectl-mcs"},
+			Labels: map[string]string{names.LabelMemberDirectory: "true", names.LabelManagedBy: "kubectl-mcs"},
 		},
 		Data: map[string]string{directoryKey: clusterID},
 	}

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"vksfleet.dev/fleet/mcs/clusterid"
+	"vksfleet.dev/fleet/mcs/memberlease"
 	"vksfleet.dev/fleet/mcs/names"
 )
 
@@ -70,7 +71,7 @@ func (r *Renewer) Renew(ctx context.Context, c client.Client, grace time.Duratio
 			},
 			Spec: coordinationv1.LeaseSpec{
 				HolderIdentity:       ptr.To(r.Holder),
-				LeaseDurationSeconds: ptr.To(int32(max(1, grace/time.Second))),
+				LeaseDurationSeconds: ptr.To(memberlease.DurationSeconds(grace)),
 				AcquireTime:          &metav1.MicroTime{Time: now},
 				RenewTime:            &metav1.MicroTime{Time: now},
 			},
@@ -88,7 +89,7 @@ func (r *Renewer) Renew(ctx context.Context, c client.Client, grace time.Duratio
 	foreign = r.written != "" && lease.ResourceVersion != r.written && ptr.Deref(lease.Spec.HolderIdentity, "") != r.Holder
 	lease.Spec.HolderIdentity = ptr.To(r.Holder)
 	lease.Spec.RenewTime = &metav1.MicroTime{Time: now}
-	lease.Spec.LeaseDurationSeconds = ptr.To(int32(max(1, grace/time.Second)))
+	lease.Spec.LeaseDurationSeconds = ptr.To(memberlease.DurationSeconds(grace))
 	r.annotate(lease)
 	if err := c.Update(ctx, lease); err != nil {
 		return false, foreign, err
@@ -251,7 +252,7 @@ func (l *Liveness) Observe(leases []coordinationv1.Lease, now time.Time) []strin
 	}
 	next := map[string]bool{}
 	for id, r := range seen {
-		next[id] = now.Sub(r.seenAt) <= l.grace
+		next[id] = memberlease.Fresh(now.Sub(r.seenAt), l.grace)
 	}
 	var changed []string
 	for id, alive := range next {

@@ -37,48 +37,6 @@ const ReasonInvalidExportedMetadata = admit.ReasonMetadata
 // maxListedProblems bounds the problems a Valid message names.
 const maxListedProblems = 5
 
-// Valid is the ServiceExport Valid condition for the Service it names (nil when there is none), with denied the
-// namespaces not exported from. Only a valid export is published. Exported labels and annotations with reserved
-// keys are not exported (see Record) and the message says so; any other that Kubernetes would refuse on the
-// ServiceImport makes the export invalid, rather than its import fail in every member.
-func Valid(se *mcsv1beta1.ServiceExport, svc *corev1.Service, denied []string) (metav1.Condition, bool) {
-	c := metav1.Condition{
-		Type: string(mcsv1beta1.ServiceExportConditionValid), Status: metav1.ConditionTrue,
-		Reason: string(mcsv1beta1.ServiceExportReasonValid), Message: "Service is valid for export.",
-		ObservedGeneration: se.Generation,
-	}
-	switch {
-	case slices.Contains(denied, se.Namespace):
-		c.Status, c.Reason = metav1.ConditionFalse, ReasonNamespaceNotAllowed
-		c.Message = fmt.Sprintf("Services in namespace %s are not exported: every cluster has this namespace, so its "+
-			"Services would be merged with unrelated ones. The mcs-controller flag --denied-export-namespaces lists "+
-			"the namespaces refused.", se.Namespace)
-	case svc == nil || !svc.DeletionTimestamp.IsZero():
-		c.Status, c.Reason = metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonNoService)
-		c.Message = fmt.Sprintf("Service %s/%s does not exist.", se.Namespace, se.Name)
-	case svc.Spec.Type == corev1.ServiceTypeExternalName:
-		c.Status, c.Reason = metav1.ConditionFalse, string(mcsv1beta1.ServiceExportReasonInvalidServiceType)
-		c.Message = fmt.Sprintf("Service %s/%s is of type ExternalName, which cannot be exported.", se.Namespace, se.Name)
-	default:
-		_, _, problems := admit.Metadata(se.Spec.ExportedLabels, se.Spec.ExportedAnnotations)
-		var invalid, reserved []string
-		for _, p := range problems {
-			if p.Reason == admit.ReasonReservedKey {
-				reserved = append(reserved, p.Message)
-			} else {
-				invalid = append(invalid, p.Message)
-			}
-		}
-		if len(invalid) > 0 {
-			c.Status, c.Reason = metav1.ConditionFalse, ReasonInvalidExportedMetadata
-			c.Message = "Not exported: " + list(invalid) + "."
-		} else if len(reserved) > 0 {
-			c.Message += " Not exported: " + list(reserved) + "."
-		}
-	}
-	return c, c.Status == metav1.ConditionTrue
-}
-
 // Record is the export of a valid Service: ClusterIP, NodePort and LoadBalancer Services export as
 // ClusterSetIP, those with clusterIP None as Headless. Exported labels and annotations with reserved keys are
 // left out.

@@ -1,6 +1,7 @@
 package export
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -192,6 +194,30 @@ func TestValidExportedMetadata(t *testing.T) {
 		rec := Record("a", se, svc)
 		if !reflect.DeepEqual(rec.Labels, c.wantLabels) || rec.Annotations[names.AnnotationLocality] != "" {
 			t.Errorf("%s: Record() labels %v, annotations %v", c.name, rec.Labels, rec.Annotations)
+		}
+	}
+}
+
+func TestConditions(t *testing.T) {
+	valid := metav1.Condition{Type: string(mcsv1beta1.ServiceExportConditionValid), Status: metav1.ConditionTrue, Reason: "Valid"}
+	stale := []metav1.Condition{{Type: string(mcsv1beta1.ServiceExportConditionConflict), Status: metav1.ConditionTrue, Reason: "PortConflict"}}
+	got := Conditions(stale, valid, true, nil, "", nil, 2)
+	if !meta.IsStatusConditionTrue(got, string(mcsv1beta1.ServiceExportConditionReady)) ||
+		!meta.IsStatusConditionFalse(got, string(mcsv1beta1.ServiceExportConditionConflict)) || stale[0].Status != metav1.ConditionTrue {
+		t.Errorf("published: %+v (input %+v)", got, stale)
+	}
+	got = Conditions(stale, valid, false, nil, "", nil, 2)
+	if r := meta.FindStatusCondition(got, string(mcsv1beta1.ServiceExportConditionReady)); r.Reason != string(mcsv1beta1.ServiceExportReasonPending) ||
+		meta.FindStatusCondition(got, string(mcsv1beta1.ServiceExportConditionConflict)) != nil {
+		t.Errorf("not exported: %+v", got)
+	}
+	for _, tt := range []struct {
+		publishErr error
+		idConflict string
+		reason     string
+	}{{errors.New("forbidden"), "", string(mcsv1beta1.ServiceExportReasonFailed)}, {nil, "two clusters", ReasonClusterIDConflict}} {
+		if r := Ready(true, tt.publishErr, tt.idConflict, 1); r.Status != metav1.ConditionFalse || r.Reason != tt.reason {
+			t.Errorf("Ready(%v, %q) = %+v", tt.publishErr, tt.idConflict, r)
 		}
 	}
 }

@@ -1,19 +1,19 @@
 package imports
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"vksfleet.dev/fleet/mcs/names"
 )
 
 // DNSCheck is one question this member's DNS must answer as expected before the import is Ready, so that Ready
 // means "resolves here" and users need not poll DNS themselves.
 type DNSCheck struct {
-	// Name is the fully qualified <svc>.<ns>.svc.<zone>. name.
+	// Name is the fully qualified <svc>.<ns>.svc.clusterset.local. name (names.ServiceDNSName and a final dot).
 	Name string
 	// IPv6 asks AAAA rather than A.
 	IPv6 bool
@@ -22,12 +22,12 @@ type DNSCheck struct {
 	Want []netip.Addr
 }
 
-// DNSChecks are the questions that show si resolves in this member's DNS for zone (such as clusterset.local),
+// DNSChecks are the questions that show si resolves in this member's DNS, in the clusterset zone (names.DNSZone),
 // given its imported slices: each ClusterSetIP family answers exactly the import's IPs of that family; a
 // headless import answers some address in each family that has a ready endpoint. A headless import with no ready
 // endpoint has no question: its name is NXDOMAIN by the DNS specification until an endpoint is ready.
-func DNSChecks(si *mcsv1beta1.ServiceImport, imported []discoveryv1.EndpointSlice, zone string) []DNSCheck {
-	name := fmt.Sprintf("%s.%s.svc.%s.", si.Name, si.Namespace, strings.TrimSuffix(zone, "."))
+func DNSChecks(si *mcsv1beta1.ServiceImport, imported []discoveryv1.EndpointSlice) []DNSCheck {
+	name := names.ServiceDNSName(si.Namespace, si.Name) + "."
 	var checks []DNSCheck
 	if si.Spec.Type == mcsv1beta1.ClusterSetIP {
 		var v4, v6 []netip.Addr

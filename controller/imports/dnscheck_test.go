@@ -45,7 +45,7 @@ func TestDNSChecks(t *testing.T) {
 	}
 	for _, tt := range tests {
 		si := &mcsv1beta1.ServiceImport{ObjectMeta: meta, Spec: tt.spec}
-		got := DNSChecks(si, tt.slices, "clusterset.local.")
+		got := DNSChecks(si, tt.slices)
 		if !slices.EqualFunc(got, tt.want, func(a, b DNSCheck) bool { return a.Name == b.Name && a.IPv6 == b.IPv6 && slices.Equal(a.Want, b.Want) }) {
 			t.Errorf("%s: DNSChecks = %+v, want %+v", tt.desc, got, tt.want)
 		}

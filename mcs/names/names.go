@@ -11,6 +11,10 @@ import (
 	"strings"
 )
 
+// KeyPrefix starts the key of every label and annotation of this project: exported metadata may not carry it
+// (a member could otherwise steer what others import), so the controller refuses keys with it.
+const KeyPrefix = "mcs.vksfleet.dev/"
+
 // Labels and annotations the controller writes and reads; the CoreDNS plugin reads some of them.
 const (
 	// ManagedBy is the endpointslice.kubernetes.io/managed-by value on imported slices and the
@@ -51,9 +55,37 @@ const (
 	// LabelClusterLocalOf names, on a cluster-local Service and its EndpointSlices, the imported service they
 	// reflect into cluster.local.
 	LabelClusterLocalOf = "mcs.vksfleet.dev/cluster-local-of"
+	// LabelMemberDirectory marks the ConfigMaps of the broker's member directory (see broker.DirectoryNamespace),
+	// which `kubectl mcs join` writes and the controller reads.
+	LabelMemberDirectory = "mcs.vksfleet.dev/member-directory"
 	// LeaseName is the name of each member's Lease in its broker namespace.
 	LeaseName = "member"
 )
+
+// The DNS vocabulary the controller, the CoreDNS plugin and kubectl-mcs share: the controller waits for the
+// zone's answers before an import is Ready, the plugin serves it, and kubectl-mcs asks it; a copy of any of these
+// in one of them would let the three drift apart.
+const (
+	// DNSZone is the clusterset's DNS zone (KEP-1645), without the final dot.
+	DNSZone = "clusterset.local"
+	// DNSVersionLabel is the label under the zone whose TXT record answers the schema version: a server that
+	// answers dns-version.<zone> serves the zone, with or without services.
+	DNSVersionLabel = "dns-version"
+	// DNSSchemaVersion is the version of the DNS schema (the names and records of the zone) the plugin
+	// implements, answered in dns-version.<zone> TXT, so that a client can tell which schema a server follows.
+	DNSSchemaVersion = "1.0.0"
+)
+
+// ServiceDNSName is the clusterset name of a service, <service>.<namespace>.svc.clusterset.local, as users write
+// it (a DNS question adds the final dot), in the case given: DNS compares names without case, and callers that key
+// answers by name lower-case it.
+func ServiceDNSName(namespace, service string) string {
+	return service + "." + namespace + ".svc." + DNSZone
+}
+
+// DNSVersionName is the name whose TXT record answers DNSSchemaVersion, dns-version.clusterset.local, as users
+// write it (a DNS question adds the final dot).
+const DNSVersionName = DNSVersionLabel + "." + DNSZone
 
 // maxLabel is the longest DNS label and label value.
 const maxLabel = 63

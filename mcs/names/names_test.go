@@ -138,3 +138,22 @@ func TestClusterLocalServiceName(t *testing.T) {
 		t.Errorf("ClusterLocalSliceName = %q", got)
 	}
 }
+
+func TestDNSNames(t *testing.T) {
+	if got, want := ServiceDNSName("demo", "web"), "web.demo.svc.clusterset.local"; got != want {
+		t.Errorf("ServiceDNSName = %q, want %q", got, want)
+	}
+	if DNSVersionName != "dns-version.clusterset.local" {
+		t.Errorf("DNSVersionName = %q", DNSVersionName)
+	}
+}
+
+func TestKeyPrefix(t *testing.T) {
+	for _, key := range []string{LabelServiceNamespace, AnnotationClusterID, AnnotationCredential, AnnotationUnreachable,
+		AnnotationExportCreated, AnnotationExportedLabels, AnnotationExportedAnnotations, AnnotationSlices,
+		AnnotationRegion, AnnotationDrain, AnnotationLocality, LabelClusterLocalOf, LabelMemberDirectory} {
+		if !strings.HasPrefix(key, KeyPrefix) {
+			t.Errorf("%s does not start with KeyPrefix %s", key, KeyPrefix)
+		}
+	}
+}

@@ -14,12 +14,46 @@ import (
 type node struct {
 	// prefix is the name below the service's (see Name.Prefix); "" is the service's name itself.
 	prefix string
-	// wire holds the node's A, then AAAA, then SRV records, owned by the question (see Records). It may be part
-	// of another node's wire: a port's SRV records and an endpoint's addresses are nearly always also the
-	// service name's, and are then stored once.
+	// wire holds the node's records kind after kind, in the order of kinds, owned by the question (see
+	// Records). It may be part of another node's wire: a port's SRV records and an endpoint's addresses are
+	// nearly always also the service name's, and are then stored once.
 	wire []byte
-	// end and n are where each type's records (A, AAAA, SRV) end in wire and how many there are.
-	end, n [3]uint32
+	// end and n are, per kind (indexed as kinds), where its records end in wire and how many there are.
+	end, n [len(kinds)]uint32
+}
+
+// The kinds of records a node holds, as indexes of kinds.
+const (
+	kindA = iota
+	kindAAAA
+	kindSRV
+)
+
+// kinds are the record types a node holds, in the order they are packed into its wire: this table drives both
+// packing (compile, over rrsets) and lookup (node.records). A new record type is one more entry here and an
+// emitter that fills its rrsets.
+var kinds = [...]uint16{kindA: dns.TypeA, kindAAAA: dns.TypeAAAA, kindSRV: dns.TypeSRV}
+
+// kindOf returns the index in kinds of a record type, or false when a node holds no records of it.
+func kindOf(qtype uint16) (int, bool) {
+	for k, t := range kinds {
+		if t == qtype {
+			return k, true
+		}
+	}
+	return 0, false
+}
+
+// span returns the node's records of the kinds from to to (excluded), which are contiguous in wire.
+func (n *node) span(from, to int) Records {
+	start, count := uint32(0), 0
+	if from > 0 {
+		start = n.end[from-1]
+	}
+	for k := from; k < to; k++ {
+		count += int(n.n[k])
+	}
+	return Records{wire: n.wire[start:n.end[to-1]], n: count}
 }
 
 // entry is everything one service contributes to the zone.
@@ -43,7 +77,7 @@ func (e *entry) addresses() []netip.Addr {
 	var out []netip.Addr
 	for i := range e.nodes {
 		n := &e.nodes[i]
-		for _, rr := range (Records{wire: n.wire[:n.end[1]], n: int(n.n[0] + n.n[1])}).RRs(".") {
+		for _, rr := range n.span(kindA, kindAAAA+1).RRs(".") {
 			switch rr := rr.(type) {
 			case *dns.A:
 				a, _ := netip.AddrFromSlice(rr.A.To4())
@@ -58,10 +92,8 @@ func (e *entry) addresses() []netip.Addr {
 	return slices.Compact(out)
 }
 
-// rrsets are the records of one owner name while a service is being built.
-type rrsets struct {
-	a, aaaa, srv []dns.RR
-}
+// rrsets are the records of one owner name while a service is being built, per kind (indexed as kinds).
+type rrsets [len(kinds)][]dns.RR
 
 // builder turns one Service into an entry. An Index keeps one and reuses its maps and buffer for every service
 // it builds: rebuilding thousands of services at once (the first sync) then makes little garbage.
@@ -124,7 +156,7 @@ func (b *builder) compile() (*entry, map[netip.Addr][]string) {
 		n := &e.nodes[i]
 		rs := b.names[n.prefix]
 		scratch := b.scratch[:0]
-		for t, rrs := range [3][]dns.RR{rs.a, rs.aaaa, rs.srv} {
+		for t, rrs := range rs {
 			packed := 0
 			for _, rr := range rrs {
 				var err error
@@ -287,11 +319,11 @@ func (b *builder) address(prefix string, ip netip.Addr) {
 	n := b.node(prefix)
 	if ip.Is4() {
 		a := ip.As4()
-		n.a = append(n.a, &dns.A{Hdr: b.hdr(dns.TypeA), A: a[:]})
+		n[kindA] = append(n[kindA], &dns.A{Hdr: b.hdr(dns.TypeA), A: a[:]})
 		return
 	}
 	a := ip.As16()
-	n.aaaa = append(n.aaaa, &dns.AAAA{Hdr: b.hdr(dns.TypeAAAA), AAAA: a[:]})
+	n[kindAAAA] = append(n[kindAAAA], &dns.AAAA{Hdr: b.hdr(dns.TypeAAAA), AAAA: a[:]})
 }
 
 // srv adds an SRV record for target and port to the name of prefix.
@@ -300,7 +332,7 @@ func (b *builder) srv(prefix, target string, port uint16) {
 		return
 	}
 	n := b.node(prefix)
-	n.srv = append(n.srv, &dns.SRV{Hdr: b.hdr(dns.TypeSRV), Weight: 100, Port: port, Target: target})
+	n[kindSRV] = append(n[kindSRV], &dns.SRV{Hdr: b.hdr(dns.TypeSRV), Weight: 100, Port: port, Target: target})
 }
 
 // ptr adds a PTR record from ip's reverse name to the name of prefix.

@@ -8,10 +8,9 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-)
 
-// Version is the DNS schema version the zone implements, answered in dns-version.<zone> TXT.
-const Version = "1.0.0"
+	"vksfleet.dev/fleet/mcs/names"
+)
 
 // Options configure an Index.
 type Options struct {
@@ -198,7 +197,7 @@ func (s *Snapshot) static(o Options) {
 		return dns.RR_Header{Name: name, Rrtype: t, Class: dns.ClassINET, Ttl: o.TTL}
 	}
 	s.ns = records(true, &dns.NS{Hdr: hdr(o.Zone, dns.TypeNS), Ns: s.nsTarget})
-	s.version = records(true, &dns.TXT{Hdr: hdr("dns-version."+o.Zone, dns.TypeTXT), Txt: []string{Version}})
+	s.version = records(true, &dns.TXT{Hdr: hdr(versionName(o.Zone), dns.TypeTXT), Txt: []string{names.DNSSchemaVersion}})
 	var a, aaaa []dns.RR
 	for _, ip := range o.NameServers {
 		ip = ip.Unmap()

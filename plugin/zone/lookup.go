@@ -153,17 +153,13 @@ func (s *Snapshot) answer(n *node, qtype uint16, a *Answer) {
 	}
 }
 
-// records returns the node's records of one type; ANY gets all of them, which are contiguous.
+// records returns the node's records of one type (see kinds); ANY gets all of them, which are contiguous.
 func (n *node) records(qtype uint16) Records {
-	switch qtype {
-	case dns.TypeA:
-		return Records{wire: n.wire[:n.end[0]], n: int(n.n[0])}
-	case dns.TypeAAAA:
-		return Records{wire: n.wire[n.end[0]:n.end[1]], n: int(n.n[1])}
-	case dns.TypeSRV:
-		return Records{wire: n.wire[n.end[1]:n.end[2]], n: int(n.n[2])}
-	case dns.TypeANY:
-		return Records{wire: n.wire, n: int(n.n[0] + n.n[1] + n.n[2])}
+	if qtype == dns.TypeANY {
+		return n.span(0, len(kinds))
+	}
+	if k, ok := kindOf(qtype); ok {
+		return n.span(k, k+1)
 	}
 	return Records{}
 }

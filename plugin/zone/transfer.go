@@ -26,7 +26,7 @@ func (s *Snapshot) Transfer(serial uint32) iter.Seq[[]dns.RR] {
 			return
 		}
 		head := slices.Concat(s.records(s.zone, dns.TypeNS), s.records(s.nsTarget, dns.TypeANY),
-			s.records("dns-version."+s.zone, dns.TypeANY))
+			s.records(versionName(s.zone), dns.TypeANY))
 		if !yield(head) {
 			return
 		}

@@ -350,7 +350,7 @@ func export(t *testing.T, m *fleet.Member, name, addr string) {
 }
 
 // serviceName is the clusterset name of a service of ns.
-func serviceName(svc string) string { return svc + "." + ns + ".svc.clusterset.local." }
+func serviceName(svc string) string { return names.ServiceDNSName(ns, svc) + "." }
 
 // waitForDNS waits until every member's DNS answers the service with an address.
 func waitForDNS(t *testing.T, f *fleet.Fleet, svc string) {

@@ -50,7 +50,7 @@ type move struct {
 func (d *Demo) storyLocality(ctx context.Context) error {
 	a, b, c := d.member("cluster-a"), d.member("cluster-b"), d.member("cluster-c")
 	zones := []string{a.Nodes[0].Zone, a.Nodes[1].Zone}
-	name := "near." + Namespace + ".svc.clusterset.local"
+	name := names.ServiceDNSName(Namespace, "near")
 	if err := d.nextPhase(ctx, 2, "near: settled in cluster-a's zone 0"); err != nil {
 		return err
 	}

@@ -10,10 +10,10 @@ import (
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
-	"vksfleet.dev/fleet/mcsctl"
+	"vksfleet.dev/fleet/cli"
 )
 
-// kubectlMCS runs `kubectl mcs args...` (package mcsctl, the plugin's own code, in this process) against every
+// kubectlMCS runs `kubectl mcs args...` (package cli, the plugin's own code, in this process) against every
 // member and the broker, with each member's DNS server, as after `source .fleet/env`, and prints the command
 // and its output. It fails when the command fails or when a check says FAIL or UNKNOWN: on our own fleet,
 // installed from the manifests, every check can see what it checks.
@@ -38,7 +38,7 @@ func (d *Demo) kubectlMCS(ctx context.Context, args ...string) error {
 	full = append(full, args...)
 	d.say("$ kubectl mcs %s", strings.Join(args, " "))
 	var out bytes.Buffer
-	cmd := mcsctl.NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &out})
+	cmd := cli.NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &out})
 	cmd.SetArgs(full)
 	err = cmd.ExecuteContext(ctx)
 	d.say("%s", strings.TrimRight(out.String(), "\n"))
@@ -46,7 +46,7 @@ func (d *Demo) kubectlMCS(ctx context.Context, args ...string) error {
 		return fmt.Errorf("kubectl mcs %s: %w", strings.Join(args, " "), err)
 	}
 	for _, line := range strings.Split(out.String(), "\n") {
-		if f := strings.Fields(line); len(f) > 0 && (f[0] == string(mcsctl.Fail) || f[0] == string(mcsctl.Unknown)) {
+		if f := strings.Fields(line); len(f) > 0 && (f[0] == string(cli.Fail) || f[0] == string(cli.Unknown)) {
 			return fmt.Errorf("kubectl mcs %s: %s", strings.Join(args, " "), line)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/controller/imports"
+	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/fleet"
 	"vksfleet.dev/fleet/test/workload"
 )
@@ -27,7 +28,7 @@ const conditionsColumns = `jsonpath={range .items[*]}{.metadata.name}{"\t"}{rang
 // moves between clusters.
 func (d *Demo) storyMigration(ctx context.Context) error {
 	a, b, c := d.member("cluster-a"), d.member("cluster-b"), d.member("cluster-c")
-	name := "backend." + Namespace + ".svc.clusterset.local"
+	name := names.ServiceDNSName(Namespace, "backend")
 	d.step("Story 1: frontend in cluster-a consumes backend in cluster-b as %s", name)
 	if err := d.deploy(ctx, b, "backend", 2, false); err != nil {
 		return err
@@ -168,7 +169,7 @@ func (d *Demo) storySpread(ctx context.Context) error {
 			return err
 		}
 	}
-	name := "web." + Namespace + ".svc.clusterset.local"
+	name := names.ServiceDNSName(Namespace, "web")
 	for _, m := range members {
 		if err := d.eventually(ctx, m.Name+" resolves web and its slices hold every cluster's web pods", func(ctx context.Context) error {
 			if ips, err := addresses(m, name, dns.TypeA); err != nil || len(ips) == 0 {
@@ -225,7 +226,7 @@ func (d *Demo) storySpread(ctx context.Context) error {
 		}
 	}
 	for _, m := range members {
-		host := fmt.Sprintf("db-0.%s.db.%s.svc.clusterset.local", m.ID, Namespace)
+		host := "db-0." + m.ID + "." + names.ServiceDNSName(Namespace, "db")
 		if err := d.eventually(ctx, "cluster-a resolves "+host+" to that pod", func(ctx context.Context) error {
 			want, err := podIP(ctx, m, "db-0")
 			if err != nil {
@@ -240,7 +241,7 @@ func (d *Demo) storySpread(ctx context.Context) error {
 			return err
 		}
 	}
-	srv := "_http._tcp.db." + Namespace + ".svc.clusterset.local"
+	srv := "_http._tcp." + names.ServiceDNSName(Namespace, "db")
 	if err := d.eventually(ctx, "cluster-a answers "+srv+" with a record per pod of every cluster", func(ctx context.Context) error {
 		r, err := members[0].Query(srv, dns.TypeSRV)
 		if err != nil {
@@ -253,7 +254,7 @@ func (d *Demo) storySpread(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	d.dig(ctx, members[0], fmt.Sprintf("db-0.%s.db.%s.svc.clusterset.local", d.member("cluster-b").ID, Namespace), "A")
+	d.dig(ctx, members[0], "db-0."+d.member("cluster-b").ID+"."+names.ServiceDNSName(Namespace, "db"), "A")
 	d.dig(ctx, members[0], srv, "SRV")
 	return nil
 }
@@ -263,7 +264,7 @@ func (d *Demo) storySpread(ctx context.Context) error {
 func (d *Demo) storyFailover(ctx context.Context) error {
 	members := d.Fleet.Members
 	a, b, c := d.member("cluster-a"), d.member("cluster-b"), d.member("cluster-c")
-	name := "failover." + Namespace + ".svc.clusterset.local"
+	name := names.ServiceDNSName(Namespace, "failover")
 	if err := d.nextPhase(ctx, 2, "failover in cluster-b and cluster-c"); err != nil {
 		return err
 	}
@@ -379,7 +380,7 @@ func (d *Demo) storyFailover(ctx context.Context) error {
 		return err
 	}
 	d.note("cluster-b's controller stopped: %s; cluster-b's pods kept answering", disruption(loop, "the stop", stopped))
-	d.dig(ctx, a, "db."+Namespace+".svc.clusterset.local", "A")
+	d.dig(ctx, a, names.ServiceDNSName(Namespace, "db"), "A")
 
 	if err := d.nextPhase(ctx, 2, "cluster-b's controller restarted"); err != nil {
 		return err
@@ -424,7 +425,7 @@ func (d *Demo) storyFailover(ctx context.Context) error {
 		}
 	}
 	d.note("cluster-b's controller restarted: cluster-b answered %d ms after the restart", back.StartMs-restarted)
-	d.dig(ctx, a, "db."+Namespace+".svc.clusterset.local", "A")
+	d.dig(ctx, a, names.ServiceDNSName(Namespace, "db"), "A")
 	return nil
 }
 

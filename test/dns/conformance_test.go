@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/plugin/mcstest"
 )
 
@@ -56,7 +58,7 @@ func mixedCase(name string) string {
 func specRows() []row {
 	const nx, ok = "NXDOMAIN", "NOERROR"
 	return []row{
-		{spec: "dns-version TXT", name: "dns-version." + zone, qtype: dns.TypeTXT, rcode: ok, answer: []string{`"1.0.0"`}},
+		{spec: "dns-version TXT", name: "dns-version." + zone, qtype: dns.TypeTXT, rcode: ok, answer: []string{strconv.Quote(names.DNSSchemaVersion)}},
 		{spec: "ClusterSetIP A", name: web, qtype: dns.TypeA, rcode: ok, answer: []string{webIPv4}},
 		{spec: "ClusterSetIP AAAA", name: web, qtype: dns.TypeAAAA, rcode: ok, answer: []string{webIPv6}},
 		{spec: "ClusterSetIP named port SRV", name: "_http._tcp." + web, qtype: dns.TypeSRV, rcode: ok,
@@ -223,8 +225,8 @@ func TestClusterLocalUnchanged(t *testing.T) {
 
 // TestDigVersion is the issue's acceptance check, verbatim.
 func TestDigVersion(t *testing.T) {
-	got := dig(t, "dns-version.clusterset.local", dns.TypeTXT)
-	if !slices.Equal(rdata(got.answer), []string{`"1.0.0"`}) {
+	got := dig(t, names.DNSVersionName, dns.TypeTXT)
+	if !slices.Equal(rdata(got.answer), []string{strconv.Quote(names.DNSSchemaVersion)}) {
 		t.Errorf("dns-version TXT = %v", got.answer)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/build/deploy/corefile"
+	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/plugin/mcstest"
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/proc"
@@ -42,7 +43,7 @@ var env struct {
 // cluster cluster-b exists only as the source-cluster label of imported slices.
 const (
 	ns        = "conf"
-	zone      = "clusterset.local."
+	zone      = names.DNSZone + "."
 	web       = "web." + ns + ".svc." + zone
 	db        = "db." + ns + ".svc." + zone
 	down      = "down." + ns + ".svc." + zone

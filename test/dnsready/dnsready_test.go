@@ -21,6 +21,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/controller/imports"
+	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/fleet"
 	"vksfleet.dev/fleet/test/poll"
 )
@@ -99,7 +100,7 @@ func TestReadyMeansResolves(t *testing.T) {
 		return nil
 	})
 	if pending.Status != metav1.ConditionFalse || pending.Reason != string(mcsv1beta1.ServiceImportReasonPending) ||
-		!strings.Contains(pending.Message, a.DNS) || !strings.Contains(pending.Message, "late."+ns+".svc.clusterset.local.") {
+		!strings.Contains(pending.Message, a.DNS) || !strings.Contains(pending.Message, names.ServiceDNSName(ns, "late")+".") {
 		t.Fatalf("with cluster-a's DNS hung, the late import's Ready condition is %+v; want False/Pending naming %s and the name", pending, a.DNS)
 	}
 	t.Logf("with the DNS hung: %s: %s", pending.Reason, pending.Message)
@@ -157,7 +158,7 @@ func exportFromB(t *testing.T, b *fleet.Member, name string, headless bool, ip s
 // resolves asks m's DNS for si's name once and says what is wrong with the answer: a ClusterSetIP import must
 // answer exactly its IPs, a headless one some address.
 func resolves(m *fleet.Member, si *mcsv1beta1.ServiceImport) string {
-	name := si.Name + "." + ns + ".svc.clusterset.local."
+	name := names.ServiceDNSName(ns, si.Name) + "."
 	got, rcode, err := m.Addresses(name, dns.TypeA)
 	switch {
 	case err != nil:

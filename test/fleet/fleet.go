@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"vksfleet.dev/fleet/build/deploy/corefile"
-	"vksfleet.dev/fleet/mcsctl/install"
+	"vksfleet.dev/fleet/cli/install"
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/proc"
 )

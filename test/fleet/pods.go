@@ -26,10 +26,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"vksfleet.dev/fleet/cli"
+	"vksfleet.dev/fleet/cli/install"
 	"vksfleet.dev/fleet/controller"
 	"vksfleet.dev/fleet/mcs/names"
-	"vksfleet.dev/fleet/mcsctl"
-	"vksfleet.dev/fleet/mcsctl/install"
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/poll"
 	"vksfleet.dev/fleet/test/proc"
@@ -172,7 +172,7 @@ func (f *Fleet) brokerInit(ctx context.Context) error {
 // name), writing its output to the fleet's log, and returns that output, and its error with the output.
 func (f *Fleet) KubectlMCS(ctx context.Context, args ...string) (string, error) {
 	var out bytes.Buffer
-	cmd := mcsctl.NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &out})
+	cmd := cli.NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &out})
 	cmd.SetArgs(append([]string{"--kubeconfig", f.KubeconfigPath}, args...))
 	err := cmd.ExecuteContext(ctx)
 	if f.opts.Log != nil {

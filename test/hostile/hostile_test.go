@@ -27,10 +27,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/cli/install"
 	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/controller/merge"
 	"vksfleet.dev/fleet/mcs/names"
-	"vksfleet.dev/fleet/mcsctl/install"
 	"vksfleet.dev/fleet/plugin/mcstest"
 	"vksfleet.dev/fleet/test/fleet"
 	"vksfleet.dev/fleet/test/poll"
@@ -38,7 +38,7 @@ import (
 
 const (
 	ns      = "team"
-	zone    = ".svc.clusterset.local."
+	zone    = ".svc." + names.DNSZone + "."
 	timeout = 60 * time.Second
 	// mallory is the hostile member: it exists on the broker only, where the test writes with the identity
 	// `kubectl mcs join` gives it.

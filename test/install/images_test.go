@@ -267,9 +267,9 @@ func TestImages(t *testing.T) {
 		name, qtype string
 		want        []string
 	}{
-		{"backend." + ns + ".svc.clusterset.local", "A", []string{vip}},
-		{"db." + ns + ".svc.clusterset.local", "A", dbIPs},
-		{"dns-version.clusterset.local", "TXT", []string{`"1.0.0"`}},
+		{names.ServiceDNSName(ns, "backend"), "A", []string{vip}},
+		{names.ServiceDNSName(ns, "db"), "A", dbIPs},
+		{names.DNSVersionName, "TXT", []string{strconv.Quote(names.DNSSchemaVersion)}},
 		{"kubernetes.default.svc.cluster.local", "A", []string{kubernetesIP}},
 	} {
 		poll.T(t, timeout, "the CoreDNS container answering "+q.name, func() error { return wantAnswers(server, q.name, q.qtype, q.want...) })

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/plugin/mcstest"
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/poll"
@@ -208,10 +210,10 @@ func TestReplaceKubeDNS(t *testing.T) {
 			t.Errorf("cluster.local changed: %v", err)
 		}
 	}
-	if err := wantAnswers(dns, "backend.kubedns.svc.clusterset.local", "A", "10.99.0.10"); err != nil {
+	if err := wantAnswers(dns, names.ServiceDNSName("kubedns", "backend"), "A", "10.99.0.10"); err != nil {
 		t.Error(err)
 	}
-	if err := wantAnswers(dns, "dns-version.clusterset.local", "TXT", `"1.0.0"`); err != nil {
+	if err := wantAnswers(dns, names.DNSVersionName, "TXT", strconv.Quote(names.DNSSchemaVersion)); err != nil {
 		t.Error(err)
 	}
 	t.Logf("after install: cluster.local answers as before (%v), clusterset.local answers", before)

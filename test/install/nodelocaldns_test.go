@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/plugin/mcstest"
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/poll"
@@ -85,7 +86,7 @@ func TestNodeLocalDNSCache(t *testing.T) {
 	if err := b.Client.Create(ctx, slice); err != nil {
 		t.Fatal(err)
 	}
-	web := "web." + nodeLocalNS + ".svc.clusterset.local"
+	web := names.ServiceDNSName(nodeLocalNS, "web")
 	both := addresses("10.1.0.61", "10.1.0.62")
 	settle(t, paths[:1], web, dns.TypeA, both, time.Now())
 	// Every server has its own informers: each must hold the slice before the service's name is asked through its
@@ -127,7 +128,7 @@ func TestNodeLocalDNSCache(t *testing.T) {
 	report(t, "added endpoint (web-2)", paths, settle(t, paths, web, dns.TypeA, addresses("10.1.0.61", "10.1.0.63"), start))
 
 	// A name asked before it is exported: NXDOMAIN in every cache, then the export.
-	fresh := "fresh." + nodeLocalNS + ".svc.clusterset.local"
+	fresh := names.ServiceDNSName(nodeLocalNS, "fresh")
 	for _, p := range paths {
 		if r, err := ask(p.addr, fresh, dns.TypeA); err != nil || r.rcode != dns.RcodeNameError {
 			t.Fatalf("%s before the export: %v %v, want NXDOMAIN", p.name, r, err)
@@ -138,7 +139,7 @@ func TestNodeLocalDNSCache(t *testing.T) {
 	report(t, "new export (NXDOMAIN before)", paths, settle(t, paths, fresh, dns.TypeA, addresses("10.99.0.20"), start))
 
 	// The node cache keeps an answer for what is left of kube-dns's cache entry, not for a fresh 5 s.
-	version := "dns-version.clusterset.local"
+	version := names.DNSVersionName
 	var left uint32
 	poll.T(t, timeout, "kube-dns's cache entry aging", func() error {
 		r, err := ask(paths[1].addr, version, dns.TypeTXT)
@@ -155,7 +156,7 @@ func TestNodeLocalDNSCache(t *testing.T) {
 	}
 
 	// Every kind of answer passes through unchanged.
-	api := "api." + nodeLocalNS + ".svc.clusterset.local"
+	api := names.ServiceDNSName(nodeLocalNS, "api")
 	importService(ctx, t, b, nodeLocalNS, "api", "10.99.0.21")
 	queries := []struct {
 		name  string
@@ -163,7 +164,7 @@ func TestNodeLocalDNSCache(t *testing.T) {
 	}{
 		{api, dns.TypeA}, {api, dns.TypeAAAA}, {api, dns.TypeSRV}, {"_tcp._tcp." + api, dns.TypeSRV},
 		{web, dns.TypeA}, {web, dns.TypeSRV}, {"web-0.cluster-a." + web, dns.TypeA}, {"cluster-a." + web, dns.TypeA},
-		{version, dns.TypeTXT}, {"missing." + nodeLocalNS + ".svc.clusterset.local", dns.TypeA},
+		{version, dns.TypeTXT}, {names.ServiceDNSName(nodeLocalNS, "missing"), dns.TypeA},
 	}
 	for _, q := range queries {
 		for _, pair := range [][2]dnsPath{{paths[2], paths[0]}, {paths[3], paths[1]}} {
@@ -205,7 +206,7 @@ func runNodeLocal(t *testing.T, stanza, upstream string) string {
 	startCoreDNS(t, "node-local", conf)
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	poll.T(t, timeout, "node-local answering on "+addr, func() error {
-		_, err := ask(addr, "up.clusterset.local", dns.TypeA)
+		_, err := ask(addr, "up."+names.DNSZone, dns.TypeA)
 		return err
 	})
 	return addr

@@ -35,11 +35,11 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
+	"vksfleet.dev/fleet/cli"
+	"vksfleet.dev/fleet/cli/install"
 	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/mcs/brokercred"
 	"vksfleet.dev/fleet/mcs/names"
-	"vksfleet.dev/fleet/mcsctl"
-	"vksfleet.dev/fleet/mcsctl/install"
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/dataplane"
 	"vksfleet.dev/fleet/test/fleet"
@@ -130,7 +130,7 @@ func TestJoinAndUnjoin(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Run("a pod of cluster-b reaches web by its clusterset.local name", func(t *testing.T) {
-		reach(t, b, fmt.Sprintf("web.%s.svc.clusterset.local", ns))
+		reach(t, b, names.ServiceDNSName(ns, "web"))
 	})
 	t.Run("a pod of cluster-c reaches web by its cluster-local name", func(t *testing.T) {
 		reach(t, c, fmt.Sprintf("web-clusterset.%s.svc.cluster.local", ns))
@@ -384,11 +384,11 @@ func statusAndDiagnose(t *testing.T, f *fleet.Fleet) {
 		{"--context", "hub-prod", "--contexts", "eu-west-1/admin,us-east@ops", "diagnose", ns + "/web", "--in-cluster"},
 	} {
 		var out bytes.Buffer
-		cmd := mcsctl.NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &out})
+		cmd := cli.NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &out})
 		cmd.SetArgs(append([]string{"--kubeconfig", path}, args...))
 		err := cmd.ExecuteContext(ctx)
 		t.Logf("kubectl mcs %s:\n%s", strings.Join(args, " "), out.String())
-		if code := mcsctl.ExitCode(err); code != 0 {
+		if code := cli.ExitCode(err); code != 0 {
 			t.Errorf("kubectl mcs %s: exit %d (%v)", strings.Join(args, " "), code, err)
 		}
 		// From a pod, every check can be made: none may be left UNKNOWN.
@@ -411,7 +411,7 @@ func rotate(t *testing.T, f *fleet.Fleet, a, b *fleet.Member) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loop, err := workload.StartLoop(ctx, b.Kube, workload.LoopPod("rotation-loop", ns, fmt.Sprintf("web.%s.svc.clusterset.local:%d", ns, workload.EchoPort),
+	loop, err := workload.StartLoop(ctx, b.Kube, workload.LoopPod("rotation-loop", ns, fmt.Sprintf("%s:%d", names.ServiceDNSName(ns, "web"), workload.EchoPort),
 		50*time.Millisecond, 10*time.Minute), timeout)
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"vksfleet.dev/fleet/mcsctl"
+	"vksfleet.dev/fleet/cli"
 	"vksfleet.dev/fleet/test/fleet"
 )
 
@@ -117,8 +117,8 @@ func mcs(t *testing.T, args ...string) result {
 
 // diagnosis is the -o json output of diagnose.
 type diagnosis struct {
-	Passed bool           `json:"passed"`
-	Checks []mcsctl.Check `json:"checks"`
+	Passed bool        `json:"passed"`
+	Checks []cli.Check `json:"checks"`
 	code   int
 	stderr string
 }
@@ -132,15 +132,15 @@ func diagnose(t *testing.T, args ...string) diagnosis {
 		t.Fatalf("diagnose %v: exit %d, stdout %q, stderr %q: %v", args, r.code, r.stdout, r.stderr, err)
 	}
 	d.code, d.stderr = r.code, r.stderr
-	if want := map[bool]int{true: mcsctl.ExitHealthy, false: mcsctl.ExitUnhealthy}[d.Passed]; r.code != want {
+	if want := map[bool]int{true: cli.ExitHealthy, false: cli.ExitUnhealthy}[d.Passed]; r.code != want {
 		t.Fatalf("diagnose %v: passed=%v but exit code %d, want %d", args, d.Passed, r.code, want)
 	}
 	return d
 }
 
 // find returns the checks named check for cluster (and service, when not empty).
-func (d diagnosis) find(check, cluster, service string) []mcsctl.Check {
-	var out []mcsctl.Check
+func (d diagnosis) find(check, cluster, service string) []cli.Check {
+	var out []cli.Check
 	for _, c := range d.Checks {
 		if c.Check == check && c.Cluster == cluster && (service == "" || c.Service == service) {
 			out = append(out, c)
@@ -150,7 +150,7 @@ func (d diagnosis) find(check, cluster, service string) []mcsctl.Check {
 }
 
 // expect returns nil when the check for cluster and service has the result, else an error with what diagnose said.
-func (d diagnosis) expect(check, cluster, service string, want mcsctl.Result) error {
+func (d diagnosis) expect(check, cluster, service string, want cli.Result) error {
 	found := d.find(check, cluster, service)
 	if len(found) == 0 {
 		return fmt.Errorf("no %s check for %s %s in %+v", check, cluster, service, d.Checks)
@@ -167,7 +167,7 @@ func (d diagnosis) expect(check, cluster, service string, want mcsctl.Result) er
 func failures(d diagnosis) error {
 	var errs []error
 	for _, c := range d.Checks {
-		if c.Result == mcsctl.Fail {
+		if c.Result == cli.Fail {
 			errs = append(errs, fmt.Errorf("%s %s %s: %s", c.Check, c.Cluster, c.Service, c.Message))
 		}
 	}

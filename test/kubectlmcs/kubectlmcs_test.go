@@ -26,8 +26,8 @@ import (
 
 	"vksfleet.dev/fleet/build/deploy/corefile"
 	"vksfleet.dev/fleet/build/deploy/crds"
+	"vksfleet.dev/fleet/cli"
 	"vksfleet.dev/fleet/mcs/names"
-	"vksfleet.dev/fleet/mcsctl"
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/poll"
 	"vksfleet.dev/fleet/test/proc"
@@ -53,11 +53,11 @@ func TestKubectlMCS(t *testing.T) {
 		waitPassed(t)
 		// Every DNS check, the service's NXDOMAIN at each exporter's cluster id included, was asked and passed.
 		for _, c := range diagnose(t).Checks {
-			if c.Check == mcsctl.CheckDNS && c.Result != mcsctl.Pass {
+			if c.Check == cli.CheckDNS && c.Result != cli.Pass {
 				t.Errorf("dns %s %s: %s (%s)", c.Cluster, c.Service, c.Result, c.Message)
 			}
 		}
-		var status struct{ Members []mcsctl.StatusRow }
+		var status struct{ Members []cli.StatusRow }
 		decode(t, mcs(t, "status", "-o", "json"), &status)
 		if len(status.Members) != 3 {
 			t.Fatalf("status lists %d members, want 3: %+v", len(status.Members), status.Members)
@@ -68,7 +68,7 @@ func TestKubectlMCS(t *testing.T) {
 				t.Errorf("status row %+v, want %s reachable, alive, on the broker, DNS serving", row, clusterset.DefaultMembers[i])
 			}
 		}
-		var matrix struct{ Services []mcsctl.ServiceRow }
+		var matrix struct{ Services []cli.ServiceRow }
 		decode(t, mcs(t, "services", "-n", ns, "-o", "json"), &matrix)
 		var cells []string
 		for _, r := range matrix.Services {
@@ -113,10 +113,10 @@ func TestKubectlMCS(t *testing.T) {
 		}
 		path := rewriteKubeconfig(t, renamed, "unrelated", "https://127.0.0.1:1")
 		// Its current context is a member's, and no context is named broker: the broker must be named.
-		if r := mcs(t, "--kubeconfig", path, "status"); r.code != mcsctl.ExitCouldNotRun || !strings.Contains(r.stderr, "is not the broker (name it with --context)") {
+		if r := mcs(t, "--kubeconfig", path, "status"); r.code != cli.ExitCouldNotRun || !strings.Contains(r.stderr, "is not the broker (name it with --context)") {
 			t.Errorf("status without a broker context: exit %d, %q", r.code, r.stderr)
 		}
-		var status struct{ Members []mcsctl.StatusRow }
+		var status struct{ Members []cli.StatusRow }
 		decode(t, mcs(t, "--kubeconfig", path, "--context", "hub", "status", "-o", "json"), &status)
 		var got []string
 		for _, row := range status.Members {
@@ -130,7 +130,7 @@ func TestKubectlMCS(t *testing.T) {
 			t.Errorf("status members %v, want %v", got, want)
 		}
 		d := diagnose(t, "--kubeconfig", path, "--broker-context", "hub", ns+"/web")
-		if !d.Passed || d.code != mcsctl.ExitHealthy || len(d.find(mcsctl.CheckReachable, "unrelated", "")) > 0 {
+		if !d.Passed || d.code != cli.ExitHealthy || len(d.find(cli.CheckReachable, "unrelated", "")) > 0 {
 			t.Errorf("diagnose on renamed contexts: exit %d: %v", d.code, failures(d))
 		}
 		if r := mcs(t, "--kubeconfig", path, "--context", "hub", "-v", "status"); r.code != 0 || !strings.Contains(r.stderr, "context unrelated ignored: its cluster id could not be read") {
@@ -138,10 +138,10 @@ func TestKubectlMCS(t *testing.T) {
 		}
 		// Named in --contexts, the unreachable context is a member that fails; the members not named are left out.
 		d = diagnose(t, "--kubeconfig", path, "--context", "hub", "--contexts", "prod-east-1,unrelated")
-		if err := d.expect(mcsctl.CheckReachable, "unrelated", "", mcsctl.Fail); err != nil || d.code != mcsctl.ExitUnhealthy {
+		if err := d.expect(cli.CheckReachable, "unrelated", "", cli.Fail); err != nil || d.code != cli.ExitUnhealthy {
 			t.Errorf("exit %d: %v", d.code, err)
 		}
-		if len(d.find(mcsctl.CheckReachable, "gke_shop_europe-west1_b", "")) > 0 {
+		if len(d.find(cli.CheckReachable, "gke_shop_europe-west1_b", "")) > 0 {
 			t.Errorf("--contexts prod-east-1,unrelated diagnosed a member not named: %+v", d.Checks)
 		}
 		// A member no context reaches is reported, and only UNKNOWN: diagnose still exits 0, and says so.
@@ -152,7 +152,7 @@ func TestKubectlMCS(t *testing.T) {
 			t.Errorf("status without cluster-c's context: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 		}
 		d = diagnose(t, "--kubeconfig", without, "--context", "hub")
-		if err := d.expect(mcsctl.CheckReachable, "cluster-c", "", mcsctl.Unknown); err != nil || d.code != mcsctl.ExitHealthy {
+		if err := d.expect(cli.CheckReachable, "cluster-c", "", cli.Unknown); err != nil || d.code != cli.ExitHealthy {
 			t.Errorf("exit %d: %v", d.code, err)
 		}
 		r = mcs(t, "--kubeconfig", without, "--context", "hub", "diagnose")
@@ -165,7 +165,7 @@ func TestKubectlMCS(t *testing.T) {
 		// A user with no rights cannot read the broker, which alone says who the members are: the command cannot
 		// run (exit 2), and says whose rights are lacking.
 		r := mcs(t, "status", "--as", "nobody")
-		if r.code != mcsctl.ExitCouldNotRun || !strings.Contains(r.stderr, "forbidden") || !strings.Contains(r.stderr, `"nobody"`) {
+		if r.code != cli.ExitCouldNotRun || !strings.Contains(r.stderr, "forbidden") || !strings.Contains(r.stderr, `"nobody"`) {
 			t.Errorf("status --as nobody: exit %d, %q", r.code, r.stderr)
 		}
 		t.Logf("status --as nobody: exit %d: %s", r.code, r.stderr)
@@ -185,7 +185,7 @@ func TestKubectlMCS(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		var status struct{ Members []mcsctl.StatusRow }
+		var status struct{ Members []cli.StatusRow }
 		poll.T(t, propagation, "the broker-reader's rights apply", func() error {
 			r := mcs(t, "status", "--as", "broker-reader", "-o", "json")
 			if r.code != 0 {
@@ -211,16 +211,16 @@ func TestKubectlMCS(t *testing.T) {
 		// created, the exec fails, the DNS check is UNKNOWN (diagnose passes) and the pod is deleted.
 		d := diagnose(t, "--in-cluster", "--image", "nicolaka/netshoot", ns+"/web")
 		for _, m := range clusterset.DefaultMembers {
-			c := d.find(mcsctl.CheckDNS, m, "")
-			if len(c) != 1 || c[0].Result != mcsctl.Unknown || !strings.Contains(c[0].Message, "running dig in pod default/kubectl-mcs-dns-") ||
+			c := d.find(cli.CheckDNS, m, "")
+			if len(c) != 1 || c[0].Result != cli.Unknown || !strings.Contains(c[0].Message, "running dig in pod default/kubectl-mcs-dns-") ||
 				!strings.Contains(c[0].Hint, "--image") {
 				t.Errorf("dns check of %s with --in-cluster and no kubelet: %+v", m, c)
 			}
 		}
-		if d.code != mcsctl.ExitHealthy {
+		if d.code != cli.ExitHealthy {
 			t.Errorf("diagnose --in-cluster: exit %d: %v", d.code, failures(d))
 		}
-		t.Logf("diagnose --in-cluster without a kubelet: %+v", d.find(mcsctl.CheckDNS, "cluster-a", ""))
+		t.Logf("diagnose --in-cluster without a kubelet: %+v", d.find(cli.CheckDNS, "cluster-a", ""))
 		for _, m := range clusterset.DefaultMembers {
 			poll.T(t, propagation, "the probe pods are gone from "+m, func() error {
 				pods := &corev1.PodList{}
@@ -241,9 +241,9 @@ func TestKubectlMCS(t *testing.T) {
 		if r.code == 0 || !strings.Contains(r.stderr, string(mcsv1beta1.ServiceExportReasonNoService)) {
 			t.Errorf("export of a missing Service: exit %d, %q %q", r.code, r.stdout, r.stderr)
 		}
-		waitCheck(t, mcsctl.CheckExportValid, "cluster-a", ns+"/ghost", mcsctl.Fail, ns+"/ghost")
+		waitCheck(t, cli.CheckExportValid, "cluster-a", ns+"/ghost", cli.Fail, ns+"/ghost")
 		serve(t, "cluster-a", ns, "ghost", 80, 1)
-		waitCheck(t, mcsctl.CheckExportValid, "cluster-a", ns+"/ghost", mcsctl.Pass, ns+"/ghost")
+		waitCheck(t, cli.CheckExportValid, "cluster-a", ns+"/ghost", cli.Pass, ns+"/ghost")
 		if r := mcs(t, "unexport", "ghost", "-n", ns, "--context", "cluster-a"); r.code != 0 {
 			t.Fatalf("unexport: exit %d %q", r.code, r.stderr)
 		}
@@ -262,7 +262,7 @@ func TestKubectlMCS(t *testing.T) {
 			}
 		}
 		for _, m := range []string{"cluster-a", "cluster-b"} {
-			c := waitCheck(t, mcsctl.CheckExportConflict, m, ns+"/api", mcsctl.Fail, ns+"/api")
+			c := waitCheck(t, cli.CheckExportConflict, m, ns+"/api", cli.Fail, ns+"/api")
 			if !strings.Contains(c.Message, string(mcsv1beta1.ServiceExportReasonPortConflict)) {
 				t.Errorf("conflict in %s: %q, want PortConflict", m, c.Message)
 			}
@@ -277,7 +277,7 @@ func TestKubectlMCS(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, m := range []string{"cluster-a", "cluster-b"} {
-			waitCheck(t, mcsctl.CheckExportConflict, m, ns+"/api", mcsctl.Pass, ns+"/api")
+			waitCheck(t, cli.CheckExportConflict, m, ns+"/api", cli.Pass, ns+"/api")
 		}
 	})
 
@@ -313,9 +313,9 @@ func TestKubectlMCS(t *testing.T) {
 			t.Fatal(err)
 		}
 		dnsFlag := fmt.Sprintf("--dns=cluster-a=127.0.0.1:%d", port)
-		waitCheck(t, mcsctl.CheckCorefile, "cluster-a", "", mcsctl.Fail, dnsFlag, ns+"/web")
-		waitCheck(t, mcsctl.CheckDNS, "cluster-a", "", mcsctl.Fail, dnsFlag, ns+"/web")
-		waitCheck(t, mcsctl.CheckDNS, "cluster-a", ns+"/web", mcsctl.Fail, dnsFlag, ns+"/web")
+		waitCheck(t, cli.CheckCorefile, "cluster-a", "", cli.Fail, dnsFlag, ns+"/web")
+		waitCheck(t, cli.CheckDNS, "cluster-a", "", cli.Fail, dnsFlag, ns+"/web")
+		waitCheck(t, cli.CheckDNS, "cluster-a", ns+"/web", cli.Fail, dnsFlag, ns+"/web")
 
 		cm.Data["Corefile"] = with
 		if err := a.Client.Update(ctx, cm); err != nil {
@@ -324,16 +324,16 @@ func TestKubectlMCS(t *testing.T) {
 		if err := os.WriteFile(path, []byte(with), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		waitCheck(t, mcsctl.CheckCorefile, "cluster-a", "", mcsctl.Pass, dnsFlag, ns+"/web")
-		waitCheck(t, mcsctl.CheckDNS, "cluster-a", "", mcsctl.Pass, dnsFlag, ns+"/web")
-		waitCheck(t, mcsctl.CheckDNS, "cluster-a", ns+"/web", mcsctl.Pass, dnsFlag, ns+"/web")
+		waitCheck(t, cli.CheckCorefile, "cluster-a", "", cli.Pass, dnsFlag, ns+"/web")
+		waitCheck(t, cli.CheckDNS, "cluster-a", "", cli.Pass, dnsFlag, ns+"/web")
+		waitCheck(t, cli.CheckDNS, "cluster-a", ns+"/web", cli.Pass, dnsFlag, ns+"/web")
 	})
 
 	t.Run("lease", func(t *testing.T) {
 		b := fl.Member("cluster-b")
 		b.StopController()
-		waitCheck(t, mcsctl.CheckLease, "cluster-b", "", mcsctl.Fail)
-		var status struct{ Members []mcsctl.StatusRow }
+		waitCheck(t, cli.CheckLease, "cluster-b", "", cli.Fail)
+		var status struct{ Members []cli.StatusRow }
 		decode(t, mcs(t, "status", "-o", "json"), &status)
 		if row := status.Members[1]; row.Name != "cluster-b" || row.Alive {
 			t.Errorf("status of a member whose controller stopped: %+v, want not alive", row)
@@ -341,7 +341,7 @@ func TestKubectlMCS(t *testing.T) {
 		if err := b.StartController(); err != nil {
 			t.Fatal(err)
 		}
-		waitCheck(t, mcsctl.CheckLease, "cluster-b", "", mcsctl.Pass)
+		waitCheck(t, cli.CheckLease, "cluster-b", "", cli.Pass)
 	})
 
 	t.Run("import-present and import-consistent", func(t *testing.T) {
@@ -352,7 +352,7 @@ func TestKubectlMCS(t *testing.T) {
 			t.Fatalf("export: %q", r.stderr)
 		}
 		// cluster-c has no namespace late: its DNS answers the name NXDOMAIN, as SPEC section 4 requires.
-		if dns := waitCheck(t, mcsctl.CheckDNS, "cluster-c", late+"/app", mcsctl.Pass); !strings.Contains(dns.Message, "NXDOMAIN") {
+		if dns := waitCheck(t, cli.CheckDNS, "cluster-c", late+"/app", cli.Pass); !strings.Contains(dns.Message, "NXDOMAIN") {
 			t.Errorf("dns of late/app in cluster-c: %q", dns.Message)
 		}
 		c := fl.Member("cluster-c")
@@ -360,16 +360,16 @@ func TestKubectlMCS(t *testing.T) {
 		// The namespace appears while cluster-c's controller is down, and cluster-b's endpoints change.
 		createNamespace(t, late, "cluster-c")
 		addPod(t, "cluster-b", ns, "web")
-		waitCheck(t, mcsctl.CheckImportPresent, "cluster-c", late+"/app", mcsctl.Fail)
-		waitCheck(t, mcsctl.CheckImportConsistent, "cluster-c", ns+"/web", mcsctl.Fail)
+		waitCheck(t, cli.CheckImportPresent, "cluster-c", late+"/app", cli.Fail)
+		waitCheck(t, cli.CheckImportConsistent, "cluster-c", ns+"/web", cli.Fail)
 		for _, m := range []string{"cluster-a", "cluster-b"} {
-			waitCheck(t, mcsctl.CheckImportConsistent, m, ns+"/web", mcsctl.Pass)
+			waitCheck(t, cli.CheckImportConsistent, m, ns+"/web", cli.Pass)
 		}
 		if err := c.StartController(); err != nil {
 			t.Fatal(err)
 		}
-		waitCheck(t, mcsctl.CheckImportPresent, "cluster-c", late+"/app", mcsctl.Pass)
-		waitCheck(t, mcsctl.CheckImportConsistent, "cluster-c", ns+"/web", mcsctl.Pass)
+		waitCheck(t, cli.CheckImportPresent, "cluster-c", late+"/app", cli.Pass)
+		waitCheck(t, cli.CheckImportConsistent, "cluster-c", ns+"/web", cli.Pass)
 	})
 
 	t.Run("stale-slices", func(t *testing.T) {
@@ -384,16 +384,16 @@ func TestKubectlMCS(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		check := waitCheck(t, mcsctl.CheckStaleSlices, "cluster-a", "", mcsctl.Fail)
+		check := waitCheck(t, cli.CheckStaleSlices, "cluster-a", "", cli.Fail)
 		if !strings.Contains(check.Message, "from cluster-b, which left the clusterset") {
 			t.Errorf("stale slices: %q", check.Message)
 		}
 		// cluster-c's controller runs and withdraws cluster-b's slices itself.
-		waitCheck(t, mcsctl.CheckStaleSlices, "cluster-c", "", mcsctl.Pass)
+		waitCheck(t, cli.CheckStaleSlices, "cluster-c", "", cli.Pass)
 		if err := a.StartController(); err != nil {
 			t.Fatal(err)
 		}
-		waitCheck(t, mcsctl.CheckStaleSlices, "cluster-a", "", mcsctl.Pass)
+		waitCheck(t, cli.CheckStaleSlices, "cluster-a", "", cli.Pass)
 		if err := b.StartController(); err != nil {
 			t.Fatal(err)
 		}
@@ -410,14 +410,14 @@ func TestKubectlMCS(t *testing.T) {
 		if err := c.Delete(ctx, crd.DeepCopy()); err != nil {
 			t.Fatal(err)
 		}
-		check := waitCheck(t, mcsctl.CheckCRDs, "cluster-c", "", mcsctl.Fail)
+		check := waitCheck(t, cli.CheckCRDs, "cluster-c", "", cli.Fail)
 		if !strings.Contains(check.Message, "serviceexports.multicluster.x-k8s.io") {
 			t.Errorf("crds: %q", check.Message)
 		}
 		poll.T(t, propagation, "recreating the CRD", func() error {
 			return c.Create(ctx, crd.DeepCopy())
 		})
-		waitCheck(t, mcsctl.CheckCRDs, "cluster-c", "", mcsctl.Pass)
+		waitCheck(t, cli.CheckCRDs, "cluster-c", "", cli.Pass)
 		waitPassed(t)
 	})
 }
@@ -434,15 +434,15 @@ func waitPassed(t *testing.T) {
 }
 
 // waitCheck polls `diagnose args` until the check of cluster (and service) has the result, and returns it.
-func waitCheck(t *testing.T, check, cluster, service string, want mcsctl.Result, args ...string) mcsctl.Check {
+func waitCheck(t *testing.T, check, cluster, service string, want cli.Result, args ...string) cli.Check {
 	t.Helper()
-	var found mcsctl.Check
+	var found cli.Check
 	poll.T(t, propagation, fmt.Sprintf("%s of %s %s is %s", check, cluster, service, want), func() error {
 		d := diagnose(t, args...)
 		if err := d.expect(check, cluster, service, want); err != nil {
 			return err
 		}
-		if want == mcsctl.Fail && (d.code == 0 || d.find(check, cluster, service)[0].Hint == "") {
+		if want == cli.Fail && (d.code == 0 || d.find(check, cluster, service)[0].Hint == "") {
 			return fmt.Errorf("a failed check with exit code %d and hint %q", d.code, d.find(check, cluster, service)[0].Hint)
 		}
 		found = d.find(check, cluster, service)[0]
@@ -461,7 +461,7 @@ func decode(t *testing.T, r result, into any) {
 	}
 }
 
-func endpoints(es []mcsctl.SourceEndpoints) string {
+func endpoints(es []cli.SourceEndpoints) string {
 	var parts []string
 	for _, e := range es {
 		parts = append(parts, fmt.Sprintf("%s=%d/%d", e.Cluster, e.Ready, e.Serving))

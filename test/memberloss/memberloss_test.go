@@ -43,6 +43,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/controller/imports"
+	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/dataplane"
 	"vksfleet.dev/fleet/test/fleet"
 	"vksfleet.dev/fleet/test/poll"
@@ -126,7 +127,7 @@ func TestMemberLoss(t *testing.T) {
 		}
 	}
 	loop := func(m *fleet.Member, name, app string) *workload.Loop {
-		pod := workload.LoopPod(name, ns, fmt.Sprintf("%s.%s.svc.clusterset.local:%d", app, ns, workload.EchoPort), 50*time.Millisecond, 30*time.Minute)
+		pod := workload.LoopPod(name, ns, fmt.Sprintf("%s:%d", names.ServiceDNSName(ns, app), workload.EchoPort), 50*time.Millisecond, 30*time.Minute)
 		l, err := workload.StartLoop(ctx, m.Kube, pod, timeout)
 		if err != nil {
 			t.Fatal(err)

@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/dataplane"
 	"vksfleet.dev/fleet/test/fleet"
 	"vksfleet.dev/fleet/test/poll"
@@ -82,7 +83,7 @@ func TestTakeover(t *testing.T) {
 	if err := e.b.Client.Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}}); err != nil {
 		t.Fatal(err)
 	}
-	pod := workload.LoopPod("web-client", ns, fmt.Sprintf("web.%s.svc.clusterset.local:%d", ns, workload.EchoPort), 50*time.Millisecond, 30*time.Minute)
+	pod := workload.LoopPod("web-client", ns, fmt.Sprintf("%s:%d", names.ServiceDNSName(ns, "web"), workload.EchoPort), 50*time.Millisecond, 30*time.Minute)
 	loop, err := workload.StartLoop(ctx, e.a.Kube, pod, timeout)
 	if err != nil {
 		t.Fatal(err)

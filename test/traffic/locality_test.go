@@ -120,7 +120,7 @@ func (e *env) testLocality(t *testing.T) {
 	e.waitImportedEndpoints(t, e.a, "near", map[string]int{"cluster-a": 2, "cluster-b": 1, "cluster-c": 1})
 
 	pod := workload.LoopPod("near-client", ns,
-		fmt.Sprintf("near.%s.svc.clusterset.local:%d", ns, workload.EchoPort), 50*time.Millisecond, 10*time.Minute)
+		fmt.Sprintf("%s:%d", names.ServiceDNSName(ns, "near"), workload.EchoPort), 50*time.Millisecond, 10*time.Minute)
 	pod.Spec.NodeSelector = map[string]string{corev1.LabelTopologyZone: zones[0]}
 	loopCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -378,7 +378,7 @@ func (e *env) testHeadlessLocality(t *testing.T) {
 	for _, m := range e.f.Members {
 		e.nearPods(t, m, "nearh", true, td, "")
 	}
-	name := "nearh." + ns + ".svc.clusterset.local"
+	name := names.ServiceDNSName(ns, "nearh")
 	ips := map[string][]string{}
 	for _, m := range e.f.Members {
 		ips[m.Name] = e.podIPs(t, m, "app=nearh")

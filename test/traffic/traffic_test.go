@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/clusterset"
 	"vksfleet.dev/fleet/test/dataplane"
 	"vksfleet.dev/fleet/test/fleet"
@@ -95,7 +96,7 @@ func TestTraffic(t *testing.T) {
 func (e *env) testOneRemote(t *testing.T) {
 	ctx := context.Background()
 	e.deployExported(t, "one", false, e.b)
-	name := "one." + ns + ".svc.clusterset.local"
+	name := names.ServiceDNSName(ns, "one")
 	vip := e.waitImportIP(t, e.a, "one")
 	// Each of A's CoreDNS replicas indexes the import from its own watch, a moment after the controller's cache
 	// has it: the name resolves within that moment, whichever replica kube-proxy picks.
@@ -144,7 +145,7 @@ func (e *env) testSpread(t *testing.T) {
 	e.deployExported(t, "spread", false, e.b, e.c)
 	e.waitImportIP(t, e.a, "spread")
 	e.waitImportedEndpoints(t, e.a, "spread", map[string]int{"cluster-b": 2, "cluster-c": 2})
-	target := fmt.Sprintf("spread.%s.svc.clusterset.local:%d", ns, workload.EchoPort)
+	target := fmt.Sprintf("%s:%d", names.ServiceDNSName(ns, "spread"), workload.EchoPort)
 	loop := func(n string) []workload.Request {
 		out := e.execOK(t, e.a, "client", nodeimages.ServeBin, "loop", "-target", target, "-count", n, "-interval", "5ms")
 		return workload.ParseLoop(out)
@@ -193,7 +194,7 @@ func (e *env) testNotExported(t *testing.T) {
 		}
 		return nil
 	})
-	name := "private." + ns + ".svc.clusterset.local"
+	name := names.ServiceDNSName(ns, "private")
 	out, _, code, err := workload.Kubectl(ctx, e.kubectl, e.a.KubeconfigPath, e.a.Name, "exec", "-n", ns, "client", "--", "nslookup", name)
 	if err != nil || code == 0 || !strings.Contains(out, "NXDOMAIN") {
 		t.Errorf("nslookup %s in A: exit %d %v, output %q; want NXDOMAIN and a non-zero exit", name, code, err, out)
@@ -213,7 +214,7 @@ func (e *env) testNotExported(t *testing.T) {
 func (e *env) testHeadless(t *testing.T) {
 	e.deployExported(t, "db", true, e.b, e.c)
 	e.waitImportedEndpoints(t, e.a, "db", map[string]int{"cluster-b": 2, "cluster-c": 2})
-	name := "db." + ns + ".svc.clusterset.local"
+	name := names.ServiceDNSName(ns, "db")
 	var want []string
 	for _, m := range []*fleet.Member{e.b, e.c} {
 		want = append(want, e.podIPs(t, m, "app=db")...)
@@ -283,7 +284,7 @@ func (e *env) testExposedPorts(t *testing.T) {
 		return nil
 	})
 	e.waitImportedEndpoints(t, e.a, app, map[string]int{"cluster-b": 2, "cluster-c": 2})
-	name := app + "." + ns + ".svc.clusterset.local"
+	name := names.ServiceDNSName(ns, app)
 	for port, from := range map[int]string{80: "cluster-b", 8080: "cluster-c"} {
 		url := fmt.Sprintf("http://%s:%d/", name, port)
 		// The first request may race kube-proxy's sync of the port; then every request of the loop must answer.

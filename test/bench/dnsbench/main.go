@@ -309,7 +309,7 @@ func (q queryClass) file() string {
 // queryClasses builds up to 1,000 distinct queries per class, spread over the whole data set.
 func (d dataset) queryClasses() []queryClass {
 	const perClass = 1000
-	zone := "svc.clusterset.local."
+	zone := "svc." + names.DNSZone + "."
 	classes := []queryClass{{name: "ClusterSetIP A"}, {name: "ClusterSetIP SRV"}, {name: "headless A"},
 		{name: "headless SRV"}, {name: "per-endpoint A"}, {name: "NXDOMAIN"}}
 	for j := range perClass {

@@ -1,4 +1,4 @@
-package mcsctl
+package cli
 
 import (
 	"slices"
@@ -10,9 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"vksfleet.dev/fleet/controller"
 	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/controller/merge"
+	"vksfleet.dev/fleet/mcs/memberlease"
 	"vksfleet.dev/fleet/mcs/names"
 )
 
@@ -26,7 +26,7 @@ type leaseState struct {
 	grace time.Duration
 }
 
-func (l leaseState) alive() bool { return l.found && l.age <= l.grace }
+func (l leaseState) alive() bool { return l.found && memberlease.Fresh(l.age, l.grace) }
 
 // lease finds the Lease of the cluster id in its own broker namespace: one elsewhere is not the member's.
 func (s *Snapshot) lease(clusterID string) leaseState {
@@ -35,10 +35,7 @@ func (s *Snapshot) lease(clusterID string) leaseState {
 		if l.Name != names.LeaseName || l.Namespace != names.BrokerNamespace(clusterID) || broker.ClusterOf(l) != clusterID {
 			continue
 		}
-		st := leaseState{found: true, grace: controller.DefaultLeaseGrace}
-		if l.Spec.LeaseDurationSeconds != nil {
-			st.grace = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
-		}
+		st := leaseState{found: true, grace: memberlease.GraceOf(l)}
 		if l.Spec.RenewTime != nil {
 			st.age = s.Now.Add(s.Broker.ClockOffset).Sub(l.Spec.RenewTime.Time)
 		} else {
@@ -46,7 +43,7 @@ func (s *Snapshot) lease(clusterID string) leaseState {
 		}
 		return st
 	}
-	return leaseState{grace: controller.DefaultLeaseGrace}
+	return leaseState{grace: memberlease.DefaultGrace}
 }
 
 // leaseGrace is the grace the clusterset uses: the longest of the Leases', else the controller's default.
@@ -58,7 +55,7 @@ func (s *Snapshot) leaseGrace() time.Duration {
 		}
 	}
 	if grace == 0 {
-		return controller.DefaultLeaseGrace
+		return memberlease.DefaultGrace
 	}
 	return grace
 }

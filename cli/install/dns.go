@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"vksfleet.dev/fleet/build/deploy"
+	"vksfleet.dev/fleet/mcs/names"
 )
 
 // The DNS modes join offers: how clusterset.local reaches the member's pods.
@@ -109,7 +110,7 @@ const (
 	nodeLocalConfigMap = "node-local-dns"
 	corefileKey        = "Corefile"
 	stubDomainsKey     = "stubDomains"
-	zone               = "clusterset.local"
+	zone               = names.DNSZone
 )
 
 // forwardToStandalone makes the cluster's DNS send clusterset.local to the standalone DNS at ip: a server block

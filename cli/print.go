@@ -1,4 +1,4 @@
-package mcsctl
+package cli
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package mcsctl
+package cli
 
 import (
 	"context"
@@ -8,10 +8,12 @@ import (
 
 	"github.com/miekg/dns"
 	"k8s.io/apimachinery/pkg/types"
+
+	"vksfleet.dev/fleet/mcs/names"
 )
 
-// clustersetZone is the clusterset's DNS zone, which the multicluster plugin serves (SPEC section 4).
-const clustersetZone = "clusterset.local."
+// clustersetZone is the clusterset's DNS zone (names.DNSZone) fully qualified, as questions name it.
+const clustersetZone = names.DNSZone + "."
 
 // dnsTimeout bounds one query: a DNS server that does not answer within it counts as not answering.
 const dnsTimeout = 2 * time.Second
@@ -27,19 +29,19 @@ func (q query) key() string { return q.name + " " + dns.TypeToString[q.qtype] }
 // versionQ asks for dns-version TXT: any server serving the zone answers it, with or without services;
 // versionQuery is its key.
 var (
-	versionQ     = query{"dns-version." + clustersetZone, dns.TypeTXT}
+	versionQ     = query{names.DNSVersionName + ".", dns.TypeTXT}
 	versionQuery = versionQ.key()
 )
 
 // serviceQueries are the A and AAAA questions for a service's clusterset name.
 func serviceQueries(svc types.NamespacedName) []query {
-	name := strings.ToLower(svc.Name + "." + svc.Namespace + ".svc." + clustersetZone)
+	name := strings.ToLower(names.ServiceDNSName(svc.Namespace, svc.Name) + ".")
 	return []query{{name, dns.TypeA}, {name, dns.TypeAAAA}}
 }
 
 // clusterIDQuery is the A question for `<clusterid>.<svc>.<ns>.svc.clusterset.local`, which must not exist.
 func clusterIDQuery(svc types.NamespacedName, clusterID string) query {
-	return query{strings.ToLower(clusterID + "." + svc.Name + "." + svc.Namespace + ".svc." + clustersetZone), dns.TypeA}
+	return query{strings.ToLower(clusterID + "." + names.ServiceDNSName(svc.Namespace, svc.Name) + "."), dns.TypeA}
 }
 
 // A resolver asks one member's DNS server the questions, and returns an answer for each, by key; an error when

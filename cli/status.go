@@ -1,9 +1,11 @@
-package mcsctl
+package cli
 
 import (
+	"context"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 )
@@ -112,4 +114,19 @@ func statusTable(rows []StatusRow) *metav1.Table {
 		}})
 	}
 	return t
+}
+
+func (o *options) statusCommand() *cobra.Command {
+	return o.readCommand(&cobra.Command{
+		Use:   "status",
+		Short: "Every member: cluster id, clusterset, controller, broker Lease, and whether its DNS serves clusterset.local",
+		Args:  cobra.NoArgs,
+	}, false, func(ctx context.Context, _ string, _ []string) (view, error) {
+		s, err := o.snapshot(ctx, true, nil)
+		if err != nil {
+			return view{}, err
+		}
+		rows := Status(s)
+		return view{table: statusTable(rows), object: map[string]any{"members": rows}}, nil
+	})
 }

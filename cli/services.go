@@ -1,9 +1,11 @@
-package mcsctl
+package cli
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
+	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -159,4 +161,23 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+func (o *options) servicesCommand() *cobra.Command {
+	return o.readCommand(&cobra.Command{
+		Use:   "services [NAME]",
+		Short: "The services × clusters matrix: exported or imported, type, ClusterSetIP, endpoints per source, conflicts",
+		Args:  cobra.MaximumNArgs(1),
+	}, true, func(ctx context.Context, ns string, args []string) (view, error) {
+		s, err := o.snapshot(ctx, false, nil)
+		if err != nil {
+			return view{}, err
+		}
+		name := ""
+		if len(args) == 1 {
+			name = args[0]
+		}
+		rows := Matrix(s, ns, name)
+		return view{table: servicesTable(rows), object: map[string]any{"services": rows}}, nil
+	})
 }
