@@ -222,13 +222,18 @@ func unquote(quoted string) string {
 // digits are what differs between two errors of one cause: addresses, ports, versions, durations.
 var digits = regexp.MustCompile(`[0-9]+`)
 
-// cause is an error's cause, as a reader would group it: its innermost part (after the last ": "), with numbers
-// written N.
+// cause is an error's cause, as a reader would group it: its innermost phrase (the last part after ": " that
+// has words, not an id alone), with numbers written N.
 func cause(s string) string {
-	if i := strings.LastIndex(s, ": "); i >= 0 {
-		s = s[i+2:]
+	parts := strings.Split(s, ": ")
+	c := parts[len(parts)-1]
+	for i := len(parts) - 1; i >= 0; i-- {
+		if strings.Contains(strings.TrimSpace(parts[i]), " ") {
+			c = parts[i]
+			break
+		}
 	}
-	return digits.ReplaceAllString(s, "N")
+	return digits.ReplaceAllString(strings.TrimSpace(c), "N")
 }
 
 // errorsByCause adds up the "Reconciler error" lines of every log by cause.
@@ -252,6 +257,7 @@ func TestCountErrors(t *testing.T) {
 2026-11-26T08:20:03.000000000Z stderr F 	writing slice: the object has been modified; please apply your changes to the latest version and try again
 2026-11-26T08:20:03.000000000Z stderr F  > controller="serviceimport" namespace="chaos"
 2026-11-26T08:20:04.000000000Z stderr F E1126 08:20:04.000000       1 controller.go:474] "Reconciler error" err="dial tcp 10.254.0.1:99: connect: connection refused" controller="serviceexport"
+2026-11-26T08:20:05.000000000Z stderr F E1126 08:20:05.000000       1 controller.go:474] "Reconciler error" err="Precondition failed: UID in precondition: 0d1f2e3c-4b5a-6978-8a9b-0c1d2e3f4a5b" controller="serviceexport"
 `
 	path := filepath.Join(t.TempDir(), "0.log")
 	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
@@ -259,7 +265,8 @@ func TestCountErrors(t *testing.T) {
 	}
 	got := countErrors(path)
 	want := map[string]int{
-		"serviceexport: connection refused": 2,
+		"serviceexport: connection refused":  2,
+		"serviceexport: UID in precondition": 1,
 		"serviceimport: the object has been modified; please apply your changes to the latest version and try again": 1,
 	}
 	if !maps.Equal(got, want) {
