@@ -91,7 +91,7 @@ type Cluster struct {
 	scheduler *proc.Process
 	// apiServers are API servers started in place of envtest's (AdoptAPIServer), stopped where it would be.
 	apiServers []*proc.Process
-	pods      *podLoop
+	pods       *podLoop
 	// kubeletPKI holds the kubelets' client CA and the API server's client certificate, with kubelet nodes.
 	kubeletPKI kubeletPKI
 	// rootCAFile is the API server's serving CA, which pods trust, with kubelet nodes.
