@@ -13,6 +13,8 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=build/apt.sh
+. "$root/build/apt.sh"
 state=${FLEET_DOCKER_STATE:-$root/.cache/docker}
 sock=$state/docker.sock
 pidfile=$state/dockerd.pid
@@ -23,11 +25,7 @@ client() { /usr/bin/docker "$@"; }
 
 install() {
 	command -v dockerd >/dev/null && [ -x /usr/bin/docker ] && return 0
-	echo "docker: installing docker.io" >&2
-	local sudo=""
-	[ "$(id -u)" = 0 ] || sudo=sudo
-	$sudo apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends docker.io tar >/dev/null
+	apt_install docker --no-install-recommends docker.io tar
 }
 
 answers() { client version >/dev/null 2>&1; }

@@ -4,6 +4,8 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=build/apt.sh
+. "$root/build/apt.sh"
 cache=${FLEET_TOOLS_CACHE:-$root/.cache/tools}
 kube_version=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$root/build/tools/kube/go.mod")
 etcd_version=$(awk '$1 == "require" && $2 == "go.etcd.io/etcd/server/v3" {print $3}' "$root/build/tools/etcd/go.mod")
@@ -91,20 +93,12 @@ dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed'
 command -v haproxy >/dev/null || missing+=(haproxy)
 case "$(readlink -f "$(command -v nc 2>/dev/null)")" in */nc.openbsd) ;; *) missing+=(netcat-openbsd) ;; esac
 if [ ${#missing[@]} -gt 0 ]; then
-	echo "tools: installing ${missing[*]}" >&2
-	sudo=""
-	[ "$(id -u)" = 0 ] || sudo=sudo
-	$sudo apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+	apt_install tools "${missing[@]}"
 fi
 
 # promtool, from Debian's prometheus package, checks the metrics the controller and CoreDNS serve and runs the alert
 # rules' unit tests (build/deploy/monitoring). Without its recommended node exporter; on a machine with systemd, apt
 # also starts Debian's prometheus.service, which no test uses.
 if ! command -v promtool >/dev/null; then
-	echo "tools: installing prometheus (promtool)" >&2
-	sudo=""
-	[ "$(id -u)" = 0 ] || sudo=sudo
-	$sudo apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+	apt_install tools --no-install-recommends prometheus
 fi

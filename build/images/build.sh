@@ -11,6 +11,8 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
+# shellcheck source=build/apt.sh
+. "$root/build/apt.sh"
 version=${VERSION:-v0.1.0}
 repo=${IMAGE_REPO:-ghcr.io/vksfleet}
 source=${IMAGE_SOURCE:-https://github.com/vksfleet/fleet}
@@ -22,11 +24,7 @@ ctx=$root/bin/images
 missing=()
 command -v setcap >/dev/null || missing+=(libcap2-bin)
 if [ ${#missing[@]} -gt 0 ]; then
-	echo "images: installing ${missing[*]}" >&2
-	sudo=""
-	[ "$(id -u)" = 0 ] || sudo=sudo
-	$sudo apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+	apt_install images "${missing[@]}"
 fi
 
 # binary NAME PKG: a static, stripped binary without local paths in $ctx/NAME/NAME, which knows its version and
