@@ -219,8 +219,12 @@ func unquote(quoted string) string {
 	return quoted
 }
 
-// digits are what differs between two errors of one cause: addresses, ports, versions, durations.
-var digits = regexp.MustCompile(`[0-9]+`)
+// uids and digits are what differs between two errors of one cause: object UIDs, and addresses, ports,
+// versions, durations.
+var (
+	uids   = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+	digits = regexp.MustCompile(`[0-9]+`)
+)
 
 // cause is an error's cause, as a reader would group it: its innermost phrase (the last part after ": " that
 // has words, not an id alone), with numbers written N.
@@ -233,7 +237,7 @@ func cause(s string) string {
 			break
 		}
 	}
-	return digits.ReplaceAllString(strings.TrimSpace(c), "N")
+	return digits.ReplaceAllString(uids.ReplaceAllString(strings.TrimSpace(c), "UID"), "N")
 }
 
 // errorsByCause adds up the "Reconciler error" lines of every log by cause.
@@ -257,7 +261,7 @@ func TestCountErrors(t *testing.T) {
 2026-11-26T08:20:03.000000000Z stderr F 	writing slice: the object has been modified; please apply your changes to the latest version and try again
 2026-11-26T08:20:03.000000000Z stderr F  > controller="serviceimport" namespace="chaos"
 2026-11-26T08:20:04.000000000Z stderr F E1126 08:20:04.000000       1 controller.go:474] "Reconciler error" err="dial tcp 10.254.0.1:99: connect: connection refused" controller="serviceexport"
-2026-11-26T08:20:05.000000000Z stderr F E1126 08:20:05.000000       1 controller.go:474] "Reconciler error" err="Precondition failed: UID in precondition: 0d1f2e3c-4b5a-6978-8a9b-0c1d2e3f4a5b" controller="serviceexport"
+2026-11-26T08:20:05.000000000Z stderr F E1126 08:20:05.000000       1 controller.go:474] "Reconciler error" err="Precondition failed: UID in precondition: 0d1f2e3c-4b5a-6978-8a9b-0c1d2e3f4a5b, UID in object meta: " controller="serviceexport"
 `
 	path := filepath.Join(t.TempDir(), "0.log")
 	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
@@ -265,8 +269,8 @@ func TestCountErrors(t *testing.T) {
 	}
 	got := countErrors(path)
 	want := map[string]int{
-		"serviceexport: connection refused":  2,
-		"serviceexport: UID in precondition": 1,
+		"serviceexport: connection refused":      2,
+		"serviceexport: UID, UID in object meta": 1,
 		"serviceimport: the object has been modified; please apply your changes to the latest version and try again": 1,
 	}
 	if !maps.Equal(got, want) {
