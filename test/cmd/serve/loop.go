@@ -12,10 +12,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/miekg/dns"
 )
 
 type loopConfig struct {
 	target, proto     string
+	name              string // with proto dns, the name asked for
 	interval, timeout time.Duration
 	count             int           // 0: no limit
 	duration          time.Duration // 0: no limit
@@ -99,6 +102,9 @@ func orDash(s string) string {
 }
 
 func request(ctx context.Context, cfg loopConfig, client *http.Client, seq int) loopResult {
+	if cfg.proto == "dns" {
+		return requestDNS(ctx, cfg.target, cfg.name)
+	}
 	host, port, _ := splitTarget(cfg.target) // checked with the flags
 	if net.ParseIP(host) == nil {
 		// The name is looked up here rather than by the dialer so that a lookup failure has its own reason.
@@ -186,4 +192,30 @@ func parseReply(reply, wantEcho string) loopResult {
 		return loopResult{reason: "bad-reply"}
 	}
 	return loopResult{cluster: cluster, pod: pod}
+}
+
+// requestDNS asks server (host:port) once over UDP for the A records of name: ok with the first address as the
+// pod field, or the answer's rcode (nxdomain, servfail, rcode-N), nodata (NOERROR without an address), or a
+// transport failure, as the reason. Unlike a stub resolver it does not retry, so that each question counts.
+func requestDNS(ctx context.Context, server, name string) loopResult {
+	q := new(dns.Msg).SetQuestion(dns.Fqdn(name), dns.TypeA)
+	r, _, err := new(dns.Client).ExchangeContext(ctx, q, server)
+	if err != nil {
+		return failure("dns", err)
+	}
+	switch r.Rcode {
+	case dns.RcodeSuccess:
+	case dns.RcodeNameError:
+		return loopResult{reason: "nxdomain"}
+	case dns.RcodeServerFailure:
+		return loopResult{reason: "servfail"}
+	default:
+		return loopResult{reason: "rcode-" + strconv.Itoa(r.Rcode)}
+	}
+	for _, rr := range r.Answer {
+		if a, ok := rr.(*dns.A); ok {
+			return loopResult{pod: a.A.String()}
+		}
+	}
+	return loopResult{reason: "nodata"}
 }

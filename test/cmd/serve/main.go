@@ -5,7 +5,7 @@
 // Usage:
 //
 //	serve [-cluster NAME] [-pod NAME] [-tcp ADDR] [-udp ADDR] [-http ADDR]
-//	serve loop -target HOST:PORT [-proto tcp|udp|http] [-interval D] [-timeout D] [-count N] [-duration D]
+//	serve loop -target HOST:PORT [-proto tcp|udp|http|dns] [-name NAME] [-interval D] [-timeout D] [-count N] [-duration D]
 //
 // # Server
 //
@@ -40,6 +40,9 @@
 //
 //	summary sent=<n> ok=<n> failed=<n>
 //
+// With -proto dns, -target is a DNS server and each request asks it once over UDP, without retrying, for the A
+// records of -name: an answer with an address is ok, with "-" as the cluster and the first address as the pod.
+//
 // seq counts from 1. Latency has three decimals and includes name resolution. An empty cluster or pod name is
 // written as "-". A reason is one of:
 //
@@ -50,6 +53,10 @@
 //	timeout    -timeout passed while connecting, sending or waiting for the reply
 //	bad-reply  the reply is not an identity line, or echoes something other than what was sent
 //	http-<n>   the HTTP status was n, not 200
+//	nxdomain   (dns) the server answered NXDOMAIN
+//	servfail   (dns) the server answered SERVFAIL
+//	rcode-<n>  (dns) the server answered another error rcode n
+//	nodata     (dns) the server answered NOERROR without an A record
 //
 // The loop exits 0 whatever its requests did; both modes exit 1 on bad flags.
 package main
@@ -71,7 +78,7 @@ import (
 const (
 	serverUsage = "usage: serve [-cluster NAME] [-pod NAME] [-tcp ADDR] [-udp ADDR] [-http ADDR]\n" +
 		"       serve loop -h for the client loop\n"
-	loopUsage = "usage: serve loop -target HOST:PORT [-proto tcp|udp|http] [-interval D] [-timeout D] [-count N] [-duration D]\n"
+	loopUsage = "usage: serve loop -target HOST:PORT [-proto tcp|udp|http|dns] [-name NAME] [-interval D] [-timeout D] [-count N] [-duration D]\n"
 
 	maxCount    = 1_000_000
 	maxDuration = 24 * time.Hour
@@ -175,7 +182,8 @@ func parseLoopFlags(args []string, stderr io.Writer) (loopConfig, error) {
 	cfg := loopConfig{}
 	fs := newFlagSet("serve loop", loopUsage, stderr)
 	fs.StringVar(&cfg.target, "target", "", "`host:port` to send requests to (required)")
-	fs.StringVar(&cfg.proto, "proto", "tcp", "protocol: tcp, udp or http")
+	fs.StringVar(&cfg.proto, "proto", "tcp", "protocol: tcp, udp, http or dns")
+	fs.StringVar(&cfg.name, "name", "", "with -proto dns, the `name` whose A records each request asks -target for")
 	fs.DurationVar(&cfg.interval, "interval", 50*time.Millisecond, "time between request starts")
 	fs.DurationVar(&cfg.timeout, "timeout", time.Second, "limit per request, resolution to reply")
 	fs.IntVar(&cfg.count, "count", 0, "stop after `N` requests (at most 1000000)")
@@ -190,8 +198,10 @@ func parseLoopFlags(args []string, stderr io.Writer) (loopConfig, error) {
 		return cfg, fmt.Errorf("loop: -target: %w", err)
 	}
 	switch {
-	case cfg.proto != "tcp" && cfg.proto != "udp" && cfg.proto != "http":
-		return cfg, fmt.Errorf("loop: -proto %q is not tcp, udp or http", cfg.proto)
+	case cfg.proto != "tcp" && cfg.proto != "udp" && cfg.proto != "http" && cfg.proto != "dns":
+		return cfg, fmt.Errorf("loop: -proto %q is not tcp, udp, http or dns", cfg.proto)
+	case (cfg.proto == "dns") != (cfg.name != ""):
+		return cfg, errors.New("loop: -name goes with -proto dns, which needs it")
 	case cfg.interval < 0:
 		return cfg, errors.New("loop: -interval is negative")
 	case cfg.timeout <= 0:

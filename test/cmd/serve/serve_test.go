@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"vksfleet.dev/fleet/test/poll"
+
+	"github.com/miekg/dns"
 )
 
 // deadline bounds every network wait in these tests; nothing here should take nearly as long.
@@ -440,6 +442,58 @@ func TestParseReply(t *testing.T) {
 	} {
 		if got := parseReply(tc.reply, tc.echo); got != tc.want {
 			t.Errorf("parseReply(%q, %q) = %+v, want %+v", tc.reply, tc.echo, got, tc.want)
+		}
+	}
+}
+
+func TestLoopDNS(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+		r := new(dns.Msg).SetReply(q)
+		switch q.Question[0].Name {
+		case "web.example.":
+			r.Answer = append(r.Answer, &dns.A{Hdr: dns.RR_Header{Name: "web.example.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 5},
+				A: net.ParseIP("192.0.2.7")})
+		case "empty.example.":
+		case "broken.example.":
+			r.Rcode = dns.RcodeServerFailure
+		case "refused.example.":
+			r.Rcode = dns.RcodeRefused
+		case "silent.example.":
+			return
+		default:
+			r.Rcode = dns.RcodeNameError
+		}
+		w.WriteMsg(r)
+	})}
+	go srv.ActivateAndServe()
+	t.Cleanup(func() { srv.Shutdown() })
+	for _, tc := range []struct{ name, want string }{
+		{"web.example", "ok 192.0.2.7"},
+		{"gone.example", "fail nxdomain"},
+		{"empty.example", "fail nodata"},
+		{"broken.example", "fail servfail"},
+		{"refused.example", "fail rcode-5"},
+		{"silent.example", "fail timeout"},
+	} {
+		lines, _ := loopLines(t, "-target", pc.LocalAddr().String(), "-proto", "dns", "-name", tc.name,
+			"-count", "2", "-interval", "0s", "-timeout", "200ms")
+		for _, f := range lines {
+			got := f[2] + " " + f[3]
+			if f[2] == "ok" {
+				got = f[2] + " " + f[4]
+			}
+			if got != tc.want {
+				t.Errorf("%s: got %q, want %q", tc.name, f, tc.want)
+			}
+		}
+	}
+	for _, args := range [][]string{{"-proto", "dns"}, {"-name", "web.example"}} {
+		if _, err := parseLoopFlags(append([]string{"-target", "h:53", "-count", "1"}, args...), io.Discard); err == nil {
+			t.Errorf("parseLoopFlags(%q) accepted -name without -proto dns or the other way round", args)
 		}
 	}
 }
