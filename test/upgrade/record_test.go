@@ -74,9 +74,11 @@ func recordBroker(ctx context.Context, c client.Client, dir string, rel *fleet.R
 			return strings.Compare(a.GetNamespace()+"/"+a.GetName(), b.GetNamespace()+"/"+b.GetName())
 		})
 		var b strings.Builder
-		fmt.Fprintf(&b, "# Recorded by test/upgrade (UPGRADE_RECORD) from the broker of a clusterset on %s (commit %s), on %s:\n"+
-			"# the previous release's broker objects, read by controller's record-format test. Left out: uid,\n"+
-			"# resourceVersion, generation, managedFields.\n", rel.Tag, rel.Commit, time.Now().UTC().Format(time.DateOnly))
+		fmt.Fprintf(&b, "# The broker's objects as the release %s (commit %s) wrote them, recorded on %s by\n"+
+			"#   UPGRADE_RECORD=$PWD/controller/broker/testdata/previous go test -run TestRollingUpgrade ./test/upgrade\n"+
+			"# from a clusterset of 2 members on that release, once settled, before the upgrade. Read by\n"+
+			"# controller/broker's record-format test. Left out: uid, resourceVersion, generation, managedFields.\n",
+			rel.Tag, rel.Commit, time.Now().UTC().Format(time.DateOnly))
 		for _, o := range objs {
 			o.SetUID("")
 			o.SetResourceVersion("")

@@ -90,6 +90,7 @@ type row struct {
 	step, versions        string
 	took, converge        time.Duration
 	requests, failed      int
+	failures              []string // member, request, when and why
 	longestGap            time.Duration
 	questions, dnsTimeout int
 	badAnswers            []string // "name: n reason"
@@ -333,6 +334,11 @@ func (e *env) step(t *testing.T, name string, version map[string]string, soak ti
 		}
 		r.requests += len(reqs)
 		r.failed += len(workload.Failures(reqs))
+		for _, q := range reqs {
+			if !q.OK {
+				r.failures = append(r.failures, fmt.Sprintf("%s #%d at %s: %s", m.Name, q.Seq, time.UnixMilli(q.StartMs).UTC().Format("15:04:05.000"), q.Reason))
+			}
+		}
 		r.longestGap = max(r.longestGap, longestGap(reqs))
 		for _, s := range e.stables {
 			qs, err := e.dnsLoops[m.Name][s.name].Settled(context.Background(), began.UnixMilli(), end.UnixMilli(), timeout)
@@ -356,8 +362,8 @@ func (e *env) step(t *testing.T, name string, version map[string]string, soak ti
 		}
 	}
 	r.lost = e.watch.losses()[lostBefore:]
-	t.Logf("%s [%s]: rolled out in %s, converged %s later; %d requests, %d failed, longest gap %s; %d DNS questions, %d timed out, other failures %v; imports lost %v",
-		name, r.versions, r.took.Round(100*time.Millisecond), r.converge.Round(100*time.Millisecond), r.requests, r.failed, r.longestGap,
+	t.Logf("%s [%s]: rolled out in %s, converged %s later; %d requests, %d failed %v, longest gap %s; %d DNS questions, %d timed out, other failures %v; imports lost %v",
+		name, r.versions, r.took.Round(100*time.Millisecond), r.converge.Round(100*time.Millisecond), r.requests, r.failed, r.failures, r.longestGap,
 		r.questions, r.dnsTimeout, r.badAnswers, r.lost)
 	e.rows = append(e.rows, r)
 }
