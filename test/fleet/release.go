@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"syscall"
 
 	"vksfleet.dev/fleet/test/clusterset"
 )
@@ -56,6 +57,18 @@ func BuildRelease(ctx context.Context, commit string, log io.Writer) (*Release, 
 		Commit: full, Tag: tag, KubectlMCS: filepath.Join(dir, "kubectl-mcs"),
 		Images:          []string{filepath.Join(dir, "images", "coredns.tar"), filepath.Join(dir, "images", "mcs-controller.tar")},
 		ControllerImage: "ghcr.io/vksfleet/mcs-controller:" + tag, DNSImage: "ghcr.io/vksfleet/coredns:" + tag,
+	}
+	// One build at a time: .cache/ may be shared by several work trees.
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return nil, err
+	}
+	lock, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return nil, err
 	}
 	if _, err := os.Stat(filepath.Join(dir, "done")); err == nil {
 		return r, nil

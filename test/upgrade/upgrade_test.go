@@ -36,6 +36,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -141,6 +142,9 @@ func TestRollingUpgrade(t *testing.T) {
 	e.watch = newWatcher(e)
 	poll.T(t, timeout, "every member imports web and db whole", e.watch.complete)
 	go e.watch.run(ctx)
+	for _, m := range f.Members {
+		go e.watch.followDNS(ctx, m)
+	}
 	e.startLoops(t, ctx)
 	if dir := os.Getenv("UPGRADE_RECORD"); dir != "" {
 		e.record(t, dir)
@@ -336,7 +340,8 @@ func (e *env) step(t *testing.T, name string, version map[string]string, soak ti
 		r.failed += len(workload.Failures(reqs))
 		for _, q := range reqs {
 			if !q.OK {
-				r.failures = append(r.failures, fmt.Sprintf("%s #%d at %s: %s", m.Name, q.Seq, time.UnixMilli(q.StartMs).UTC().Format("15:04:05.000"), q.Reason))
+				r.failures = append(r.failures, fmt.Sprintf("%s #%d at %s: %s%s", m.Name, q.Seq, stamp(time.UnixMilli(q.StartMs)), q.Reason,
+					e.nearestDNSEvent(m.Name, time.UnixMilli(q.StartMs), began, end)))
 			}
 		}
 		r.longestGap = max(r.longestGap, longestGap(reqs))
@@ -362,10 +367,31 @@ func (e *env) step(t *testing.T, name string, version map[string]string, soak ti
 		}
 	}
 	r.lost = e.watch.losses()[lostBefore:]
+	for _, ev := range e.watch.eventsBetween(began, end) {
+		t.Logf("  %s %s/%s %s", stamp(ev.at), ev.member, ev.pod, ev.what)
+	}
 	t.Logf("%s [%s]: rolled out in %s, converged %s later; %d requests, %d failed %v, longest gap %s; %d DNS questions, %d timed out, other failures %v; imports lost %v",
 		name, r.versions, r.took.Round(100*time.Millisecond), r.converge.Round(100*time.Millisecond), r.requests, r.failed, r.failures, r.longestGap,
 		r.questions, r.dnsTimeout, r.badAnswers, r.lost)
 	e.rows = append(e.rows, r)
+}
+
+// stamp is a time of day to the millisecond, UTC.
+func stamp(t time.Time) string { return t.UTC().Format("15:04:05.000") }
+
+// nearestDNSEvent says which change of member's CoreDNS pods came last before at, within [from, to), and how long
+// before; "" when none did.
+func (e *env) nearestDNSEvent(member string, at, from, to time.Time) string {
+	var last *podEvent
+	for _, ev := range e.watch.eventsBetween(from, to) {
+		if ev.member == member && !ev.at.After(at) {
+			last = &ev
+		}
+	}
+	if last == nil {
+		return ""
+	}
+	return fmt.Sprintf(" (%s after %s %s)", at.Sub(last.at).Round(10*time.Millisecond), last.pod, last.what)
 }
 
 // longestGap is the longest time between the starts of two answered requests in a row (the loop's interval when
@@ -457,6 +483,7 @@ type watcher struct {
 	mu      sync.Mutex
 	missing map[string]bool
 	lost    []string
+	events  []podEvent
 }
 
 func newWatcher(e *env) *watcher { return &watcher{e: e, missing: map[string]bool{}} }
@@ -492,13 +519,80 @@ func (w *watcher) run(ctx context.Context) {
 				}
 				w.mu.Lock()
 				if err != nil && !w.missing[key] {
-					w.lost = append(w.lost, fmt.Sprintf("%s at %s: %v", key, time.Now().UTC().Format("15:04:05.000"), err))
+					w.lost = append(w.lost, fmt.Sprintf("%s at %s: %v", key, stamp(time.Now()), err))
 				}
 				w.missing[key] = err != nil
 				w.mu.Unlock()
 			}
 		}
 	}
+}
+
+// podEvent is a change of one of a member's CoreDNS pods, when the watch brought it.
+type podEvent struct {
+	at          time.Time
+	member, pod string
+	what        string // "created", "ready", "terminating", "gone"
+}
+
+// followDNS records the changes of m's CoreDNS pods until ctx ends, watching them anew whenever a watch ends.
+func (w *watcher) followDNS(ctx context.Context, m *fleet.Member) {
+	type state struct{ ready, terminating bool }
+	seen := map[string]state{}
+	for ctx.Err() == nil {
+		wi, err := m.Kube.CoreV1().Pods("kube-system").Watch(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+		if err != nil {
+			// The member's API server is out of reach for now: try again in a second.
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		for ev := range wi.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			was, known := seen[p.Name]
+			now := state{ready: workload.PodReady(p), terminating: p.DeletionTimestamp != nil}
+			var what []string
+			switch {
+			case ev.Type == watch.Deleted:
+				what = append(what, "gone")
+				delete(seen, p.Name)
+			default:
+				if !known {
+					what = append(what, "seen")
+				}
+				if now.ready != was.ready {
+					what = append(what, map[bool]string{true: "ready", false: "not ready"}[now.ready])
+				}
+				if now.terminating && !was.terminating {
+					what = append(what, "terminating")
+				}
+				seen[p.Name] = now
+			}
+			w.mu.Lock()
+			for _, x := range what {
+				w.events = append(w.events, podEvent{at: time.Now(), member: m.Name, pod: p.Name, what: x})
+			}
+			w.mu.Unlock()
+		}
+	}
+}
+
+// eventsBetween are the CoreDNS pod changes in [from, to).
+func (w *watcher) eventsBetween(from, to time.Time) []podEvent {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var in []podEvent
+	for _, e := range w.events {
+		if !e.at.Before(from) && e.at.Before(to) {
+			in = append(in, e)
+		}
+	}
+	return in
 }
 
 // losses are the imports lost so far, each when it went and why.
