@@ -213,6 +213,21 @@ func (e *env) checkVersion(t *testing.T, m *fleet.Member, controller, dns string
 			t.Fatal(err)
 		}
 	}
+	// The rollout is over once the pods it replaced are gone too: a CoreDNS pod answers through its lameduck.
+	poll.T(t, timeout, m.Name+"'s replaced controller and CoreDNS pods gone", func() error {
+		for _, list := range []func(context.Context) ([]corev1.Pod, error){m.ControllerPods, m.DNSPods} {
+			pods, err := list(context.Background())
+			if err != nil {
+				return err
+			}
+			for _, p := range pods {
+				if p.DeletionTimestamp != nil {
+					return fmt.Errorf("%s still terminating", p.Name)
+				}
+			}
+		}
+		return nil
+	})
 }
 
 // deploy creates web in every member and db in the last, and exports them; web's export carries a label and an
