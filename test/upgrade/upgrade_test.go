@@ -9,9 +9,13 @@
 // its DNS and kube-proxy, and two DNS loops that ask its kube-dns Service for web's and db's names, once per
 // question, without retry; a watcher polls every member's imports of web and db. After each step, every member
 // exports a new Service at once and the time until every member imports them all is the step's time to converge:
-// records written by either version are read by the other.
+// records written by either version are read by the other. Once the first member is upgraded, it and the last
+// member, still on the previous release, each scale a service of socat pods (zero, exported by every member) to
+// nothing at once: the two releases publish an emptied service differently (an empty slice, or none), and every
+// importer must drop the endpoints within zeroBound.
 //
-// Expected, and asserted: no failed request, no DNS answer but an address, no import lost. UPGRADE_MEMBERS sets
+// Expected, and asserted: no failed request, no DNS question unanswered or answered without an address, no import
+// lost; but for the lookups the previous release's CoreDNS pods lose as they exit (previousPodLoss), reported apart. UPGRADE_MEMBERS sets
 // the members (default 2), UPGRADE_SOAK holds each step's mixed state that long before the next (default 0);
 // with UPGRADE_RESULTS set, the figures are written there as Markdown (`make bench-upgrade`). With UPGRADE_RECORD
 // set to a folder, the broker's objects, as the previous release wrote them once the clusterset has settled on it,
@@ -36,6 +40,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -84,6 +89,8 @@ type env struct {
 	watch    *watcher
 	probes   int
 	rows     []row
+	// zeroNote says how fast an emptied service left every importer, in the mixed clusterset.
+	zeroNote string
 }
 
 // row is one step's figures.
@@ -157,7 +164,7 @@ func TestRollingUpgrade(t *testing.T) {
 	controllerImage, dnsImage := shippedImage(t, "controller"), shippedImage(t, "coredns")
 	_, tag, _ := strings.Cut(controllerImage, ":")
 	current := "current (" + tag + ")"
-	for _, m := range f.Members {
+	for i, m := range f.Members {
 		e.step(t, "upgrade "+m.Name, version, soak, func() {
 			if _, err := m.Join(ctx, install.DNSReplace); err != nil {
 				t.Fatal(err)
@@ -165,6 +172,11 @@ func TestRollingUpgrade(t *testing.T) {
 			e.checkVersion(t, m, controllerImage, dnsImage)
 			version[m.Name] = current
 		})
+		if i == 0 {
+			// Mixed: the upgraded member and the last, still on the previous release, each empty a service.
+			e.zeroNote = e.zeroed(t, []*fleet.Member{m, last}, version)
+			t.Log(e.zeroNote)
+		}
 	}
 	e.step(t, "downgrade "+last.Name, version, soak, func() {
 		if _, err := last.JoinWith(ctx, rel.KubectlMCS, install.DNSReplace, rel.JoinArgs()...); err != nil {
@@ -238,6 +250,9 @@ func (e *env) deploy(t *testing.T, ctx context.Context) {
 			t.Fatal(err)
 		}
 	}
+	for _, m := range e.f.Members {
+		deployZero(t, ctx, m)
+	}
 	for _, s := range e.stables {
 		for _, m := range s.exporters {
 			if err := workload.Deploy(ctx, m.Client, ns, s.name, m.Name, 2, s.headless); err != nil {
@@ -253,6 +268,68 @@ func (e *env) deploy(t *testing.T, ctx context.Context) {
 			}
 		}
 	}
+}
+
+// deployZero runs zero in m, exported: one socat pod, which exits the moment it gets SIGTERM (zeroed scales it
+// to nothing).
+func deployZero(t *testing.T, ctx context.Context, m *fleet.Member) {
+	t.Helper()
+	tmpl := workload.SocatPod("zero", m.Name)
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "zero", Namespace: ns},
+		Spec: corev1.ServiceSpec{Selector: tmpl.Labels,
+			Ports: []corev1.ServicePort{{Name: "tcp", Protocol: corev1.ProtocolTCP, Port: workload.EchoPort, TargetPort: intstr.FromString("tcp")}}},
+	}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "zero", Namespace: ns},
+		Spec:       appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Template: tmpl, Selector: &metav1.LabelSelector{MatchLabels: tmpl.Labels}},
+	}
+	for _, o := range []client.Object{svc, d, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "zero"}}} {
+		if err := m.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// zeroBound is how long an importer may show endpoints of a service its exporter scaled to zero: this tree's
+// exporter publishes the emptied slice, applied at once; the previous release's withdraws it, which importers hold
+// back for a second or so (see the README's Locality and availability).
+const zeroBound = 15 * time.Second
+
+// zeroed scales zero to nothing in the given members at once, one on each release in a mixed clusterset, and
+// returns, per exporter, how long until no member imported a ready endpoint of it from that exporter: the two
+// forms of an emptied service (an empty broker slice, or a withdrawn one) read by importers of both releases.
+func (e *env) zeroed(t *testing.T, exporters []*fleet.Member, version map[string]string) string {
+	t.Helper()
+	ctx := context.Background()
+	poll.T(t, timeout, "every member imports zero whole", func() error {
+		for _, m := range e.f.Members {
+			if err := imported(ctx, m, stable{name: "zero", exporters: e.f.Members}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	start := time.Now()
+	for _, x := range exporters {
+		if err := workload.Scale(ctx, x.Client, ns, "zero", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out []string
+	for _, x := range exporters {
+		poll.T(t, zeroBound, fmt.Sprintf("no member imports a ready endpoint of zero from %s (%s)", x.Name, version[x.Name]), func() error {
+			for _, m := range e.f.Members {
+				if err := imported(ctx, m, stable{name: "zero", exporters: []*fleet.Member{x}}); err == nil {
+					return fmt.Errorf("%s still imports a ready endpoint of zero from %s", m.Name, x.Name)
+				}
+			}
+			return nil
+		})
+		out = append(out, fmt.Sprintf("%s (%s) scaled zero to nothing: no member imported its endpoints %.1f s later",
+			x.Name, version[x.Name], time.Since(start).Seconds()))
+	}
+	return strings.Join(out, "; ")
 }
 
 // startLoops starts, in every member, the request loop to web and the DNS loops for web's and db's names, and
@@ -702,6 +779,7 @@ func (e *env) writeResults(t *testing.T, members int, soak time.Duration) {
 			r.converge.Seconds(), r.requests, r.failed, r.longestGap.Milliseconds(), r.questions, r.dnsTimeout,
 			orNone(r.badAnswers), r.previousPods, orNone(r.lost))
 	}
+	fmt.Fprintf(&b, "\nAn emptied service in the mixed clusterset (after the first upgrade): %s.\n", e.zeroNote)
 	b.WriteString("\nFailed requests and lookups, each with the last change of its member's CoreDNS pods before it:\n\n")
 	for _, r := range e.rows {
 		for _, f := range r.failures {
