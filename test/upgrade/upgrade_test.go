@@ -113,8 +113,6 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Skip(err)
 	}
 	ctrl.SetLogger(logr.Discard())
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
 	members := fleet.Runs(t, "UPGRADE_MEMBERS")
 	if members < 2 {
 		members = 2
@@ -127,7 +125,7 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	rel, err := fleet.BuildRelease(ctx, previousRelease, os.Stderr)
+	rel, err := fleet.BuildRelease(context.Background(), previousRelease, os.Stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,6 +138,10 @@ func TestRollingUpgrade(t *testing.T) {
 		o.ClusterSet.Images = append(o.ClusterSet.Images, rel.Images...)
 	})
 	t.Logf("fleet of %d members x 1 node on %s up in %s", members, rel.Tag, time.Since(start).Round(100*time.Millisecond))
+	// Registered after the fleet's: the loops, watches and pollers end before the fleet stops (an API server waits
+	// for its watches and log streams as it stops).
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
 	e := &env{f: f, rel: rel, loops: map[string]*workload.Loop{}, dnsLoops: map[string]map[string]*workload.Loop{}}
 	version := map[string]string{}
 	for _, m := range f.Members {
