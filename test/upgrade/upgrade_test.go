@@ -91,6 +91,8 @@ type env struct {
 	rows     []row
 	// zeroNote says how fast an emptied service left every importer, in the mixed clusterset.
 	zeroNote string
+	// lastEnd is when the last step's figures end.
+	lastEnd time.Time
 }
 
 // row is one step's figures.
@@ -99,8 +101,8 @@ type row struct {
 	took, converge   time.Duration
 	requests, failed int
 	failures         []string // member, request, when and why
-	// previousPods are the failed requests and DNS questions that began within previousPodWindow of a previous
-	// release's CoreDNS pod in the same member stopping (see previousPodLoss); the rest must be 0.
+	// previousPods are the failed requests and DNS questions set down to a previous release's CoreDNS pod in the
+	// same member stopping (previousPodLoss); the rest must be 0.
 	previousPods          int
 	longestGap            time.Duration
 	questions, dnsTimeout int
@@ -113,9 +115,12 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Skip(err)
 	}
 	ctrl.SetLogger(logr.Discard())
-	members := fleet.Runs(t, "UPGRADE_MEMBERS")
-	if members < 2 {
-		members = 2
+	members := 2
+	if v := os.Getenv("UPGRADE_MEMBERS"); v != "" {
+		var err error
+		if members, err = strconv.Atoi(v); err != nil || members < 2 {
+			t.Fatalf("UPGRADE_MEMBERS=%q: want 2 or more", v)
+		}
 	}
 	soak := time.Duration(0)
 	if v := os.Getenv("UPGRADE_SOAK"); v != "" {
@@ -411,6 +416,11 @@ func (e *env) allLoops() []*workload.Loop {
 func (e *env) step(t *testing.T, name string, version map[string]string, soak time.Duration, do func()) {
 	t.Helper()
 	began := time.Now()
+	// The figures span from the end of the step before, so that no request goes uncounted.
+	from := began
+	if !e.lastEnd.IsZero() {
+		from = e.lastEnd
+	}
 	lostBefore := len(e.watch.losses())
 	if do != nil {
 		do()
@@ -423,6 +433,7 @@ func (e *env) step(t *testing.T, name string, version map[string]string, soak ti
 		<-hold.C
 	}
 	end := time.Now()
+	e.lastEnd = end
 	r := row{step: name, took: rolled.Sub(began), converge: converged}
 	var vs []string
 	for _, m := range e.f.Members {
@@ -430,7 +441,7 @@ func (e *env) step(t *testing.T, name string, version map[string]string, soak ti
 	}
 	r.versions = strings.Join(vs, ", ")
 	for _, m := range e.f.Members {
-		reqs, err := e.loops[m.Name].Settled(context.Background(), began.UnixMilli(), end.UnixMilli(), timeout)
+		reqs, err := e.loops[m.Name].Settled(context.Background(), from.UnixMilli(), end.UnixMilli(), timeout)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -440,8 +451,8 @@ func (e *env) step(t *testing.T, name string, version map[string]string, soak ti
 				continue
 			}
 			at := time.UnixMilli(q.StartMs)
-			desc := fmt.Sprintf("%s #%d at %s: %s%s", m.Name, q.Seq, stamp(at), q.Reason, e.nearestDNSEvent(m.Name, at, began, end))
-			if e.previousPodLoss(m.Name, q, began, end) {
+			desc := fmt.Sprintf("%s #%d at %s: %s%s", m.Name, q.Seq, stamp(at), q.Reason, e.nearestDNSEvent(m.Name, at, from, end))
+			if e.previousPodLoss(m.Name, q, from, end) {
 				r.previousPods++
 				desc += " [previous release's CoreDNS pod stopping]"
 			} else {
@@ -451,7 +462,7 @@ func (e *env) step(t *testing.T, name string, version map[string]string, soak ti
 		}
 		r.longestGap = max(r.longestGap, longestGap(reqs))
 		for _, s := range e.stables {
-			qs, err := e.dnsLoops[m.Name][s.name].Settled(context.Background(), began.UnixMilli(), end.UnixMilli(), timeout)
+			qs, err := e.dnsLoops[m.Name][s.name].Settled(context.Background(), from.UnixMilli(), end.UnixMilli(), timeout)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -461,11 +472,11 @@ func (e *env) step(t *testing.T, name string, version map[string]string, soak ti
 				if !q.OK {
 					at := time.UnixMilli(q.StartMs)
 					r.failures = append(r.failures, fmt.Sprintf("%s's DNS loop for %s #%d at %s: %s%s", m.Name, s.name, q.Seq, stamp(at), q.Reason,
-						e.nearestDNSEvent(m.Name, at, began, end)))
+						e.nearestDNSEvent(m.Name, at, from, end)))
 				}
 				switch {
 				case q.OK:
-				case e.previousPodLoss(m.Name, q, began, end):
+				case e.previousPodLoss(m.Name, q, from, end):
 					r.previousPods++
 				case q.Reason == "timeout" || q.Reason == "dns":
 					r.dnsTimeout++
@@ -479,7 +490,7 @@ func (e *env) step(t *testing.T, name string, version map[string]string, soak ti
 		}
 	}
 	r.lost = e.watch.losses()[lostBefore:]
-	for _, ev := range e.watch.eventsBetween(began, end) {
+	for _, ev := range e.watch.eventsBetween(from, end) {
 		t.Logf("  %s %s/%s %s", stamp(ev.at), ev.member, ev.pod, ev.what)
 	}
 	t.Logf("%s [%s]: rolled out in %s, converged %s later; %d requests, %d failed, %d lost to the previous release's CoreDNS pods stopping %v, longest gap %s; %d DNS questions, %d unanswered, other failures %v; imports lost %v",
@@ -773,7 +784,8 @@ func (e *env) writeResults(t *testing.T, members int, soak time.Duration) {
 		"web (ClusterSetIP), the last also db (headless). In each member, a request every %s from a pod to "+
 		"web.%s.svc.clusterset.local:%d (name resolved for each, 1 s per request, through kube-proxy), and a DNS question "+
 		"every %s for web's and for db's name to its kube-dns Service (UDP, one try, 1 s). After each step every member "+
-		"exports a new Service; converged is when every member imports them all. Each step is held %s more.\n\n",
+		"exports a new Service; converged is when every member imports them all. Each step is held %s more; its figures run "+
+		"from the end of the step before (the emptied service of the mixed check counts in the step after it).\n\n",
 		time.Now().UTC().Format(time.RFC3339), members, e.rel.Tag, e.rel.Commit, interval, ns, workload.EchoPort, interval, soak)
 	b.WriteString("| step | versions after it | rolled out in | converged after | requests | failed | longest gap | DNS questions | unanswered | NXDOMAIN, SERVFAIL or no address | lost to a previous-release CoreDNS pod stopping | imports lost |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range e.rows {
