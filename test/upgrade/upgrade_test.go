@@ -452,9 +452,9 @@ func (e *env) step(t *testing.T, name string, version map[string]string, soak ti
 			}
 			at := time.UnixMilli(q.StartMs)
 			desc := fmt.Sprintf("%s #%d at %s: %s%s", m.Name, q.Seq, stamp(at), q.Reason, e.nearestDNSEvent(m.Name, at, from, end))
-			if e.previousPodLoss(m.Name, q, from, end) {
+			if p := e.previousPod(m.Name, q, from, end); p != "" {
 				r.previousPods++
-				desc += " [previous release's CoreDNS pod stopping]"
+				desc += " [" + p + "]"
 			} else {
 				r.failed++
 			}
@@ -471,8 +471,12 @@ func (e *env) step(t *testing.T, name string, version map[string]string, soak ti
 			for _, q := range qs {
 				if !q.OK {
 					at := time.UnixMilli(q.StartMs)
-					r.failures = append(r.failures, fmt.Sprintf("%s's DNS loop for %s #%d at %s: %s%s", m.Name, s.name, q.Seq, stamp(at), q.Reason,
-						e.nearestDNSEvent(m.Name, at, from, end)))
+					desc := fmt.Sprintf("%s's DNS loop for %s #%d at %s: %s%s", m.Name, s.name, q.Seq, stamp(at), q.Reason,
+						e.nearestDNSEvent(m.Name, at, from, end))
+					if p := e.previousPod(m.Name, q, from, end); p != "" {
+						desc += " [" + p + "]"
+					}
+					r.failures = append(r.failures, desc)
 				}
 				switch {
 				case q.OK:
@@ -515,17 +519,23 @@ const (
 // leaves the endpoints first (plugin/multicluster's Ready, the Deployment's readiness probe); nothing applied at
 // upgrade time changes how the previous release's running pods leave.
 func (e *env) previousPodLoss(member string, q workload.Request, from, to time.Time) bool {
+	return e.previousPod(member, q, from, to) != ""
+}
+
+// previousPod names the stopping pod of the previous release that previousPodLoss sets q down to, with how far
+// apart they were, or returns "".
+func (e *env) previousPod(member string, q workload.Request, from, to time.Time) string {
 	if q.OK || q.Reason != "dns" && q.Reason != "timeout" {
-		return false
+		return ""
 	}
 	at := time.UnixMilli(q.StartMs)
 	for _, ev := range e.watch.eventsBetween(from.Add(-previousPodAfter), to.Add(previousPodBefore)) {
 		if ev.member == member && ev.image == e.rel.DNSImage && (ev.what == "not ready" || ev.what == "gone") &&
 			at.After(ev.at.Add(-previousPodBefore)) && at.Before(ev.at.Add(previousPodAfter)) {
-			return true
+			return fmt.Sprintf("previous release's %s %s at %s", ev.pod, ev.what, stamp(ev.at))
 		}
 	}
-	return false
+	return ""
 }
 
 // stamp is a time of day to the millisecond, UTC.
