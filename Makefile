@@ -9,7 +9,7 @@ STATICCHECK    := $(TOOLS_CACHE)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # Integration tests start real control planes; on 2 cores a whole run takes several minutes.
 TEST_TIMEOUT   ?= 30m
 
-.PHONY: help tools build test lint fuzz generate helm-chart up down fault demo bench-memberloss bench-takeover chaos bench-dns bench-sync bench-fleet manifests images conformance
+.PHONY: help tools build test lint fuzz generate helm-chart up down fault demo bench-memberloss bench-takeover bench-upgrade chaos bench-dns bench-sync bench-fleet manifests images conformance
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -77,6 +77,9 @@ chaos: tools images ## faults drawn at random, one every 5 s for CHAOS_DURATION 
 
 bench-takeover: tools images ## controller and CoreDNS replicas lost with traffic, deleted and force-deleted, 5 runs: test/bench/results/takeover.md
 	TAKEOVER_RUNS=5 TAKEOVER_RESULTS=$(CURDIR)/test/bench/results/takeover.md $(GO) test -count=1 -timeout 60m -run TestTakeover -v ./test/takeover/
+
+bench-upgrade: tools images ## rolling upgrade from the previous release and back, 3 members, each step held 30 s, with traffic and DNS loops: test/bench/results/upgrade.md
+	UPGRADE_MEMBERS=3 UPGRADE_SOAK=30s UPGRADE_RESULTS=$(CURDIR)/test/bench/results/upgrade.md $(GO) test -count=1 -timeout 60m -run TestRollingUpgrade -v ./test/upgrade/
 
 bench-dns: tools ## DNS benchmark: our CoreDNS vs stock CoreDNS 1.15.0 on the same data; writes test/bench/results/dns.md and its charts
 	$(GO) run ./test/bench/dnsbench -out test/bench/results/dns.md

@@ -426,3 +426,22 @@ func BenchmarkServeDNS(b *testing.B) {
 		}
 	}
 }
+
+// TestNotReadyOnceStopping: from the stop signal on, the server reports not Ready, so that its pod leaves the
+// Service's endpoints, and still answers, for the lameduck period.
+func TestNotReadyOnceStopping(t *testing.T) {
+	m, synced := testPlugin(t, fall.F{})
+	synced.Store(true)
+	if !m.Ready() {
+		t.Fatal("not ready after the source synced")
+	}
+	t.Cleanup(func() { stopping.Store(false) })
+	// What caddy emits on SIGTERM before it runs any shutdown callback.
+	caddy.EmitEvent(caddy.ShutdownEvent, "SIGTERM")
+	if m.Ready() {
+		t.Error("still ready once stopping")
+	}
+	if rcode, msg := serve(t, m, "web.ns.svc.clusterset.local.", dns.TypeA); rcode != dns.RcodeSuccess || msg == nil || len(msg.Answer) != 1 {
+		t.Errorf("once stopping: rcode %d, reply %v; want the answer still", rcode, msg)
+	}
+}

@@ -6,7 +6,8 @@
 //   - stable services: web-a exported by cluster-a alone, web-b by cluster-b alone; nothing changes them;
 //   - a request loop per member, from a pod, to the other member's stable service by its clusterset name (each
 //     request resolves the name and goes through kube-proxy), every 100 ms;
-//   - a DNS loop per member, from a pod, asking for both stable names in turn, every 100 ms;
+//   - a DNS loop per member, from a pod, asking its DNS Service (kube-proxy picks a CoreDNS replica) for both
+//     stable names in turn, one question every 100 ms, without retrying;
 //   - export churn: each member exports and withdraws Services churn-<member>-<n> at random, every 2 s;
 //   - endpoint churn: each member rewrites the endpoints of its exported Service ep-<member> every 2 s.
 //
@@ -28,6 +29,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"strconv"
 	"testing"
@@ -142,7 +144,7 @@ func (r *run) setUp(ctx context.Context) {
 		other := r.other(m)
 		req := workload.LoopPod("requests", ns, fmt.Sprintf("%s.%s.svc.clusterset.local:%d", stableName(other), ns, workload.EchoPort), loopEvery, 2*time.Hour)
 		names := []string{stableFQDN(r.a), stableFQDN(r.b)}
-		lookups := workload.DNSLoopPod("lookups", ns, names, loopEvery, 2*time.Hour)
+		lookups := workload.DNSLoopPod("lookups", ns, netip.AddrPortFrom(m.DNSServiceIP, 53).String(), names, loopEvery, 2*time.Hour)
 		for _, p := range []*corev1.Pod{req, lookups} {
 			l, err := workload.StartLoop(ctx, m.Kube, p, timeout)
 			if err != nil {

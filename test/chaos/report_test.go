@@ -29,8 +29,8 @@ type loopFigures struct {
 	nxdomain, servfail []string       // names that answered so
 }
 
-// figures computes a loop's figures over [from, to).
-func (r *run) figures(member, name string, l *workload.Loop, from, to time.Time) loopFigures {
+// figures computes a loop's figures over [from, to); a DNS loop's questions are for names, in turn.
+func (r *run) figures(member, name string, l *workload.Loop, names []string, from, to time.Time) loopFigures {
 	reqs := l.Requests(from.UnixMilli(), to.UnixMilli())
 	f := loopFigures{name: member + "/" + name, sent: len(reqs), reasons: map[string]int{}}
 	if len(reqs) == 0 {
@@ -44,11 +44,14 @@ func (r *run) figures(member, name string, l *workload.Loop, from, to time.Time)
 			continue
 		}
 		f.failed++
-		reason, _, _ := strings.Cut(q.Reason, ":")
-		f.reasons[reason]++
+		f.reasons[q.Reason]++
 		at := time.UnixMilli(q.StartMs)
-		what := fmt.Sprintf("#%d %s at %s, during: %s", q.Seq, q.Reason, at.Format("15:04:05.000"), strings.Join(r.activeAt(at), "; "))
-		switch reason {
+		what := fmt.Sprintf("#%d %s at %s", q.Seq, q.Reason, at.Format("15:04:05.000"))
+		if len(names) > 0 {
+			what = fmt.Sprintf("#%d %s for %s at %s", q.Seq, q.Reason, names[(q.Seq-1)%len(names)], at.Format("15:04:05.000"))
+		}
+		what += ", during: " + strings.Join(r.activeAt(at), "; ")
+		switch q.Reason {
 		case "nxdomain":
 			f.nxdomain = append(f.nxdomain, what)
 		case "servfail":
@@ -102,7 +105,11 @@ func (r *run) report(w *watcher, chaosStart, lastFault time.Time, converged time
 	var loops []loopFigures
 	for _, key := range slices.Sorted(maps.Keys(r.loops)) {
 		member, name, _ := strings.Cut(key, "/")
-		loops = append(loops, r.figures(member, name, r.loops[key], chaosStart, end))
+		var names []string
+		if name == "lookups" {
+			names = []string{stableFQDN(r.a), stableFQDN(r.b)}
+		}
+		loops = append(loops, r.figures(member, name, r.loops[key], names, chaosStart, end))
 	}
 	errs := w.errorsByCause()
 	writes := w.totalWrites()

@@ -44,6 +44,11 @@ type Options struct {
 	// (Member.BrokerKubeconfigPath), rather than the broker administrator's kubeconfig. With nodes, members
 	// always have their own.
 	BrokerIdentities bool
+	// KubectlMCS, with nodes, is a kubectl-mcs binary that installs the product (broker init, then join for every
+	// member) instead of this tree's command run in process: a previous release's, say (BuildRelease), for a
+	// fleet that starts on it. JoinArgs are more flags for those joins, such as its images (Release.JoinArgs).
+	KubectlMCS string
+	JoinArgs   []string
 	// Monitoring, with nodes, runs a Prometheus that scrapes every controller, CoreDNS and kube-proxy and loads the
 	// alert rules (prometheus.go), at PrometheusURL.
 	Monitoring bool

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -141,7 +142,7 @@ func (f *Fleet) install(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for i, m := range f.Members {
 		wg.Go(func() {
-			if _, errs[i] = m.Join(ctx, install.DNSReplace); errs[i] != nil {
+			if _, errs[i] = m.JoinWith(ctx, f.opts.KubectlMCS, install.DNSReplace, f.opts.JoinArgs...); errs[i] != nil {
 				errs[i] = fmt.Errorf("fleet: installing on %s: %w", m.Name, errs[i])
 			}
 		})
@@ -164,22 +165,39 @@ func (f *Fleet) brokerInit(ctx context.Context) error {
 		return err
 	}
 	f.BrokerInfoPath = filepath.Join(f.dir, "broker-info.yaml")
-	_, err = f.KubectlMCS(ctx, "--context", clusterset.BrokerName, "broker", "init", "--clusterset", f.Members[0].SetName, "--broker-info", f.BrokerInfoPath)
+	_, err = f.kubectlMCSWith(ctx, f.opts.KubectlMCS, "--context", clusterset.BrokerName, "broker", "init", "--clusterset", f.Members[0].SetName, "--broker-info", f.BrokerInfoPath)
 	return err
 }
 
 // KubectlMCS runs `kubectl mcs` in process on the fleet's kubeconfig (every member's context and the broker's, by
 // name), writing its output to the fleet's log, and returns that output, and its error with the output.
 func (f *Fleet) KubectlMCS(ctx context.Context, args ...string) (string, error) {
+	return f.kubectlMCSWith(ctx, "", args...)
+}
+
+// kubectlMCSWith is KubectlMCS run by the kubectl-mcs binary bin, or in process when bin is "".
+func (f *Fleet) kubectlMCSWith(ctx context.Context, bin string, args ...string) (string, error) {
 	var out bytes.Buffer
-	cmd := cli.NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &out})
-	cmd.SetArgs(append([]string{"--kubeconfig", f.KubeconfigPath}, args...))
-	err := cmd.ExecuteContext(ctx)
+	args = append([]string{"--kubeconfig", f.KubeconfigPath}, args...)
+	var err error
+	if bin == "" {
+		cmd := cli.NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &out})
+		cmd.SetArgs(args)
+		err = cmd.ExecuteContext(ctx)
+	} else {
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err = cmd.Run()
+	}
+	name := "kubectl mcs"
+	if bin != "" {
+		name = bin
+	}
 	if f.opts.Log != nil {
-		fmt.Fprintf(f.opts.Log, "$ kubectl mcs %s\n%s", strings.Join(args, " "), out.String())
+		fmt.Fprintf(f.opts.Log, "$ %s %s\n%s", name, strings.Join(args[2:], " "), out.String())
 	}
 	if err != nil {
-		return out.String(), fmt.Errorf("kubectl mcs %s: %w\n%s", strings.Join(args, " "), err, out.String())
+		return out.String(), fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args[2:], " "), err, out.String())
 	}
 	return out.String(), nil
 }
@@ -187,8 +205,15 @@ func (f *Fleet) KubectlMCS(ctx context.Context, args ...string) (string, error) 
 // Join runs `kubectl mcs join` for the member in a DNS mode, with its cluster id, waits until its controller,
 // with the fleet's flags, and its DNS are available, and returns join's output.
 func (m *Member) Join(ctx context.Context, dnsMode string) (string, error) {
-	out, err := m.fleet.KubectlMCS(ctx, "--context", m.Name, "join", "--broker-info", m.fleet.BrokerInfoPath, "--cluster-id", m.ID,
-		"--dns", dnsMode, "--wait", installTimeout.String())
+	return m.JoinWith(ctx, "", dnsMode)
+}
+
+// JoinWith is Join run by the kubectl-mcs binary bin (a previous release's, say, which installs that release's
+// manifests), or in process when bin is "", with more join flags: joined again, a member is upgraded or
+// downgraded to what bin installs, as a user does it.
+func (m *Member) JoinWith(ctx context.Context, bin, dnsMode string, args ...string) (string, error) {
+	out, err := m.fleet.kubectlMCSWith(ctx, bin, append([]string{"--context", m.Name, "join", "--broker-info", m.fleet.BrokerInfoPath, "--cluster-id", m.ID,
+		"--dns", dnsMode, "--wait", installTimeout.String()}, args...)...)
 	if err != nil {
 		return out, err
 	}

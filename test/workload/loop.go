@@ -29,12 +29,13 @@ func LoopPod(name, namespace, target string, interval, duration time.Duration) *
 	return p
 }
 
-// DNSLoopPod is a pod that runs `serve loop -proto dns`: it resolves names, each in turn, through the pod's DNS,
-// one lookup every interval, for at most duration. Names ending in a dot skip the pod's search domains.
-func DNSLoopPod(name, namespace string, names []string, interval, duration time.Duration) *corev1.Pod {
-	p := ClientPod(name, namespace)
-	p.Spec.Containers[0].Command = []string{nodeimages.ServeBin, "loop", "-proto", "dns", "-target", strings.Join(names, ","),
-		"-interval", interval.String(), "-timeout", "1s", "-duration", duration.String()}
+// DNSLoopPod is a pod that runs `serve loop -proto dns`: it asks server (host:port) for the A records of names,
+// each in turn, one UDP question every interval and no retry, for at most duration; a failure's reason is the
+// answer's rcode (nxdomain, servfail, nodata, ...) or timeout. Request seq asks names[(seq-1) % len(names)].
+func DNSLoopPod(name, namespace, server string, names []string, interval, duration time.Duration) *corev1.Pod {
+	p := LoopPod(name, namespace, server, interval, duration)
+	// The flag package takes the last -proto.
+	p.Spec.Containers[0].Command = append(p.Spec.Containers[0].Command, "-proto", "dns", "-name", strings.Join(names, ","))
 	return p
 }
 

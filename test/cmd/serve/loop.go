@@ -12,11 +12,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/miekg/dns"
 )
 
 type loopConfig struct {
 	target, proto     string
-	names             []string // with proto dns: the names target lists
+	names             []string // with proto dns, the names asked for, in turn
 	interval, timeout time.Duration
 	count             int           // 0: no limit
 	duration          time.Duration // 0: no limit
@@ -101,7 +103,7 @@ func orDash(s string) string {
 
 func request(ctx context.Context, cfg loopConfig, client *http.Client, seq int) loopResult {
 	if cfg.proto == "dns" {
-		return lookup(ctx, cfg.names, seq)
+		return requestDNS(ctx, cfg.target, cfg.names[(seq-1)%len(cfg.names)])
 	}
 	host, port, _ := splitTarget(cfg.target) // checked with the flags
 	if net.ParseIP(host) == nil {
@@ -140,37 +142,6 @@ func request(ctx context.Context, cfg loopConfig, client *http.Client, seq int) 
 		return failure("read", err)
 	}
 	return parseReply(reply, payload)
-}
-
-// lookup asks the system resolver for the addresses of one of names, each in turn (seq counts from 1). The
-// result's cluster is the name asked and its pod the number of addresses; a failure's reason says how the name
-// failed and which: "nxdomain:NAME" and the like.
-func lookup(ctx context.Context, names []string, seq int) loopResult {
-	name := names[(seq-1)%len(names)]
-	addrs, err := net.DefaultResolver.LookupHost(ctx, name)
-	if err == nil && len(addrs) == 0 {
-		return loopResult{reason: "empty:" + name}
-	}
-	if err != nil {
-		return loopResult{reason: lookupFailure(err) + ":" + name}
-	}
-	return loopResult{cluster: name, pod: strconv.Itoa(len(addrs))}
-}
-
-// lookupFailure names how a lookup failed: the name does not exist, a server failed or refused it (Go's
-// resolver reports SERVFAIL and REFUSED alike, after trying every server), no answer came in time, or another
-// error.
-func lookupFailure(err error) string {
-	var dnsErr *net.DNSError
-	switch {
-	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
-		return "nxdomain"
-	case errors.As(err, &dnsErr) && dnsErr.IsTimeout, errors.Is(err, context.DeadlineExceeded):
-		return "timeout"
-	case errors.As(err, &dnsErr) && dnsErr.Err == "server misbehaving":
-		return "servfail"
-	}
-	return "dns"
 }
 
 func requestHTTP(ctx context.Context, client *http.Client, addr, target string) loopResult {
@@ -221,4 +192,30 @@ func parseReply(reply, wantEcho string) loopResult {
 		return loopResult{reason: "bad-reply"}
 	}
 	return loopResult{cluster: cluster, pod: pod}
+}
+
+// requestDNS asks server (host:port) once over UDP for the A records of name: ok with the name as the cluster field
+// and the first address as the pod field, or the answer's rcode (nxdomain, servfail, rcode-N), nodata (NOERROR without an address), or a
+// transport failure, as the reason. Unlike a stub resolver it does not retry, so that each question counts.
+func requestDNS(ctx context.Context, server, name string) loopResult {
+	q := new(dns.Msg).SetQuestion(dns.Fqdn(name), dns.TypeA)
+	r, _, err := new(dns.Client).ExchangeContext(ctx, q, server)
+	if err != nil {
+		return failure("dns", err)
+	}
+	switch r.Rcode {
+	case dns.RcodeSuccess:
+	case dns.RcodeNameError:
+		return loopResult{reason: "nxdomain"}
+	case dns.RcodeServerFailure:
+		return loopResult{reason: "servfail"}
+	default:
+		return loopResult{reason: "rcode-" + strconv.Itoa(r.Rcode)}
+	}
+	for _, rr := range r.Answer {
+		if a, ok := rr.(*dns.A); ok {
+			return loopResult{cluster: name, pod: a.A.String()}
+		}
+	}
+	return loopResult{reason: "nodata"}
 }

@@ -5,8 +5,7 @@
 // Usage:
 //
 //	serve [-cluster NAME] [-pod NAME] [-tcp ADDR] [-udp ADDR] [-http ADDR]
-//	serve loop -target HOST:PORT [-proto tcp|udp|http] [-interval D] [-timeout D] [-count N] [-duration D]
-//	serve loop -proto dns -target NAME[,NAME...] [-interval D] [-timeout D] [-count N] [-duration D]
+//	serve loop -target HOST:PORT [-proto tcp|udp|http|dns] [-name NAME[,NAME...]] [-interval D] [-timeout D] [-count N] [-duration D]
 //
 // # Server
 //
@@ -41,6 +40,10 @@
 //
 //	summary sent=<n> ok=<n> failed=<n>
 //
+// With -proto dns, -target is a DNS server and each request asks it once over UDP, without retrying, for the A
+// records of a name of -name's comma-separated list, each in turn (request seq asks name (seq-1) mod the list's
+// length): an answer with an address is ok, with the name as the cluster and the first address as the pod.
+//
 // seq counts from 1. Latency has three decimals and includes name resolution. An empty cluster or pod name is
 // written as "-". A reason is one of:
 //
@@ -51,15 +54,10 @@
 //	timeout    -timeout passed while connecting, sending or waiting for the reply
 //	bad-reply  the reply is not an identity line, or echoes something other than what was sent
 //	http-<n>   the HTTP status was n, not 200
-//
-// With -proto dns, the loop only resolves: each request asks the system resolver for the next name of -target's
-// list, in turn, and its line is
-//
-//	<seq> <start, unix milliseconds> ok <name> <number of addresses> <latency ms>
-//	<seq> <start, unix milliseconds> fail <reason>:<name> <latency ms>
-//
-// where the reason is nxdomain (the name does not exist), servfail (the servers failed or refused it), timeout,
-// empty (no address) or dns (any other error).
+//	nxdomain   (dns) the server answered NXDOMAIN
+//	servfail   (dns) the server answered SERVFAIL
+//	rcode-<n>  (dns) the server answered another error rcode n
+//	nodata     (dns) the server answered NOERROR without an A record
 //
 // The loop exits 0 whatever its requests did; both modes exit 1 on bad flags.
 package main
@@ -82,8 +80,7 @@ import (
 const (
 	serverUsage = "usage: serve [-cluster NAME] [-pod NAME] [-tcp ADDR] [-udp ADDR] [-http ADDR]\n" +
 		"       serve loop -h for the client loop\n"
-	loopUsage = "usage: serve loop -target HOST:PORT [-proto tcp|udp|http] [-interval D] [-timeout D] [-count N] [-duration D]\n" +
-		"       serve loop -proto dns -target NAME[,NAME...] [-interval D] [-timeout D] [-count N] [-duration D]\n"
+	loopUsage = "usage: serve loop -target HOST:PORT [-proto tcp|udp|http|dns] [-name NAME[,NAME...]] [-interval D] [-timeout D] [-count N] [-duration D]\n"
 
 	maxCount    = 1_000_000
 	maxDuration = 24 * time.Hour
@@ -186,8 +183,9 @@ func parseServerFlags(args []string, stderr io.Writer) (serverConfig, error) {
 func parseLoopFlags(args []string, stderr io.Writer) (loopConfig, error) {
 	cfg := loopConfig{}
 	fs := newFlagSet("serve loop", loopUsage, stderr)
-	fs.StringVar(&cfg.target, "target", "", "`host:port` to send requests to, or with -proto dns the names to resolve, comma-separated (required)")
-	fs.StringVar(&cfg.proto, "proto", "tcp", "protocol: tcp, udp, http, or dns (lookups only)")
+	fs.StringVar(&cfg.target, "target", "", "`host:port` to send requests to (required)")
+	fs.StringVar(&cfg.proto, "proto", "tcp", "protocol: tcp, udp, http or dns")
+	name := fs.String("name", "", "with -proto dns, the `names` (comma-separated) whose A records the requests ask -target for, in turn")
 	fs.DurationVar(&cfg.interval, "interval", 50*time.Millisecond, "time between request starts")
 	fs.DurationVar(&cfg.timeout, "timeout", time.Second, "limit per request, resolution to reply")
 	fs.IntVar(&cfg.count, "count", 0, "stop after `N` requests (at most 1000000)")
@@ -195,20 +193,22 @@ func parseLoopFlags(args []string, stderr io.Writer) (loopConfig, error) {
 	if err := parseFlags(fs, args); err != nil {
 		return cfg, err
 	}
+	if *name != "" {
+		cfg.names = strings.Split(*name, ",")
+	}
 	if cfg.target == "" {
 		return cfg, errors.New("loop: -target is required")
 	}
-	if cfg.proto == "dns" {
-		cfg.names = strings.Split(cfg.target, ",")
-		if slices.Contains(cfg.names, "") {
-			return cfg, fmt.Errorf("loop: -target %q: an empty name", cfg.target)
-		}
-	} else if _, _, err := splitTarget(cfg.target); err != nil {
+	if _, _, err := splitTarget(cfg.target); err != nil {
 		return cfg, fmt.Errorf("loop: -target: %w", err)
 	}
 	switch {
-	case !slices.Contains([]string{"tcp", "udp", "http", "dns"}, cfg.proto):
+	case cfg.proto != "tcp" && cfg.proto != "udp" && cfg.proto != "http" && cfg.proto != "dns":
 		return cfg, fmt.Errorf("loop: -proto %q is not tcp, udp, http or dns", cfg.proto)
+	case (cfg.proto == "dns") != (*name != ""):
+		return cfg, errors.New("loop: -name goes with -proto dns, which needs it")
+	case *name != "" && slices.Contains(strings.Split(*name, ","), ""):
+		return cfg, fmt.Errorf("loop: -name %q: an empty name", *name)
 	case cfg.interval < 0:
 		return cfg, errors.New("loop: -interval is negative")
 	case cfg.timeout <= 0:
