@@ -226,14 +226,14 @@ var (
 	digits = regexp.MustCompile(`[0-9]+`)
 )
 
-// cause is an error's cause, as a reader would group it: its innermost phrase (the last part after ": " that
-// has words, not an id alone), with numbers written N.
+// cause is an error's cause, as a reader would group it: its innermost part (after the last ": ") that is not
+// empty or an object's UID alone, with UIDs written UID and numbers N.
 func cause(s string) string {
 	parts := strings.Split(s, ": ")
 	c := parts[len(parts)-1]
 	for i := len(parts) - 1; i >= 0; i-- {
-		if strings.Contains(strings.TrimSpace(parts[i]), " ") {
-			c = parts[i]
+		if p := strings.TrimSpace(parts[i]); p != "" && !uids.MatchString(p) || strings.Contains(p, " ") {
+			c = p
 			break
 		}
 	}
@@ -262,6 +262,7 @@ func TestCountErrors(t *testing.T) {
 2026-11-26T08:20:03.000000000Z stderr F  > controller="serviceimport" namespace="chaos"
 2026-11-26T08:20:04.000000000Z stderr F E1126 08:20:04.000000       1 controller.go:474] "Reconciler error" err="dial tcp 10.254.0.1:99: connect: connection refused" controller="serviceexport"
 2026-11-26T08:20:05.000000000Z stderr F E1126 08:20:05.000000       1 controller.go:474] "Reconciler error" err="Precondition failed: UID in precondition: 0d1f2e3c-4b5a-6978-8a9b-0c1d2e3f4a5b, UID in object meta: " controller="serviceexport"
+2026-11-26T08:20:06.000000000Z stderr F E1126 08:20:06.000000       1 controller.go:474] "Reconciler error" err="Post \"https://10.254.0.1:123/apis/x\": EOF" controller="serviceexport"
 `
 	path := filepath.Join(t.TempDir(), "0.log")
 	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
@@ -271,6 +272,7 @@ func TestCountErrors(t *testing.T) {
 	want := map[string]int{
 		"serviceexport: connection refused":      2,
 		"serviceexport: UID, UID in object meta": 1,
+		"serviceexport: EOF":                     1,
 		"serviceimport: the object has been modified; please apply your changes to the latest version and try again": 1,
 	}
 	if !maps.Equal(got, want) {
