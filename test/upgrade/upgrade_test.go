@@ -48,8 +48,8 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/build/deploy"
-	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/cli/install"
+	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/dataplane"
 	"vksfleet.dev/fleet/test/fleet"
 	"vksfleet.dev/fleet/test/poll"
