@@ -67,19 +67,19 @@ fault: ## cause a fault in the running local clusterset: FAULT=stop-control-plan
 	@bin/localfleet fault -kind "$(FAULT)" -member "$(MEMBER)" -peer "$(PEER)" -loss "$(LOSS)"
 
 bench-memberloss: tools images ## member loss with traffic: control plane stopped 10 minutes, each cut, whole loss and tier emptying 10 times, 2 minutes of packet loss: test/bench/results/memberloss.md
-	MEMBERLOSS_RUNS=10 MEMBERLOSS_STALE=10m MEMBERLOSS_LOSS=2m MEMBERLOSS_RESULTS=$(CURDIR)/test/bench/results/memberloss.md $(GO) test -count=1 -timeout 60m -run TestMemberLoss -v ./test/memberloss/
+	MEMBERLOSS_RUNS=10 MEMBERLOSS_STALE=10m MEMBERLOSS_LOSS=2m MEMBERLOSS_RESULTS=$(CURDIR)/test/bench/results/memberloss.md $(GO) test -count=1 -timeout 60m -run TestMemberLoss -v ./test/e2e/memberloss/
 
-# A chaos run (test/chaos): `make test` runs it for 2 minutes; CHAOS_SEED=N replays a run's faults.
+# A chaos run (test/e2e/chaos): `make test` runs it for 2 minutes; CHAOS_SEED=N replays a run's faults.
 CHAOS_DURATION ?= 10m
 
 chaos: tools images ## faults drawn at random, one every 5 s for CHAOS_DURATION (10m), while users churn exports and send requests and lookups: test/bench/results/chaos.md
-	CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_RESULTS=$(CURDIR)/test/bench/results/chaos.md $(GO) test -count=1 -timeout 60m -run 'TestChaos$$' -v ./test/chaos/
+	CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_RESULTS=$(CURDIR)/test/bench/results/chaos.md $(GO) test -count=1 -timeout 60m -run 'TestChaos$$' -v ./test/e2e/chaos/
 
 bench-takeover: tools images ## controller and CoreDNS replicas lost with traffic, deleted and force-deleted, 5 runs: test/bench/results/takeover.md
-	TAKEOVER_RUNS=5 TAKEOVER_RESULTS=$(CURDIR)/test/bench/results/takeover.md $(GO) test -count=1 -timeout 60m -run TestTakeover -v ./test/takeover/
+	TAKEOVER_RUNS=5 TAKEOVER_RESULTS=$(CURDIR)/test/bench/results/takeover.md $(GO) test -count=1 -timeout 60m -run TestTakeover -v ./test/e2e/takeover/
 
 bench-upgrade: tools images ## rolling upgrade from the previous release and back, 3 members, each step held 30 s, with traffic and DNS loops: test/bench/results/upgrade.md
-	UPGRADE_MEMBERS=3 UPGRADE_SOAK=30s UPGRADE_RESULTS=$(CURDIR)/test/bench/results/upgrade.md $(GO) test -count=1 -timeout 60m -run TestRollingUpgrade -v ./test/upgrade/
+	UPGRADE_MEMBERS=3 UPGRADE_SOAK=30s UPGRADE_RESULTS=$(CURDIR)/test/bench/results/upgrade.md $(GO) test -count=1 -timeout 60m -run TestRollingUpgrade -v ./test/e2e/upgrade/
 
 bench-dns: tools ## DNS benchmark: our CoreDNS vs stock CoreDNS 1.15.0 on the same data; writes test/bench/results/dns.md and its charts
 	$(GO) run ./test/bench/dnsbench -out test/bench/results/dns.md
@@ -115,10 +115,10 @@ images: ## build the coredns and mcs-controller images into bin/images/*.tar (ro
 	@bash build/docker.sh run bash build/images/build.sh
 
 # The upstream MCS API conformance suite, kept unmodified outside the repository; a path relative to the repository's
-# root, or absolute. test/conformance copies it into .conformance/ (git-ignored) and builds it there, once per version.
+# root, or absolute. test/e2e/conformance copies it into .conformance/ (git-ignored) and builds it there, once per version.
 CONFORMANCE_SUITE ?= ../shared/mcs-api-conformance
 # A run takes about 15 minutes on 2 cores, plus up to 15 more waiting for another clusterset's data plane to stop.
 CONFORMANCE_TIMEOUT ?= 60m
 
-conformance: tools ## run the upstream MCS API conformance suite against a fleet on kubelet nodes (root); writes test/conformance/results/
-	FLEET_CONFORMANCE=1 FLEET_CONFORMANCE_SUITE=$(CONFORMANCE_SUITE) $(GO) test -count=1 -v -timeout $(CONFORMANCE_TIMEOUT) -run '^TestConformance$$' ./test/conformance
+conformance: tools ## run the upstream MCS API conformance suite against a fleet on kubelet nodes (root); writes test/e2e/conformance/results/
+	FLEET_CONFORMANCE=1 FLEET_CONFORMANCE_SUITE=$(CONFORMANCE_SUITE) $(GO) test -count=1 -v -timeout $(CONFORMANCE_TIMEOUT) -run '^TestConformance$$' ./test/e2e/conformance

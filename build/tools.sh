@@ -10,7 +10,7 @@ cache=${FLEET_TOOLS_CACHE:-$root/.cache/tools}
 kube_version=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$root/build/tools/kube/go.mod")
 etcd_version=$(awk '$1 == "require" && $2 == "go.etcd.io/etcd/server/v3" {print $3}' "$root/build/tools/etcd/go.mod")
 kube_dir=$cache/kubernetes-$kube_version
-# The oldest Kubernetes release we support (README, Requirements): only what test/oldest runs of it.
+# The oldest Kubernetes release we support (README, Requirements): only what test/e2e/oldest runs of it.
 oldest_version=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$root/build/tools/kube-oldest/go.mod")
 oldest_dir=$cache/kubernetes-$oldest_version
 etcd_dir=$cache/etcd-$etcd_version
@@ -40,7 +40,7 @@ build "$cache/kustomize-$kustomize_version" "$root/build/tools/kustomize" kustom
 build "$cache/helm-$helm_version" "$root/build/tools/helm" helm helm.sh/helm/v3/cmd/helm
 # The oldest release's API server and controller manager (a member's); "providerless" leaves out the in-tree cloud
 # providers that release still compiles in (Azure, GCE, vSphere: a third of its packages), which neither needs
-# here. The version stamped is the one its /version reports, which test/oldest checks.
+# here. The version stamped is the one its /version reports, which test/e2e/oldest checks.
 version_pkg=k8s.io/component-base/version
 oldest_minor=${oldest_version#v1.}
 oldest_flags=(-tags providerless -ldflags "-s -w -X $version_pkg.gitVersion=$oldest_version -X $version_pkg.gitMajor=1 -X $version_pkg.gitMinor=${oldest_minor%%.*}")
@@ -72,7 +72,7 @@ ln -sfn "$oldest_assets_name" "$cache/oldest"
 # (nft for kube-proxy, ip and nsenter for namespaces, and the tools test workloads run: sh, socat, OpenBSD nc, curl),
 # and what real kubelet nodes run: containerd (1.6, CRI v1, which the pinned kubelet accepts) and ctr to import
 # images, runc, the CNI plugins in /usr/lib/cni, and busybox-static for the shell of the test images. The images of
-# the MCS API conformance suite (test/nodeimages.BuildConformance) are made of this machine's socat, nc.openbsd,
+# the MCS API conformance suite (test/env/nodeimages.BuildConformance) are made of this machine's socat, nc.openbsd,
 # BIND's dig, nslookup and host, and curl, with their libraries. The clusterset starts a containerd of its own per
 # node, with its own socket, root and state; on a machine with systemd, apt also starts Debian's containerd.service,
 # which they neither use nor disturb. HAProxy is the load balancer of a highly available broker (clusterset

@@ -13,7 +13,7 @@ import (
 )
 
 // defaultBroker is the broker context used when neither --context nor --broker-context is given and the
-// kubeconfig has one of that name, as the local fleet's kubeconfig does (test/clusterset.BrokerName, which a
+// kubeconfig has one of that name, as the local fleet's kubeconfig does (test/env/clusterset.BrokerName, which a
 // shipped binary must not link: that package starts control planes).
 const defaultBroker = "broker"
 

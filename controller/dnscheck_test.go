@@ -20,7 +20,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/controller/imports"
-	"vksfleet.dev/fleet/test/poll"
+	"vksfleet.dev/fleet/test/env/poll"
 )
 
 // tcpOnly is the name the test server answers over TCP only: over UDP its answer is truncated and empty.

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"vksfleet.dev/fleet/test/clusterset"
+	"vksfleet.dev/fleet/test/env/clusterset"
 )
 
 // TestRenderMatchesKustomize checks that the embedded bases render, in process, exactly what the kustomize

@@ -21,7 +21,7 @@ import (
 
 	"vksfleet.dev/fleet/build/deploy"
 	"vksfleet.dev/fleet/cli/install"
-	"vksfleet.dev/fleet/test/clusterset"
+	"vksfleet.dev/fleet/test/env/clusterset"
 )
 
 // TestChartUpToDate fails when the committed chart is not what the generator writes from the bases: a base changed

@@ -1,7 +1,7 @@
 // Package images checks the Dockerfiles without a container engine: each image is FROM scratch only (nothing is
 // pulled), runs its binary as the non-root user 65532, carries the OCI labels build.sh fills in and the licence
 // label (Apache-2.0, the LICENSE at the repository's root), and runs the file that build.sh puts in its context.
-// test/install builds and runs the images with a real engine.
+// test/e2e/install builds and runs the images with a real engine.
 package images
 
 import (

@@ -30,7 +30,7 @@ import (
 )
 
 // The record-format promise (README, "Upgrades and the broker's record format"), tested over the broker objects
-// the previous release wrote (testdata/previous, recorded by test/upgrade from a clusterset on that release, whose
+// the previous release wrote (testdata/previous, recorded by test/e2e/upgrade from a clusterset on that release, whose
 // commit each file names): this tree's import path reads every one as that release meant it, and this tree's
 // writers write the same objects for the same export. A change that breaks a row breaks a mixed clusterset.
 

@@ -25,8 +25,8 @@ import (
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/plugin/kubesource"
 	"vksfleet.dev/fleet/plugin/mcstest"
-	"vksfleet.dev/fleet/test/clusterset"
-	"vksfleet.dev/fleet/test/promtool"
+	"vksfleet.dev/fleet/test/env/clusterset"
+	"vksfleet.dev/fleet/test/framework/promtool"
 )
 
 // The integration tests share one member cluster, started on first use, whose cluster id spans two labels.

@@ -26,10 +26,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"vksfleet.dev/fleet/test/clusterset"
-	"vksfleet.dev/fleet/test/fleet"
-	"vksfleet.dev/fleet/test/poll"
-	"vksfleet.dev/fleet/test/workload"
+	"vksfleet.dev/fleet/test/env/clusterset"
+	"vksfleet.dev/fleet/test/framework"
+	"vksfleet.dev/fleet/test/env/poll"
+	"vksfleet.dev/fleet/test/env/workload"
 )
 
 // Namespace is where the demo's services live, in every member.
@@ -39,7 +39,7 @@ const Namespace = "demo"
 type Demo struct {
 	// Fleet needs members cluster-a, cluster-b and cluster-c, with nodes (clusterset.Options.Nodes), since the
 	// stories send traffic.
-	Fleet *fleet.Fleet
+	Fleet *framework.Fleet
 	// Out receives the narration.
 	Out io.Writer
 	// Timeout bounds each expectation; it must exceed the fleet's lease grace.
@@ -96,7 +96,7 @@ func (d *Demo) Run(ctx context.Context) error {
 	return nil
 }
 
-func (d *Demo) member(name string) *fleet.Member { return d.Fleet.Member(name) }
+func (d *Demo) member(name string) *framework.Member { return d.Fleet.Member(name) }
 
 func (d *Demo) say(format string, args ...any) { fmt.Fprintf(d.Out, format+"\n", args...) }
 
@@ -105,7 +105,7 @@ func (d *Demo) step(format string, args ...any) { d.say("\n==> "+format, args...
 
 // kubectl prints a kubectl command and its output, as a user would see it. Its error matters only where the
 // demo acts through kubectl; a table that fails to print fails no expectation.
-func (d *Demo) kubectl(ctx context.Context, m *fleet.Member, args ...string) error {
+func (d *Demo) kubectl(ctx context.Context, m *framework.Member, args ...string) error {
 	quoted := make([]string, len(args))
 	for i, a := range args {
 		quoted[i] = shellQuote(a)
@@ -132,7 +132,7 @@ func shellQuote(s string) string {
 }
 
 // dig prints a dig query against a member's DNS and its answer section.
-func (d *Demo) dig(ctx context.Context, m *fleet.Member, name, qtype string) {
+func (d *Demo) dig(ctx context.Context, m *framework.Member, name, qtype string) {
 	host, port, _ := strings.Cut(m.DNS, ":")
 	d.say("$ dig @%s -p %s %s %s +short   # %s's DNS", host, port, name, qtype, m.Name)
 	out, err := exec.CommandContext(ctx, "dig", "@"+host, "-p", port, name, qtype, "+short").CombinedOutput()
@@ -153,7 +153,7 @@ func (d *Demo) eventually(ctx context.Context, what string, check func(context.C
 }
 
 // addresses returns the A/AAAA addresses a name resolves to on a member; any rcode but NOERROR is an error.
-func addresses(m *fleet.Member, name string, qtype uint16) ([]string, error) {
+func addresses(m *framework.Member, name string, qtype uint16) ([]string, error) {
 	ips, rcode, err := m.Addresses(name, qtype)
 	if err == nil && rcode != dns.RcodeSuccess {
 		err = fmt.Errorf("%s: %s", name, dns.RcodeToString[rcode])
@@ -163,7 +163,7 @@ func addresses(m *fleet.Member, name string, qtype uint16) ([]string, error) {
 
 // importedEndpoints returns the ready endpoint addresses of a service's imported slices on a member, per source
 // cluster.
-func importedEndpoints(ctx context.Context, m *fleet.Member, svc string) (map[string][]string, error) {
+func importedEndpoints(ctx context.Context, m *framework.Member, svc string) (map[string][]string, error) {
 	list := &discoveryv1.EndpointSliceList{}
 	if err := m.Client.List(ctx, list, client.InNamespace(Namespace), client.MatchingLabels{mcsv1beta1.LabelServiceName: svc}); err != nil {
 		return nil, err
@@ -184,7 +184,7 @@ func importedEndpoints(ctx context.Context, m *fleet.Member, svc string) (map[st
 }
 
 // localPodIPs returns the IPv4 addresses of the ready pods with the given labels in a member, sorted.
-func localPodIPs(ctx context.Context, m *fleet.Member, labels client.MatchingLabels) ([]string, error) {
+func localPodIPs(ctx context.Context, m *framework.Member, labels client.MatchingLabels) ([]string, error) {
 	pods := &corev1.PodList{}
 	if err := m.Client.List(ctx, pods, client.InNamespace(Namespace), labels); err != nil {
 		return nil, err
@@ -200,16 +200,16 @@ func localPodIPs(ctx context.Context, m *fleet.Member, labels client.MatchingLab
 }
 
 // deploy runs app as serve pods behind its Service in m, each pod answering with m's name.
-func (d *Demo) deploy(ctx context.Context, m *fleet.Member, app string, replicas int32, headless bool) error {
+func (d *Demo) deploy(ctx context.Context, m *framework.Member, app string, replicas int32, headless bool) error {
 	return workload.Deploy(ctx, m.Client, Namespace, app, m.Name, replicas, headless)
 }
 
-func export(ctx context.Context, m *fleet.Member, svc string) error {
+func export(ctx context.Context, m *framework.Member, svc string) error {
 	return m.Client.Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: svc, Namespace: Namespace}})
 }
 
 // exportCondition returns a ServiceExport condition on a member, or nil.
-func exportCondition(ctx context.Context, m *fleet.Member, svc, condType string) (*metav1.Condition, error) {
+func exportCondition(ctx context.Context, m *framework.Member, svc, condType string) (*metav1.Condition, error) {
 	se := &mcsv1beta1.ServiceExport{}
 	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: svc}, se); err != nil {
 		return nil, err

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"vksfleet.dev/fleet/test/dataplane"
-	"vksfleet.dev/fleet/test/fleet"
+	"vksfleet.dev/fleet/test/env/dataplane"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 // logWriter sends the narration to the test log.
@@ -24,7 +24,7 @@ func TestStories(t *testing.T) {
 	if err := dataplane.CheckHost(); err != nil {
 		t.Skip(err)
 	}
-	f, _, _ := fleet.StartTest(t, 3, 2)
+	f, _, _ := framework.StartTest(t, 3, 2)
 	ctx := context.Background()
 	d := &Demo{Fleet: f, Out: logWriter{t}, Timeout: time.Minute}
 	if err := d.Run(ctx); err != nil {

@@ -16,8 +16,8 @@ import (
 
 	"vksfleet.dev/fleet/mcs/locality"
 	"vksfleet.dev/fleet/mcs/names"
-	"vksfleet.dev/fleet/test/fleet"
-	"vksfleet.dev/fleet/test/workload"
+	"vksfleet.dev/fleet/test/framework"
+	"vksfleet.dev/fleet/test/env/workload"
 )
 
 // settledRequests is how many requests in a row, all answered at one place, show that traffic has settled there:
@@ -56,7 +56,7 @@ func (d *Demo) storyLocality(ctx context.Context) error {
 	}
 	d.step("Locality: near has trafficDistribution: PreferSameZone, a pod in each zone of cluster-a (Deployments near-z0 and near-z1), one in cluster-b (%s, like cluster-a) and one in cluster-c (%s); all three export it",
 		b.Region, c.Region)
-	for _, m := range []*fleet.Member{a, b, c} {
+	for _, m := range []*framework.Member{a, b, c} {
 		placements := []string{""}
 		if m == a {
 			placements = zones
@@ -207,7 +207,7 @@ func (d *Demo) settled(ctx context.Context, loop *workload.Loop, from int64, whe
 // deployNear runs near in m behind a Service with trafficDistribution PreferSameZone: one serve pod per
 // placement, as a Deployment of its own pinned to that zone (near-z<i>), or anywhere in m ("": Deployment near),
 // and exports it.
-func (d *Demo) deployNear(ctx context.Context, m *fleet.Member, placements ...string) error {
+func (d *Demo) deployNear(ctx context.Context, m *framework.Member, placements ...string) error {
 	svc := workload.ServiceFor("near", Namespace, false)
 	svc.Spec.TrafficDistribution = ptr.To(corev1.ServiceTrafficDistributionPreferSameZone)
 	if err := m.Client.Create(ctx, svc); err != nil {

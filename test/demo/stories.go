@@ -18,8 +18,8 @@ import (
 
 	"vksfleet.dev/fleet/controller/imports"
 	"vksfleet.dev/fleet/mcs/names"
-	"vksfleet.dev/fleet/test/fleet"
-	"vksfleet.dev/fleet/test/workload"
+	"vksfleet.dev/fleet/test/framework"
+	"vksfleet.dev/fleet/test/env/workload"
 )
 
 const conditionsColumns = `jsonpath={range .items[*]}{.metadata.name}{"\t"}{range .status.conditions[*]}{.type}={.status}/{.reason} {end}{"\n"}{end}`
@@ -269,7 +269,7 @@ func (d *Demo) storyFailover(ctx context.Context) error {
 		return err
 	}
 	d.step("failover is deployed and exported in cluster-b and cluster-c; failover-client in cluster-a sends to %s", name)
-	for _, m := range []*fleet.Member{b, c} {
+	for _, m := range []*framework.Member{b, c} {
 		if err := d.deploy(ctx, m, "failover", 2, false); err != nil {
 			return err
 		}
@@ -343,7 +343,7 @@ func (d *Demo) storyFailover(ctx context.Context) error {
 	if err := b.StopController(); err != nil {
 		return err
 	}
-	others := []*fleet.Member{a, c}
+	others := []*framework.Member{a, c}
 	var staleAt int64
 	for _, m := range others {
 		if err := d.eventually(ctx, m.Name+"'s import of web says cluster-b is stale", func(ctx context.Context) error {
@@ -430,7 +430,7 @@ func (d *Demo) storyFailover(ctx context.Context) error {
 }
 
 // expectEndpoints checks that m's imported slices of svc hold exactly the ready pods of svc in each of from.
-func (d *Demo) expectEndpoints(ctx context.Context, m *fleet.Member, svc string, from ...*fleet.Member) error {
+func (d *Demo) expectEndpoints(ctx context.Context, m *framework.Member, svc string, from ...*framework.Member) error {
 	want := map[string][]string{}
 	for _, src := range from {
 		ips, err := localPodIPs(ctx, src, client.MatchingLabels{"app": svc})
@@ -449,7 +449,7 @@ func (d *Demo) expectEndpoints(ctx context.Context, m *fleet.Member, svc string,
 	return sameSet(got, want)
 }
 
-func podIP(ctx context.Context, m *fleet.Member, name string) (string, error) {
+func podIP(ctx context.Context, m *framework.Member, name string) (string, error) {
 	p := &corev1.Pod{}
 	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: name}, p); err != nil {
 		return "", err
@@ -462,7 +462,7 @@ func podIP(ctx context.Context, m *fleet.Member, name string) (string, error) {
 
 // staleIn says why m's import of svc does not say that cluster's control plane is lost while its endpoints answer
 // (the Stale condition), or nil when it does.
-func staleIn(ctx context.Context, m *fleet.Member, svc, cluster string) error {
+func staleIn(ctx context.Context, m *framework.Member, svc, cluster string) error {
 	si := &mcsv1beta1.ServiceImport{}
 	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: svc}, si); err != nil {
 		return err

@@ -16,10 +16,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"vksfleet.dev/fleet/test/clusterset"
-	"vksfleet.dev/fleet/test/fleet"
-	"vksfleet.dev/fleet/test/poll"
-	"vksfleet.dev/fleet/test/workload"
+	"vksfleet.dev/fleet/test/env/clusterset"
+	"vksfleet.dev/fleet/test/framework"
+	"vksfleet.dev/fleet/test/env/poll"
+	"vksfleet.dev/fleet/test/env/workload"
 )
 
 // The client loops (workload.LoopPod) send over TCP: each request opens a connection of its own, so kube-proxy
@@ -33,7 +33,7 @@ const (
 
 // startLoop runs a client loop as pod name in m, on a node of zone unless it is empty, sending to target, and
 // follows its log until ctx ends.
-func (d *Demo) startLoop(ctx context.Context, m *fleet.Member, name, zone, target string) (*workload.Loop, error) {
+func (d *Demo) startLoop(ctx context.Context, m *framework.Member, name, zone, target string) (*workload.Loop, error) {
 	pod := workload.LoopPod(name, Namespace, target, loopInterval, loopDuration)
 	where := m.Name
 	if zone != "" {
@@ -295,7 +295,7 @@ func (d *Demo) summary() {
 // sending to it: the stories measure what happens to traffic that flowed, not how soon a new import becomes
 // routable, and a loop's first request would race kube-proxy's first sync of the import. The nftables proxier puts
 // a service port in its service-ips map only once the port has ready endpoints.
-func (d *Demo) proxied(ctx context.Context, m *fleet.Member, svc string) error {
+func (d *Demo) proxied(ctx context.Context, m *framework.Member, svc string) error {
 	return d.eventually(ctx, fmt.Sprintf("kube-proxy on every node of %s routes %s's ClusterSetIP", m.Name, svc), func(ctx context.Context) error {
 		for _, n := range m.Nodes {
 			if _, err := routedTo(ctx, m, n, svc); err != nil {
@@ -314,7 +314,7 @@ var endpointInChain = regexp.MustCompile(`\d+ : (?:goto endpoint-\S*__([0-9.]+)/
 // routedTo returns the IPv4 endpoint addresses among which kube-proxy on node n of m picks for TCP to svc's
 // ClusterSetIP on the echo port: after topology hints, only those of n's zone. The nftables proxier maps the
 // address and port to the service's chain in its service-ips map.
-func routedTo(ctx context.Context, m *fleet.Member, n *clusterset.Node, svc string) ([]string, error) {
+func routedTo(ctx context.Context, m *framework.Member, n *clusterset.Node, svc string) ([]string, error) {
 	si := &mcsv1beta1.ServiceImport{}
 	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: svc}, si); err != nil {
 		return nil, err

@@ -38,7 +38,7 @@ func TestDocs(t *testing.T) {
 		}
 		for _, b := range blocks {
 			total++
-			if !strings.HasPrefix(b.Results, "test/bench/results/") && !strings.HasPrefix(b.Results, "test/conformance/results/") {
+			if !strings.HasPrefix(b.Results, "test/bench/results/") && !strings.HasPrefix(b.Results, "test/e2e/conformance/results/") {
 				t.Errorf("%s:%d: %s is not a results file under test/bench/results/", b.Doc, b.Line, b.Results)
 				continue
 			}

@@ -16,7 +16,7 @@ import (
 )
 
 // RulesFile is rules.yaml, the rule file a plain Prometheus loads, as built into the program: the local
-// clusterset's Prometheus (test/fleet) loads it wherever the program runs from.
+// clusterset's Prometheus (test/framework) loads it wherever the program runs from.
 //
 //go:embed rules.yaml
 var RulesFile []byte

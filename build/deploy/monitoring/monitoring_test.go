@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
-	"vksfleet.dev/fleet/test/promtool"
+	"vksfleet.dev/fleet/test/framework/promtool"
 )
 
 func TestPrometheusRuleUpToDate(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"vksfleet.dev/fleet/test/proc"
+	"vksfleet.dev/fleet/test/env/proc"
 )
 
 // TestChartsFromReport checks that a report's QPS figures read back as they were measured, so that charts drawn

@@ -35,9 +35,9 @@ import (
 
 	"vksfleet.dev/fleet/build/deploy/corefile"
 	"vksfleet.dev/fleet/mcs/names"
-	"vksfleet.dev/fleet/test/clusterset"
-	"vksfleet.dev/fleet/test/poll"
-	"vksfleet.dev/fleet/test/proc"
+	"vksfleet.dev/fleet/test/env/clusterset"
+	"vksfleet.dev/fleet/test/env/poll"
+	"vksfleet.dev/fleet/test/env/proc"
 )
 
 func main() {

@@ -22,9 +22,9 @@ import (
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"vksfleet.dev/fleet/test/clusterset"
-	"vksfleet.dev/fleet/test/dataplane"
-	"vksfleet.dev/fleet/test/fleet"
+	"vksfleet.dev/fleet/test/env/clusterset"
+	"vksfleet.dev/fleet/test/env/dataplane"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 func main() {
@@ -84,7 +84,7 @@ func measureFleet() (sample, error) {
 	ctx := context.Background()
 	s := sample{}
 	start := time.Now()
-	f, err := fleet.Start(ctx, fleet.Options{ClusterSet: clusterset.Options{Members: clusterset.MemberNames(3), Nodes: 2}})
+	f, err := framework.Start(ctx, framework.Options{ClusterSet: clusterset.Options{Members: clusterset.MemberNames(3), Nodes: 2}})
 	if err != nil {
 		return nil, err
 	}

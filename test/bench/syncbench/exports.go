@@ -14,7 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"vksfleet.dev/fleet/test/ctrlharness"
+	"vksfleet.dev/fleet/test/framework/ctrlharness"
 )
 
 // exports loads the selector-less Services, then writes each one's EndpointSlice and creates its ServiceExport at

@@ -1,5 +1,5 @@
 // Command syncbench measures how fast the mcs-controller propagates state through a local clusterset of N
-// members and a broker, with one controller process per member (cmd/controller, started by test/ctrlharness):
+// members and a broker, with one controller process per member (cmd/controller, started by test/framework/ctrlharness):
 // ServiceExports created in cluster-a until every other member imports them, pods becoming ready in cluster-a
 // until every other member's imported slices say so, and a restart of every controller until all are idle
 // again, with the writes it made, each controller's CPU time and memory, and what the broker holds. In cluster-b,
@@ -26,9 +26,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"vksfleet.dev/fleet/test/clusterset"
-	"vksfleet.dev/fleet/test/ctrlharness"
-	"vksfleet.dev/fleet/test/fleet"
+	"vksfleet.dev/fleet/test/env/clusterset"
+	"vksfleet.dev/fleet/test/framework/ctrlharness"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 // namespace holds every object of the benchmark, in all members, so that every member imports everything.
@@ -233,7 +233,7 @@ func (bn *bench) startControllers() error {
 func buildBinaries(dir string) (string, error) {
 	bin := filepath.Join(dir, "bin")
 	log.Print("building the mcs-controller and CoreDNS")
-	return bin, fleet.Build(bin)
+	return bin, framework.Build(bin)
 }
 
 func writeFile(path string, b []byte) error {

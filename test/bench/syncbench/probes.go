@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"vksfleet.dev/fleet/build/deploy/corefile"
-	"vksfleet.dev/fleet/test/clusterset"
-	"vksfleet.dev/fleet/test/poll"
-	"vksfleet.dev/fleet/test/proc"
+	"vksfleet.dev/fleet/test/env/clusterset"
+	"vksfleet.dev/fleet/test/env/poll"
+	"vksfleet.dev/fleet/test/env/proc"
 )
 
 // The histograms the probes are read for: each endpoint change from its EndpointSlice's last-change-trigger-time in

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"vksfleet.dev/fleet/test/ctrlharness"
-	"vksfleet.dev/fleet/test/proc"
+	"vksfleet.dev/fleet/test/framework/ctrlharness"
+	"vksfleet.dev/fleet/test/env/proc"
 )
 
 func (r results) report() string {

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"vksfleet.dev/fleet/test/bench/chart"
-	"vksfleet.dev/fleet/test/proc"
+	"vksfleet.dev/fleet/test/env/proc"
 )
 
 // point is one run's figures in the scale table, kept as JSON beside it so that points run at different times

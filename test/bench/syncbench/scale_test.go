@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"vksfleet.dev/fleet/test/clusterset"
-	"vksfleet.dev/fleet/test/proc"
+	"vksfleet.dev/fleet/test/env/clusterset"
+	"vksfleet.dev/fleet/test/env/proc"
 )
 
 func TestInts(t *testing.T) {

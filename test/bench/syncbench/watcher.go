@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"vksfleet.dev/fleet/test/clusterset"
+	"vksfleet.dev/fleet/test/env/clusterset"
 )
 
 // watcher follows cluster-b's ServiceImports and imported EndpointSlices in the benchmark namespace and records,

@@ -13,9 +13,9 @@ import (
 	"syscall"
 	"time"
 
-	"vksfleet.dev/fleet/test/clusterset"
+	"vksfleet.dev/fleet/test/env/clusterset"
 	"vksfleet.dev/fleet/test/demo"
-	"vksfleet.dev/fleet/test/fleet"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 func main() {
@@ -42,7 +42,7 @@ func run(logPath string, grace, timeout time.Duration) error {
 	defer logf.Close()
 	fmt.Printf("Starting a local fleet: cluster-a, cluster-b, cluster-c + broker, 2 nodes each (logs: %s)\n", logPath)
 	start := time.Now()
-	f, err := fleet.Start(ctx, fleet.Options{
+	f, err := framework.Start(ctx, framework.Options{
 		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(3), Nodes: 2},
 		LeaseGrace: grace, Log: logf,
 	})

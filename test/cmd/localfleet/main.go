@@ -1,7 +1,7 @@
-// Command localfleet runs a local fleet on this machine: a clusterset of real control planes (test/clusterset)
-// with, per member, an mcs-controller and our CoreDNS (test/fleet). `localfleet up` starts it in the background
+// Command localfleet runs a local fleet on this machine: a clusterset of real control planes (test/env/clusterset)
+// with, per member, an mcs-controller and our CoreDNS (test/framework). `localfleet up` starts it in the background
 // and returns once it is usable, `localfleet down` stops it, `localfleet run` runs it in the foreground, and
-// `localfleet fault` has the running fleet cause or undo a fault (fleet.Fault).
+// `localfleet fault` has the running fleet cause or undo a fault (framework.Fault).
 //
 // State lives in one folder (default .fleet): kubeconfig (a context per member and "broker"), env (a
 // shell-sourceable file starting with KUBECONFIG=, with each member's DNS address and, with -monitoring,
@@ -25,10 +25,10 @@ import (
 	"syscall"
 	"time"
 
-	"vksfleet.dev/fleet/test/clusterset"
-	"vksfleet.dev/fleet/test/dataplane"
-	"vksfleet.dev/fleet/test/fleet"
-	"vksfleet.dev/fleet/test/poll"
+	"vksfleet.dev/fleet/test/env/clusterset"
+	"vksfleet.dev/fleet/test/env/dataplane"
+	"vksfleet.dev/fleet/test/framework"
+	"vksfleet.dev/fleet/test/env/poll"
 )
 
 const usage = `usage: localfleet up|down|run|fault [flags]
@@ -55,11 +55,11 @@ func main() {
 	monitoring := fs.Bool("monitoring", false, "run a Prometheus scraping every controller, CoreDNS and kube-proxy with the alert rules (PROMETHEUS_URL in the env file)")
 	var broker brokerKind
 	fs.Var(&broker, "broker", "the broker: single (one etcd and one kube-apiserver) or ha (3 etcd members and 2 kube-apiservers behind HAProxy)")
-	var flt fleet.Fault
-	fs.Func("kind", "fault: "+fleet.FaultKindNames(), func(s string) error { flt.Kind = fleet.FaultKind(s); return nil })
+	var flt framework.Fault
+	fs.Func("kind", "fault: "+framework.FaultKindNames(), func(s string) error { flt.Kind = framework.FaultKind(s); return nil })
 	fs.StringVar(&flt.Member, "member", "", "fault: the member it is about")
 	fs.StringVar(&flt.Peer, "peer", "", "fault: cut-data-plane and lossy between member and this member only")
-	fs.Float64Var(&flt.Loss, "loss", fleet.DefaultLoss, "fault: lossy's share of dropped packets, in percent, each way")
+	fs.Float64Var(&flt.Loss, "loss", framework.DefaultLoss, "fault: lossy's share of dropped packets, in percent, each way")
 	_ = fs.Parse(os.Args[2:])
 	if fs.NArg() > 0 {
 		fs.Usage()
@@ -272,7 +272,7 @@ func run(dir, bin string, members, nodes int, bare, monitoring bool, broker brok
 		return err
 	}
 	start := time.Now()
-	fl, err := fleet.Start(ctx, fleet.Options{
+	fl, err := framework.Start(ctx, framework.Options{
 		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(members), Nodes: nodes, DataPlaneWait: time.Second, HABroker: broker.ha},
 		BinDir:     bin,
 		Log:        os.Stderr,
@@ -307,15 +307,15 @@ type faultReply struct {
 	Error string `json:"error,omitempty"`
 }
 
-// serveFaults causes the faults asked on l (a fleet.Fault in JSON per connection, answered with a faultReply),
+// serveFaults causes the faults asked on l (a framework.Fault in JSON per connection, answered with a faultReply),
 // one at a time, until l is closed.
-func serveFaults(ctx context.Context, l net.Listener, fl *fleet.Fleet) {
+func serveFaults(ctx context.Context, l net.Listener, fl *framework.Fleet) {
 	for {
 		c, err := l.Accept()
 		if err != nil {
 			return
 		}
-		var flt fleet.Fault
+		var flt framework.Fault
 		var reply faultReply
 		if err := json.NewDecoder(c).Decode(&flt); err != nil {
 			reply.Error = "reading the fault: " + err.Error()
@@ -329,7 +329,7 @@ func serveFaults(ctx context.Context, l net.Listener, fl *fleet.Fleet) {
 }
 
 // fault asks the running fleet to cause flt, and waits until it is done.
-func fault(dir string, flt fleet.Fault) error {
+func fault(dir string, flt framework.Fault) error {
 	c, err := net.Dial("unix", files{dir}.faults())
 	if err != nil {
 		return fmt.Errorf("no local fleet takes faults at %s (is `make up` running?): %w", files{dir}.faults(), err)
@@ -358,7 +358,7 @@ func fault(dir string, flt fleet.Fault) error {
 }
 
 // writeState writes the kubeconfig, then the env file, whose appearance tells `up` that the fleet is usable.
-func writeState(f files, fl *fleet.Fleet) error {
+func writeState(f files, fl *framework.Fleet) error {
 	kc, err := fl.Kubeconfig()
 	if err != nil {
 		return err

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"vksfleet.dev/fleet/test/fleet"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 // TestFaultSocket: `localfleet fault` hands its fault to the running fleet through the state folder's socket and
@@ -18,16 +18,16 @@ func TestFaultSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	go serveFaults(context.Background(), l, &fleet.Fleet{})
-	for kind, want := range map[fleet.FaultKind]string{
+	go serveFaults(context.Background(), l, &framework.Fleet{})
+	for kind, want := range map[framework.FaultKind]string{
 		"reboot":   `unknown fault "reboot"`,
-		fleet.Heal: "faults need a fleet with nodes",
+		framework.Heal: "faults need a fleet with nodes",
 	} {
-		if err := fault(dir, fleet.Fault{Kind: kind}); err == nil || !strings.Contains(err.Error(), want) {
+		if err := fault(dir, framework.Fault{Kind: kind}); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("fault %s = %v, want an error with %q", kind, err, want)
 		}
 	}
-	if err := fault(t.TempDir(), fleet.Fault{Kind: fleet.Heal}); err == nil || !strings.Contains(err.Error(), "is `make up` running?") {
+	if err := fault(t.TempDir(), framework.Fault{Kind: framework.Heal}); err == nil || !strings.Contains(err.Error(), "is `make up` running?") {
 		t.Errorf("fault with no fleet running = %v, want it to say so", err)
 	}
 }

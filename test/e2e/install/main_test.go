@@ -1,0 +1,111 @@
+// Package install proves the ways our CoreDNS and mcs-controller get into a cluster: the container images built
+// by `make images`, run against a local clusterset with a real engine; our CoreDNS replacing a cluster's stock
+// kube-dns in place and back (build/deploy/replace-kube-dns); and a NodeLocal DNSCache stanza in front of it
+// (build/deploy/nodelocaldns).
+package install
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"vksfleet.dev/fleet/test/env/clusterset"
+)
+
+// root is the repository, relative to this package.
+var root, _ = filepath.Abs(filepath.Join("..", ".."))
+
+// cs is the clusterset every test shares: cluster-a exports, cluster-b imports, and a broker.
+var cs *clusterset.ClusterSet
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	var err error
+	cs, err = clusterset.Start(context.Background(), clusterset.Options{Members: []string{"cluster-a", "cluster-b"}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the clusterset:", err)
+		return 1
+	}
+	code := m.Run()
+	if err := cs.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stopping the clusterset:", err)
+		return 1
+	}
+	return code
+}
+
+// readable copies a member's kubeconfig (private to root) into dir as a file any user may read, for processes
+// that run as another user, such as the images' 65532.
+func readable(t *testing.T, c *clusterset.Cluster, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(c.KubeconfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, c.Name+".kubeconfig")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// dig asks server (address:port) for name and type with dig, and returns the answers dig +short prints, sorted
+// as dig prints them.
+func dig(server, name, qtype string) ([]string, error) {
+	host, port, ok := strings.Cut(server, ":")
+	if !ok {
+		port = "53"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "dig", "+short", "+tries=1", "+time=2", "-p", port, "@"+host, name, qtype).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("dig %s %s @%s: %v: %s", name, qtype, server, err, out)
+	}
+	var answers []string
+	for l := range strings.Lines(string(out)) {
+		if l = strings.TrimSpace(l); l != "" {
+			if strings.HasPrefix(l, ";") {
+				return nil, fmt.Errorf("dig %s %s @%s: %s", name, qtype, server, out)
+			}
+			answers = append(answers, l)
+		}
+	}
+	return answers, nil
+}
+
+// wantAnswers checks that dig's answers are exactly want, in any order.
+func wantAnswers(server, name, qtype string, want ...string) error {
+	got, err := dig(server, name, qtype)
+	if err != nil {
+		return err
+	}
+	if !sameSet(got, want) {
+		return fmt.Errorf("%s %s: got %q, want %q", name, qtype, got, want)
+	}
+	return nil
+}
+
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	seen := map[string]int{}
+	for _, s := range a {
+		seen[s]++
+	}
+	for _, s := range b {
+		if seen[s]--; seen[s] < 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,45 @@
+package framework
+
+import "context"
+
+// mib is a mebibyte.
+const mib = 1 << 20
+
+// Usage reads the memory of a fleet with nodes and reports each reading by figure name, in MiB: per node, the RSS
+// of its kubelet, containerd and kube-proxy and the memory of all its pods; per pod of ours, the controller's
+// and CoreDNS's. A figure is reported once per node or pod.
+func (f *Fleet) Usage(ctx context.Context, report func(figure string, mib float64)) error {
+	for _, m := range f.Members {
+		for _, n := range m.Nodes {
+			u, err := n.Usage()
+			if err != nil {
+				return err
+			}
+			for name, pu := range u {
+				report("node: "+name+" RSS, MiB", float64(pu.RSS)/mib)
+			}
+			pods, err := n.PodsMemory()
+			if err != nil {
+				return err
+			}
+			report("node: all its pods, MiB", float64(pods)/mib)
+		}
+		for _, part := range []struct {
+			figure string
+			pods   productPods
+		}{{"pod: mcs-controller, MiB", controllerPods}, {"pod: coredns, MiB", dnsPods}} {
+			pods, err := m.pods(ctx, part.pods)
+			if err != nil {
+				return err
+			}
+			for _, p := range pods {
+				b, err := m.PodMemory(p.UID)
+				if err != nil {
+					return err
+				}
+				report(part.figure, float64(b)/mib)
+			}
+		}
+	}
+	return nil
+}
