@@ -16,8 +16,8 @@ import (
 
 	"vksfleet.dev/fleet/mcs/locality"
 	"vksfleet.dev/fleet/mcs/names"
-	"vksfleet.dev/fleet/test/framework"
 	"vksfleet.dev/fleet/test/env/workload"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 // settledRequests is how many requests in a row, all answered at one place, show that traffic has settled there:

@@ -18,8 +18,8 @@ import (
 
 	"vksfleet.dev/fleet/controller/imports"
 	"vksfleet.dev/fleet/mcs/names"
-	"vksfleet.dev/fleet/test/framework"
 	"vksfleet.dev/fleet/test/env/workload"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 const conditionsColumns = `jsonpath={range .items[*]}{.metadata.name}{"\t"}{range .status.conditions[*]}{.type}={.status}/{.reason} {end}{"\n"}{end}`

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,11 +23,33 @@ var Binaries = []string{
 
 // Build builds Binaries into dir, for a test that needs a BinDir; it must run inside the module.
 func Build(dir string) error {
-	cmd := exec.Command("go", append([]string{"build", "-o", dir + "/"}, Binaries...)...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building the fleet's binaries: %v\n%s", err, out)
+	if err := BuildPackages(dir, Binaries...); err != nil {
+		return fmt.Errorf("building the fleet's binaries: %w", err)
 	}
 	return nil
+}
+
+// BuildPackages builds the module's main packages pkgs (import paths) into dir, each binary named after its
+// package's folder, in one `go build`; it must run inside the module. Every suite builds our programs here; only
+// the node images (static, test/env/nodeimages), a previous release (from its own tree, BuildRelease) and the
+// upstream conformance suite build elsewhere.
+func BuildPackages(dir string, pkgs ...string) error {
+	cmd := exec.Command("go", append([]string{"build", "-o", dir + "/"}, pkgs...)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %v\n%s", strings.Join(pkgs, " "), err, out)
+	}
+	return nil
+}
+
+// BuildTest builds Binaries into a temporary directory that is removed when t ends, and returns it; a failed build
+// fails t.
+func BuildTest(t testing.TB) string {
+	t.Helper()
+	bin := t.TempDir()
+	if err := Build(bin); err != nil {
+		t.Fatal(err)
+	}
+	return bin
 }
 
 // StartTest builds the fleet's binaries into a temporary directory and starts, for t, a fleet of the given number
@@ -35,10 +58,7 @@ func Build(dir string) error {
 // The tune functions change those options before the start (Options.Monitoring, say).
 func StartTest(t testing.TB, members, nodes int, tune ...func(*Options)) (*Fleet, string, *os.File) {
 	t.Helper()
-	bin := t.TempDir()
-	if err := Build(bin); err != nil {
-		t.Fatal(err)
-	}
+	bin := BuildTest(t)
 	log := proc.TestLog(t)
 	opts := Options{
 		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(members), Nodes: nodes},

@@ -27,8 +27,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"vksfleet.dev/fleet/test/env/clusterset"
-	"vksfleet.dev/fleet/test/framework/ctrlharness"
 	"vksfleet.dev/fleet/test/framework"
+	"vksfleet.dev/fleet/test/framework/ctrlharness"
 )
 
 // namespace holds every object of the benchmark, in all members, so that every member imports everything.

@@ -13,9 +13,9 @@ import (
 	"sync"
 	"time"
 
-	"vksfleet.dev/fleet/test/framework/ctrlharness"
 	"vksfleet.dev/fleet/test/env/poll"
 	"vksfleet.dev/fleet/test/env/proc"
+	"vksfleet.dev/fleet/test/framework/ctrlharness"
 )
 
 // waitIdle waits until every controller is idle at three polls in a row, so that a short gap between two bursts

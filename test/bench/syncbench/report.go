@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"vksfleet.dev/fleet/test/framework/ctrlharness"
 	"vksfleet.dev/fleet/test/env/proc"
+	"vksfleet.dev/fleet/test/framework/ctrlharness"
 )
 
 func (r results) report() string {

@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"vksfleet.dev/fleet/test/env/clusterset"
 	"vksfleet.dev/fleet/test/demo"
+	"vksfleet.dev/fleet/test/env/clusterset"
 	"vksfleet.dev/fleet/test/framework"
 )
 

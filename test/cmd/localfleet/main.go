@@ -27,8 +27,8 @@ import (
 
 	"vksfleet.dev/fleet/test/env/clusterset"
 	"vksfleet.dev/fleet/test/env/dataplane"
-	"vksfleet.dev/fleet/test/framework"
 	"vksfleet.dev/fleet/test/env/poll"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 const usage = `usage: localfleet up|down|run|fault [flags]

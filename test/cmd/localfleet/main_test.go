@@ -20,7 +20,7 @@ func TestFaultSocket(t *testing.T) {
 	defer l.Close()
 	go serveFaults(context.Background(), l, &framework.Fleet{})
 	for kind, want := range map[framework.FaultKind]string{
-		"reboot":   `unknown fault "reboot"`,
+		"reboot":       `unknown fault "reboot"`,
 		framework.Heal: "faults need a fleet with nodes",
 	} {
 		if err := fault(dir, framework.Fault{Kind: kind}); err == nil || !strings.Contains(err.Error(), want) {

@@ -41,8 +41,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"vksfleet.dev/fleet/test/env/dataplane"
-	"vksfleet.dev/fleet/test/framework"
 	"vksfleet.dev/fleet/test/env/workload"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 const (

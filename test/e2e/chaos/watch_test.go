@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"vksfleet.dev/fleet/test/env/dataplane"
-	"vksfleet.dev/fleet/test/framework"
 	"vksfleet.dev/fleet/test/env/proc"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 // watchEvery is how often the watcher looks at imports, the controllers' write counters and their logs.

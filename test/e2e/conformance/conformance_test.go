@@ -16,8 +16,8 @@ import (
 
 	"vksfleet.dev/fleet/test/env/clusterset"
 	"vksfleet.dev/fleet/test/env/dataplane"
-	"vksfleet.dev/fleet/test/framework"
 	"vksfleet.dev/fleet/test/env/proc"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 // Environment of TestConformance; the Makefile's conformance target sets them.
@@ -133,7 +133,7 @@ func runSuite(t *testing.T, repo, suite, kubeconfig string, f *framework.Fleet) 
 	t.Logf("specs: %d passed, %d failed, %d skipped of %d; the suite's report: %d of %d conformant tests passed",
 		specs.Passed, specs.Failed, specs.Skipped, specs.Total, report.Passed, report.Total)
 
-	results := filepath.Join(repo, "test", "conformance", "results")
+	results := filepath.Join(repo, "test", "e2e", "conformance", "results")
 	if err := os.MkdirAll(results, 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -35,9 +35,9 @@ import (
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/plugin/mcstest"
 	"vksfleet.dev/fleet/test/env/clusterset"
-	"vksfleet.dev/fleet/test/framework"
 	"vksfleet.dev/fleet/test/env/poll"
 	"vksfleet.dev/fleet/test/env/proc"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 const (
@@ -55,10 +55,7 @@ const (
 // startFleet starts two members whose controllers reach the broker with tokens of their own.
 func startFleet(t *testing.T) *framework.Fleet {
 	t.Helper()
-	bin := t.TempDir()
-	if err := framework.Build(bin); err != nil {
-		t.Fatal(err)
-	}
+	bin := framework.BuildTest(t)
 	f, err := framework.Start(context.Background(), framework.Options{
 		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(2)}, BinDir: bin,
 		LeaseGrace: leaseGrace, Log: proc.TestLog(t), BrokerIdentities: true,

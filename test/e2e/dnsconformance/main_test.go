@@ -29,6 +29,7 @@ import (
 	"vksfleet.dev/fleet/plugin/mcstest"
 	"vksfleet.dev/fleet/test/env/clusterset"
 	"vksfleet.dev/fleet/test/env/proc"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 // env is what TestMain set up for the tests.
@@ -74,9 +75,7 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(tmp)
 	env.dir, env.bin = tmp, filepath.Join(tmp, "coredns")
-	build := exec.Command("go", "build", "-o", env.bin, "vksfleet.dev/fleet/cmd/coredns")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	if err := framework.BuildPackages(tmp, "vksfleet.dev/fleet/cmd/coredns"); err != nil {
 		fmt.Fprintln(os.Stderr, "building coredns:", err)
 		return 1
 	}

@@ -22,8 +22,8 @@ import (
 
 	"vksfleet.dev/fleet/controller/imports"
 	"vksfleet.dev/fleet/mcs/names"
-	"vksfleet.dev/fleet/test/framework"
 	"vksfleet.dev/fleet/test/env/poll"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 const (

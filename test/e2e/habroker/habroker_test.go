@@ -19,16 +19,13 @@ import (
 
 	"vksfleet.dev/fleet/plugin/mcstest"
 	"vksfleet.dev/fleet/test/env/clusterset"
-	"vksfleet.dev/fleet/test/framework"
 	"vksfleet.dev/fleet/test/env/poll"
 	"vksfleet.dev/fleet/test/env/proc"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 func TestFleetOnHABroker(t *testing.T) {
-	bin := t.TempDir()
-	if err := framework.Build(bin); err != nil {
-		t.Fatal(err)
-	}
+	bin := framework.BuildTest(t)
 	ctx := context.Background()
 	start := time.Now()
 	f, err := framework.Start(ctx, framework.Options{

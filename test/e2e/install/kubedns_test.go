@@ -27,6 +27,7 @@ import (
 	"vksfleet.dev/fleet/test/env/clusterset"
 	"vksfleet.dev/fleet/test/env/poll"
 	"vksfleet.dev/fleet/test/env/proc"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 const stockImage = "registry.k8s.io/coredns/coredns:v1.12.0"
@@ -74,13 +75,10 @@ var coreDNSBinary = sync.OnceValues(func() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "coredns")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/coredns")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/coredns: %v\n%s", err, out)
+	if err := framework.BuildPackages(dir, "vksfleet.dev/fleet/cmd/coredns"); err != nil {
+		return "", err
 	}
-	return bin, nil
+	return filepath.Join(dir, "coredns"), nil
 })
 
 // startCoreDNS runs our CoreDNS binary with the Corefile conf until the test ends, logging as name.

@@ -18,7 +18,7 @@ import (
 )
 
 // root is the repository, relative to this package.
-var root, _ = filepath.Abs(filepath.Join("..", ".."))
+var root, _ = filepath.Abs(filepath.Join("..", "..", ".."))
 
 // cs is the clusterset every test shares: cluster-a exports, cluster-b imports, and a broker.
 var cs *clusterset.ClusterSet

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -76,14 +77,7 @@ func run(m *testing.M) int {
 
 // build builds the fleet's binaries and kubectl-mcs into dir.
 func build(dir string) error {
-	if err := framework.Build(dir); err != nil {
-		return err
-	}
-	out, err := exec.Command("go", "build", "-o", dir+"/", "vksfleet.dev/fleet/cmd/kubectl-mcs").CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("building kubectl-mcs: %v\n%s", err, out)
-	}
-	return nil
+	return framework.BuildPackages(dir, append(slices.Clone(framework.Binaries), "vksfleet.dev/fleet/cmd/kubectl-mcs")...)
 }
 
 // result is one run of the plugin.

@@ -72,7 +72,7 @@ const (
 var memberNames = []string{"cluster-a", "cluster-b"}
 
 // deployDir is build/deploy, relative to this package.
-var deployDir = filepath.Join("..", "..", "build", "deploy")
+var deployDir = filepath.Join("..", "..", "..", "build", "deploy")
 
 // logs records every log line of the process, controllers and client libraries alike.
 var logs = &recorder{}

@@ -45,9 +45,9 @@ import (
 	"vksfleet.dev/fleet/controller/imports"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/env/dataplane"
-	"vksfleet.dev/fleet/test/framework"
 	"vksfleet.dev/fleet/test/env/poll"
 	"vksfleet.dev/fleet/test/env/workload"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 const (

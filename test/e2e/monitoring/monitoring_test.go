@@ -29,9 +29,9 @@ import (
 
 	"vksfleet.dev/fleet/build/deploy/monitoring"
 	"vksfleet.dev/fleet/test/env/dataplane"
-	"vksfleet.dev/fleet/test/framework"
 	"vksfleet.dev/fleet/test/env/poll"
 	"vksfleet.dev/fleet/test/env/workload"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 const (

@@ -44,10 +44,10 @@ import (
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/plugin/mcstest"
 	"vksfleet.dev/fleet/test/env/clusterset"
-	"vksfleet.dev/fleet/test/framework"
 	"vksfleet.dev/fleet/test/env/poll"
 	"vksfleet.dev/fleet/test/env/proc"
 	"vksfleet.dev/fleet/test/env/workload"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 const (
@@ -66,10 +66,7 @@ func TestMain(m *testing.M) {
 
 func TestOldestRelease(t *testing.T) {
 	ctx := context.Background()
-	bin := t.TempDir()
-	if err := framework.Build(bin); err != nil {
-		t.Fatal(err)
-	}
+	bin := framework.BuildTest(t)
 	log := proc.TestLog(t)
 	cs, err := clusterset.Start(ctx, clusterset.Options{Members: []string{member}, Oldest: []string{member}, Log: log})
 	if err != nil {

@@ -22,9 +22,9 @@ import (
 	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
 	"vksfleet.dev/fleet/controller/imports"
 	"vksfleet.dev/fleet/mcs/names"
-	"vksfleet.dev/fleet/test/framework"
 	"vksfleet.dev/fleet/test/env/poll"
 	"vksfleet.dev/fleet/test/env/workload"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 // place says where a request was answered: "z0" and "z1" for cluster-a's two zones, else the cluster's name.

@@ -19,16 +19,13 @@ import (
 
 	"vksfleet.dev/fleet/plugin/mcstest"
 	"vksfleet.dev/fleet/test/env/clusterset"
-	"vksfleet.dev/fleet/test/framework"
 	"vksfleet.dev/fleet/test/env/poll"
 	"vksfleet.dev/fleet/test/env/proc"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 func TestUnexportInAFreshClusterset(t *testing.T) {
-	bin := t.TempDir()
-	if err := framework.Build(bin); err != nil {
-		t.Fatal(err)
-	}
+	bin := framework.BuildTest(t)
 	ctx := context.Background()
 	f, err := framework.Start(ctx, framework.Options{ClusterSet: clusterset.Options{Members: clusterset.MemberNames(2)}, BinDir: bin,
 		LeaseGrace: 30 * time.Second, Log: proc.TestLog(t)})

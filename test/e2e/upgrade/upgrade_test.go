@@ -51,9 +51,9 @@ import (
 	"vksfleet.dev/fleet/cli/install"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/env/dataplane"
-	"vksfleet.dev/fleet/test/framework"
 	"vksfleet.dev/fleet/test/env/poll"
 	"vksfleet.dev/fleet/test/env/workload"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 // previousRelease is the release the clusterset starts on: the merge of 2026-11-26 03:19 on main, the last before
