@@ -363,17 +363,14 @@ func (m *Member) startCoreDNS(ctx context.Context) error {
 		Kubeconfig: m.KubeconfigPath, Context: m.Name,
 		Kubernetes: &corefile.Kubernetes{Reverse: true, Pods: true, LeaveImported: true}, Multicluster: &corefile.Multicluster{Reverse: true},
 	}
-	if err := os.WriteFile(path, []byte(s.Render()), 0o644); err != nil {
-		return err
-	}
-	p, err := proc.Start(m.fleet.opts.Log, m.Name+"/coredns", filepath.Join(m.fleet.opts.BinDir, "coredns"), "-conf", path)
+	p, err := StartCoreDNS(ctx, m.fleet.opts.Log, m.Name+"/coredns", filepath.Join(m.fleet.opts.BinDir, "coredns"), path, s)
 	if err != nil {
 		return err
 	}
 	m.mu.Lock()
 	m.coredns = p
 	m.mu.Unlock()
-	return p.WaitHTTP(ctx, &http.Client{Timeout: time.Second}, "http://"+s.ReadyAddr+"/ready", 2*time.Minute)
+	return nil
 }
 
 // StopCoreDNS stops the member's CoreDNS, if it runs, as a crash would.

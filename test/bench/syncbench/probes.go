@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 	"vksfleet.dev/fleet/test/env/clusterset"
 	"vksfleet.dev/fleet/test/env/poll"
 	"vksfleet.dev/fleet/test/env/proc"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 // The histograms the probes are read for: each endpoint change from its EndpointSlice's last-change-trigger-time in
@@ -58,14 +57,8 @@ func startProbes(ctx context.Context, c *clusterset.Cluster, bin, dir string) (p
 		Kubeconfig: c.KubeconfigPath, Context: c.Name, Multicluster: &corefile.Multicluster{},
 	}
 	p.dnsMetrics = "http://" + s.MetricsAddr + "/metrics"
-	path := filepath.Join(dir, "Corefile")
-	if err := os.WriteFile(path, []byte(s.Render()), 0o644); err != nil {
-		return p, err
-	}
-	if p.coredns, err = proc.Start(io.Discard, c.Name+"/coredns", filepath.Join(bin, "coredns"), "-conf", path); err != nil {
-		return p, err
-	}
-	return p, p.coredns.WaitHTTP(ctx, &http.Client{Timeout: time.Second}, "http://"+s.ReadyAddr+"/ready", 2*time.Minute)
+	p.coredns, err = framework.StartCoreDNS(ctx, io.Discard, c.Name+"/coredns", filepath.Join(bin, "coredns"), filepath.Join(dir, "Corefile"), s)
+	return p, err
 }
 
 func (p *probes) stop() error {

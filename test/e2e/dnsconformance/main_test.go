@@ -10,13 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -43,19 +41,18 @@ var env struct {
 // The fixture: namespace conf of member cluster-a (cluster id east.prod) holds the imports below; source
 // cluster cluster-b exists only as the source-cluster label of imported slices.
 const (
-	ns        = "conf"
-	zone      = names.DNSZone + "."
-	web       = "web." + ns + ".svc." + zone
-	db        = "db." + ns + ".svc." + zone
-	down      = "down." + ns + ".svc." + zone
-	big       = "big." + ns + ".svc." + zone
-	db0       = "db-0.east.prod." + db
-	dbB4      = "10-2-0-7.cluster-b." + db
-	dbB6      = "fd02--7.cluster-b." + db
-	webIPv4   = "10.250.0.10"
-	webIPv6   = "fd00:250::10"
-	bigCount  = 300
-	startWait = 2 * time.Minute
+	ns       = "conf"
+	zone     = names.DNSZone + "."
+	web      = "web." + ns + ".svc." + zone
+	db       = "db." + ns + ".svc." + zone
+	down     = "down." + ns + ".svc." + zone
+	big      = "big." + ns + ".svc." + zone
+	db0      = "db-0.east.prod." + db
+	dbB4     = "10-2-0-7.cluster-b." + db
+	dbB6     = "fd02--7.cluster-b." + db
+	webIPv4  = "10.250.0.10"
+	webIPv6  = "fd00:250::10"
+	bigCount = 300
 )
 
 func TestMain(m *testing.M) {
@@ -136,16 +133,8 @@ func runCoreDNS(ctx context.Context, name string, s corefile.Server, log io.Writ
 		return nil, 0, err
 	}
 	s.Port, s.Bind, s.ReadyAddr = ports[0], []string{"127.0.0.1"}, "127.0.0.1:"+strconv.Itoa(ports[1])
-	path := filepath.Join(env.dir, name+".Corefile")
-	if err := os.WriteFile(path, []byte(s.Render()), 0o600); err != nil {
-		return nil, 0, err
-	}
-	p, err := proc.Start(log, name, env.bin, "-conf", path)
-	if err != nil || !s.Stock.Ready {
-		return p, s.Port, err
-	}
-	if err := p.WaitHTTP(ctx, http.DefaultClient, "http://"+s.ReadyAddr+"/ready", startWait); err != nil {
-		p.Stop()
+	p, err := framework.StartCoreDNS(ctx, log, name, env.bin, filepath.Join(env.dir, name+".Corefile"), s)
+	if err != nil {
 		return nil, 0, err
 	}
 	return p, s.Port, nil
