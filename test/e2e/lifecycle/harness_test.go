@@ -1,3 +1,6 @@
+// Package lifecycle tests the export and import lifecycle on a local clusterset without nodes, with one
+// mcs-controller per member in this process (test/framework/ctrlharness): imports everywhere, conflicts,
+// admission, restarts, members and the broker lost, and a member that is also the broker.
 package lifecycle
 
 import (
