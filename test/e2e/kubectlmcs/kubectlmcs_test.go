@@ -30,7 +30,7 @@ import (
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/env/clusterset"
 	"vksfleet.dev/fleet/test/env/poll"
-	"vksfleet.dev/fleet/test/env/proc"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 const ns = "demo"
@@ -294,16 +294,13 @@ func TestKubectlMCS(t *testing.T) {
 			Kubeconfig: a.KubeconfigPath, Context: a.Name,
 		}
 		without := s.Render()
-		s.Multicluster = &corefile.Multicluster{}
-		with := s.Render()
 		path := filepath.Join(t.TempDir(), "Corefile")
-		if err := os.WriteFile(path, []byte(without), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		p, err := proc.Start(io.Discard, "coredns-for-cluster-a", filepath.Join(binDir, "coredns"), "-conf", path)
+		p, err := framework.StartCoreDNS(ctx, io.Discard, "coredns-for-cluster-a", filepath.Join(binDir, "coredns"), path, s)
 		if err != nil {
 			t.Fatal(err)
 		}
+		s.Multicluster = &corefile.Multicluster{}
+		with := s.Render()
 		defer p.Stop()
 		cm := &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "coredns"},
