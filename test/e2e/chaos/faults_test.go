@@ -321,17 +321,22 @@ func (f fault) String() string {
 	return s
 }
 
-// activeAt lists the faults on at t, or undone less than tolerated before.
+// activeAt lists the faults on at t (onAt).
 func (r *run) activeAt(t time.Time) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var on []string
 	for _, f := range r.faults {
-		if f.err == nil && !t.Before(f.start) && t.Before(f.done.Add(tolerated)) {
+		if f.onAt(t) {
 			on = append(on, f.String())
 		}
 	}
 	return on
+}
+
+// onAt says whether the fault was caused and on at t, or undone less than tolerated before.
+func (f fault) onAt(t time.Time) bool {
+	return f.err == nil && !t.Before(f.start) && t.Before(f.done.Add(tolerated))
 }
 
 func TestPlan(t *testing.T) {

@@ -25,7 +25,7 @@ type loopFigures struct {
 	explained          int            // failures a CoreDNS fault of the member explains
 	unexplained        []string       // the others, "#seq reason at time"
 	reasons            map[string]int // failures by reason
-	longestGapMs       int64          // between two successes
+	longestGap         time.Duration  // between two answered requests
 	nxdomain, servfail []string       // names that answered so
 }
 
@@ -36,11 +36,9 @@ func (r *run) figures(member, name string, l *workload.Loop, names []string, fro
 	if len(reqs) == 0 {
 		f.unexplained = append(f.unexplained, "no request reported")
 	}
-	lastOK := from.UnixMilli()
+	f.longestGap = workload.LongestGap(reqs)
 	for _, q := range reqs {
 		if q.OK {
-			f.longestGapMs = max(f.longestGapMs, q.StartMs-lastOK)
-			lastOK = q.StartMs
 			continue
 		}
 		f.failed++
@@ -63,7 +61,6 @@ func (r *run) figures(member, name string, l *workload.Loop, names []string, fro
 			f.unexplained = append(f.unexplained, what)
 		}
 	}
-	f.longestGapMs = max(f.longestGapMs, to.UnixMilli()-lastOK)
 	return f
 }
 
@@ -72,8 +69,7 @@ func (r *run) dnsFaultAt(member string, t time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, f := range r.faults {
-		if f.member == member && kinds[f.kind].slot == "coredns" && f.err == nil &&
-			!t.Before(f.start) && t.Before(f.done.Add(tolerated)) {
+		if f.member == member && kinds[f.kind].slot == "coredns" && f.onAt(t) {
 			return true
 		}
 	}
@@ -139,7 +135,7 @@ func (r *run) report(w *watcher, chaosStart, lastFault time.Time, converged time
 			reasons = append(reasons, fmt.Sprintf("%s %d", k, l.reasons[k]))
 		}
 		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %.1f s | %d | %d | %s |\n", l.name, l.sent, l.failed, l.explained, len(l.unexplained),
-			float64(l.longestGapMs)/1000, len(l.nxdomain), len(l.servfail), strings.Join(reasons, ", "))
+			l.longestGap.Seconds(), len(l.nxdomain), len(l.servfail), strings.Join(reasons, ", "))
 	}
 	fmt.Fprintf(&b, "\n## \"Reconciler error\" lines by controller and cause\n\n| controller: cause | lines |\n|---|---|\n")
 	for _, c := range slices.Sorted(maps.Keys(errs)) {

@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -83,7 +84,7 @@ func endpointSlice(m *framework.Member, name string, n int) *discoveryv1.Endpoin
 	s := &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: name + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr("tcp"), Port: ptr(int32(workload.EchoPort))}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("tcp"), Port: ptr.To(int32(workload.EchoPort))}},
 	}
 	base := m.PodCIDRs[0].Addr().As4()
 	for i := range n {
@@ -91,8 +92,6 @@ func endpointSlice(m *framework.Member, name string, n int) *discoveryv1.Endpoin
 	}
 	return s
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // churn changes exports and endpoints in every member until ctx ends; an error (the member's API server is down,
 // say) is counted as a skipped change, not a failure. Wait on the result for the churn to end.

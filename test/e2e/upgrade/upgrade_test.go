@@ -452,7 +452,7 @@ func (e *env) step(t *testing.T, name string, version map[string]string, soak ti
 			}
 			r.failures = append(r.failures, desc)
 		}
-		r.longestGap = max(r.longestGap, longestGap(reqs))
+		r.longestGap = max(r.longestGap, workload.LongestGap(reqs))
 		for _, s := range e.stables {
 			qs, err := e.dnsLoops[m.Name][s.name].Settled(context.Background(), from.UnixMilli(), end.UnixMilli(), timeout)
 			if err != nil {
@@ -546,23 +546,6 @@ func (e *env) nearestDNSEvent(member string, at, from, to time.Time) string {
 		return ""
 	}
 	return fmt.Sprintf(" (%s after %s %s)", at.Sub(last.at).Round(10*time.Millisecond), last.pod, last.what)
-}
-
-// longestGap is the longest time between the starts of two answered requests in a row (the loop's interval when
-// none failed), or from the first request to the first answered one.
-func longestGap(reqs []workload.Request) time.Duration {
-	var longest int64
-	prev := int64(-1)
-	for _, r := range reqs {
-		if prev < 0 {
-			prev = r.StartMs
-		}
-		if r.OK {
-			longest = max(longest, r.StartMs-prev)
-			prev = r.StartMs
-		}
-	}
-	return time.Duration(longest) * time.Millisecond
 }
 
 // converge has every member export a new Service in front of its web pods at once and returns how long it took

@@ -189,6 +189,23 @@ func (l *Loop) Err() error {
 	return l.err
 }
 
+// LongestGap is the longest time between the starts of two answered requests in a row (the loop's interval when
+// none failed), or from the first request to the first answered one.
+func LongestGap(reqs []Request) time.Duration {
+	var longest int64
+	prev := int64(-1)
+	for _, r := range reqs {
+		if prev < 0 {
+			prev = r.StartMs
+		}
+		if r.OK {
+			longest = max(longest, r.StartMs-prev)
+			prev = r.StartMs
+		}
+	}
+	return time.Duration(longest) * time.Millisecond
+}
+
 // Failover measures a move of traffic in reqs: from the last success of the old place (old) before the first
 // success of the new place (new) to that first success, in milliseconds, and the requests that failed in
 // between. ok is false while the new place has not answered.

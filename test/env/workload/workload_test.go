@@ -3,6 +3,7 @@ package workload
 import (
 	"reflect"
 	"testing"
+	"time"
 )
 
 func TestParseLoop(t *testing.T) {
@@ -36,5 +37,23 @@ func TestFailover(t *testing.T) {
 	}
 	if _, _, done := Failover(reqs[:4], isA, isB); done {
 		t.Error("a move that has not happened reports done")
+	}
+}
+
+func TestLongestGap(t *testing.T) {
+	ok := func(ms int64) Request { return Request{StartMs: ms, OK: true} }
+	fail := func(ms int64) Request { return Request{StartMs: ms} }
+	for _, tc := range []struct {
+		reqs []Request
+		want time.Duration
+	}{
+		{nil, 0},
+		{[]Request{ok(0), ok(100), ok(200)}, 100 * time.Millisecond},
+		{[]Request{ok(0), fail(100), fail(1100), ok(2100), ok(2200)}, 2100 * time.Millisecond},
+		{[]Request{fail(0), fail(1000), ok(2000)}, 2000 * time.Millisecond},
+	} {
+		if got := LongestGap(tc.reqs); got != tc.want {
+			t.Errorf("LongestGap(%v) = %s, want %s", tc.reqs, got, tc.want)
+		}
 	}
 }
