@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -69,7 +70,7 @@ func TestProbeRounds(t *testing.T) {
 	dead := map[string]bool{}
 	var asked []string
 	tracker := reach.New(probeDown, probeUp)
-	p := &dataPlaneProbe{self: "cluster-a", tracker: tracker, log: logr.Discard(),
+	p := &dataPlaneProbe{self: "cluster-a", tracker: tracker, log: logr.Discard(), next: map[string]int{},
 		enqueue: newTriggers(newFakeCluster(t), newFakeCluster(t)),
 		targets: map[string][]string{"cluster-b": {"b1:80", "b2:80", "b3:80"}},
 		dial: func(_ context.Context, addr string) error {
@@ -101,14 +102,69 @@ func TestProbeRounds(t *testing.T) {
 	if len(seen) != 3 {
 		t.Errorf("probed %v: every endpoint should come in turn", asked)
 	}
+	// All dead: the first failed round probes probesPerRound endpoints, the ones after it confirm with
+	// confirmProbes (some endpoints twice, as there are only 3).
 	dead["b2:80"], dead["b3:80"] = true, true
 	for i := range probeDown {
 		if got := tracker.State("cluster-b"); got != reach.Reachable {
 			t.Fatalf("unreachable after %d failed rounds", i)
 		}
+		asked = nil
 		p.probeRound(ctx, now)
+		want := probesPerRound
+		if i > 0 {
+			want = confirmProbes
+		}
+		if len(asked) != want {
+			t.Errorf("failed round %d probed %v, want %d probes", i+1, asked, want)
+		}
 	}
 	if got := tracker.State("cluster-b"); got != reach.Unreachable {
 		t.Errorf("after %d failed rounds: %v", probeDown, got)
+	}
+	// Unreachable, it is no longer suspected: rounds are back to probesPerRound until it answers again.
+	asked = nil
+	p.probeRound(ctx, now)
+	if len(asked) != probesPerRound {
+		t.Errorf("a round of an unreachable member probed %v", asked)
+	}
+	// One endpoint back: one good round after a failed one is not yet enough (probeUp), two are.
+	dead["b1:80"], dead["b2:80"], dead["b3:80"] = false, false, false
+	for range probeUp {
+		if got := tracker.State("cluster-b"); got != reach.Unreachable {
+			t.Fatalf("reachable again too soon: %v", got)
+		}
+		p.probeRound(ctx, now)
+	}
+	if got := tracker.State("cluster-b"); got != reach.Reachable {
+		t.Errorf("after %d good rounds: %v", probeUp, got)
+	}
+}
+
+// TestProbeRoundsInTurn: every endpoint of a member comes in turn whatever the number of endpoints against the
+// probes per round.
+func TestProbeRoundsInTurn(t *testing.T) {
+	for n := 1; n <= 9; n++ {
+		var targets []string
+		for i := range n {
+			targets = append(targets, fmt.Sprintf("b%d:80", i))
+		}
+		var mu sync.Mutex
+		seen := map[string]bool{}
+		p := &dataPlaneProbe{self: "cluster-a", tracker: reach.New(probeDown, probeUp), log: logr.Discard(), next: map[string]int{},
+			enqueue: newTriggers(newFakeCluster(t), newFakeCluster(t)),
+			targets: map[string][]string{"cluster-b": targets},
+			dial: func(_ context.Context, addr string) error {
+				mu.Lock()
+				defer mu.Unlock()
+				seen[addr] = true
+				return nil
+			}}
+		for range (n + probesPerRound - 1) / probesPerRound {
+			p.probeRound(context.Background(), time.Unix(1000, 0))
+		}
+		if len(seen) != n {
+			t.Errorf("%d endpoints: %d probed in %d rounds, want all", n, len(seen), (n+probesPerRound-1)/probesPerRound)
+		}
 	}
 }

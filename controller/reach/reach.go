@@ -83,6 +83,15 @@ func (t *Tracker) Observe(id string, ok bool, now time.Time) bool {
 	return false
 }
 
+// Suspected says whether member's last round failed while it is not yet unreachable: the next round should
+// confirm with more probes, so that fewer rounds in a row can decide with the same odds of a false alarm.
+func (t *Tracker) Suspected(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.members[id]
+	return m != nil && m.fails > 0 && m.state != Unreachable
+}
+
 // Forget drops what is known of member, which has nothing left to probe; it says whether its State was known.
 func (t *Tracker) Forget(id string) bool {
 	t.mu.Lock()

@@ -202,6 +202,7 @@ func (e *env) testControlPlaneLost(t *testing.T) {
 // testCut cuts cluster-b's nodes from every member, its control plane alive: a and c stop using b's endpoints
 // within the target; healed, they use them again without a failure.
 func (e *env) testCut(t *testing.T, run int) {
+	traces := e.startTraces(t)
 	cut := nowMs()
 	e.fault(t, framework.Fault{Kind: framework.CutDataPlane, Member: "cluster-b"})
 	e.waitCondition(t, e.a, "pair", imports.ConditionUnreachable, "cluster-b", true)
@@ -209,8 +210,10 @@ func (e *env) testCut(t *testing.T, run int) {
 	e.waitAnswered(t, e.aPair, nowMs(), "cluster-c")
 	e.waitAnswered(t, e.cPair, nowMs(), "cluster-c")
 	for name, l := range map[string]*workload.Loop{"a to pair": e.aPair, "c to pair": e.cPair} {
-		last := lastFailure(e.requests(t, l, cut, nowMs()), cut)
+		reqs := e.requests(t, l, cut, nowMs())
+		last := lastFailure(reqs, cut)
 		e.check(t, "cut from every member", fmt.Sprintf("cut of cluster-b, run %d: %s: the last request failed %d ms after the cut", run+1, name, last), last)
+		t.Log(traces[l].report(context.Background(), reqs))
 		e.rows = append(e.rows, row{"cluster-b's nodes cut from every member", name, fmt.Sprintf("last failure %d ms after the cut", last)})
 	}
 	heal := nowMs()
@@ -293,20 +296,33 @@ func (e *env) testLossy(t *testing.T) {
 // testWholeLoss loses cluster-b whole, control plane stopped and nodes cut: a and c stop using b within the target,
 // not the lease grace; then b comes back.
 func (e *env) testWholeLoss(t *testing.T, run int) {
+	traces := e.startTraces(t)
 	cut := nowMs()
 	e.fault(t, framework.Fault{Kind: framework.StopControlPlane, Member: "cluster-b"})
 	e.fault(t, framework.Fault{Kind: framework.CutDataPlane, Member: "cluster-b"})
 	e.waitAnswered(t, e.aPair, nowMs(), "cluster-c")
 	e.waitAnswered(t, e.cPair, nowMs(), "cluster-c")
 	for name, l := range map[string]*workload.Loop{"a to pair": e.aPair, "c to pair": e.cPair} {
-		last := lastFailure(e.requests(t, l, cut, nowMs()), cut)
+		reqs := e.requests(t, l, cut, nowMs())
+		last := lastFailure(reqs, cut)
 		e.check(t, "whole member lost", fmt.Sprintf("whole loss of cluster-b, run %d: %s: the last request failed %d ms after the loss", run+1, name, last), last)
+		t.Log(traces[l].report(context.Background(), reqs))
 		e.rows = append(e.rows, row{"cluster-b lost whole (control plane and nodes)", name, fmt.Sprintf("last failure %d ms after the loss", last)})
 	}
 	e.fault(t, framework.Fault{Kind: framework.Heal})
 	back := nowMs()
 	e.waitAnswered(t, e.aPair, back, "cluster-b", "cluster-c")
 	e.waitAnswered(t, e.aSolo, back, "cluster-b")
+}
+
+// startTraces starts a trace of pair on the two members whose loops ask it, by loop.
+// A trace that no report stopped (the test failed first) stops with t.
+func (e *env) startTraces(t *testing.T) map[*workload.Loop]*trace {
+	traces := map[*workload.Loop]*trace{e.aPair: startTrace(e.a, "pair", e.aPair.Name), e.cPair: startTrace(e.c, "pair", e.cPair.Name)}
+	for _, tr := range traces {
+		t.Cleanup(tr.stop)
+	}
+	return traces
 }
 
 // deployTier runs tier in m: one socat pod that exits at once on SIGTERM, behind a PreferSameZone Service, exported.
@@ -337,24 +353,31 @@ func (e *env) deployTier(t *testing.T, m *framework.Member) {
 // it without a failure.
 func (e *env) testTierEmpties(t *testing.T, run int) {
 	e.waitAnswered(t, e.aTier, nowMs(), "cluster-b")
+	emptied := startTrace(e.a, "tier", e.aTier.Name)
+	t.Cleanup(emptied.stop)
 	empty := nowMs()
 	if err := workload.Scale(context.Background(), e.b.Client, ns, "tier", 0); err != nil {
 		t.Fatal(err)
 	}
 	moved := e.waitAnswered(t, e.aTier, nowMs(), "cluster-c")
-	last := lastFailure(e.requests(t, e.aTier, empty, nowMs()), empty)
+	reqs := e.requests(t, e.aTier, empty, nowMs())
+	last := lastFailure(reqs, empty)
 	e.check(t, tierEmpties, fmt.Sprintf("cluster-b's tier pods scaled to zero, run %d: the last request failed %d ms after, cluster-c answered %d ms after",
 		run+1, last, moved-empty), last)
+	t.Log(emptied.report(context.Background(), reqs))
+	refilled := startTrace(e.a, "tier", e.aTier.Name)
+	t.Cleanup(refilled.stop)
 	back := nowMs()
 	if err := workload.Scale(context.Background(), e.b.Client, ns, "tier", 1); err != nil {
 		t.Fatal(err)
 	}
 	again := e.waitAnswered(t, e.aTier, back, "cluster-b")
-	reqs := e.requests(t, e.aTier, back, nowMs())
+	reqs = e.requests(t, e.aTier, back, nowMs())
 	failed := workload.Failures(reqs)
 	if len(failed) > 0 {
 		t.Errorf("cluster-b's tier pod back, run %d: %d requests failed: %v", run+1, len(failed), failed)
 	}
+	t.Log(refilled.report(context.Background(), reqs))
 	e.rows = append(e.rows, row{"a locality tier empties at once (cluster-b's socat pods scaled to zero)", "a to tier",
 		fmt.Sprintf("last failure %d ms after, cluster-c first answered %d ms after", last, moved-empty)},
 		row{"the tier has a pod again", "a to tier", fmt.Sprintf("cluster-b again %d ms after the scale-up, %d failed", again-back, len(failed))})

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/miekg/dns"
@@ -101,18 +102,27 @@ func orDash(s string) string {
 	return s
 }
 
-func request(ctx context.Context, cfg loopConfig, client *http.Client, seq int) loopResult {
+func request(ctx context.Context, cfg loopConfig, client *http.Client, seq int) (res loopResult) {
 	if cfg.proto == "dns" {
 		return requestDNS(ctx, cfg.target, cfg.names[(seq-1)%len(cfg.names)])
 	}
 	host, port, _ := splitTarget(cfg.target) // checked with the flags
 	if net.ParseIP(host) == nil {
-		// The name is looked up here rather than by the dialer so that a lookup failure has its own reason.
+		// The name is looked up here rather than by the dialer so that a lookup failure has its own reason, and a
+		// lookup that took most of the time too: what times out after it is put down to it ("dns-slow").
+		start := time.Now()
 		addrs, err := net.DefaultResolver.LookupHost(ctx, host)
 		if err != nil || len(addrs) == 0 {
-			return loopResult{reason: "dns"}
+			return failure("dns", err)
 		}
 		host = addrs[0]
+		if d, ok := ctx.Deadline(); ok && time.Since(start) > d.Sub(start)/2 {
+			defer func() {
+				if strings.HasSuffix(res.reason, "-timeout") {
+					res.reason = "dns-slow"
+				}
+			}()
+		}
 	}
 	addr := net.JoinHostPort(host, port)
 	if cfg.proto == "http" {
@@ -168,12 +178,19 @@ func requestHTTP(ctx context.Context, client *http.Client, addr, target string) 
 	return parseReply(string(body), "")
 }
 
-// failure names a failed step, except that running out of time anywhere is a timeout.
+// failure names a failed step: "<step>-timeout" when it ran out of time, and for a refused connection or an
+// unreachable address, "<step>-refused" or "<step>-unreachable": a rule that rejects (kube-proxy's, for a Service
+// without endpoints) and a pod that is gone fail differently.
 func failure(step string, err error) loopResult {
 	var netErr net.Error
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
-		errors.As(err, &netErr) && netErr.Timeout() {
-		return loopResult{reason: "timeout"}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		errors.As(err, &netErr) && netErr.Timeout():
+		return loopResult{reason: step + "-timeout"}
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return loopResult{reason: step + "-refused"}
+	case errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH):
+		return loopResult{reason: step + "-unreachable"}
 	}
 	return loopResult{reason: step}
 }

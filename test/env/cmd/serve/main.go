@@ -47,11 +47,14 @@
 // seq counts from 1. Latency has three decimals and includes name resolution. An empty cluster or pod name is
 // written as "-". A reason is one of:
 //
-//	dns        the name did not resolve (for any reason, including the timeout)
-//	dial       the connection was refused or the address unreachable
+//	dns        the name did not resolve
+//	dial       connecting failed: dial-refused (a reset or ICMP port unreachable: no listener, or a rule that
+//	           rejects), dial-unreachable (ICMP host or network unreachable), dial for anything else
 //	write      sending the request failed
-//	read       the reply did not come: connection reset or closed, or for UDP an ICMP port unreachable
-//	timeout    -timeout passed while connecting, sending or waiting for the reply
+//	read       the reply did not come: connection reset or closed; read-refused for UDP's ICMP port unreachable
+//	<step>-timeout  -timeout passed during that step: dns-timeout (resolving, or with -proto dns waiting for the
+//	           answer), dial-timeout, write-timeout, read-timeout
+//	dns-slow   -timeout passed after resolving the name took more than half of it
 //	bad-reply  the reply is not an identity line, or echoes something other than what was sent
 //	http-<n>   the HTTP status was n, not 200
 //	nxdomain   (dns) the server answered NXDOMAIN

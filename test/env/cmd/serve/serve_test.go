@@ -233,10 +233,10 @@ func TestLoopFailures(t *testing.T) {
 	for _, tc := range []struct {
 		name, target, proto, timeout, reason string
 	}{
-		{"closed port", closed.Addr().String(), "tcp", "2s", "dial"},
-		{"closed port http", closed.Addr().String(), "http", "2s", "dial"},
-		{"closed port udp", closedUDP.LocalAddr().String(), "udp", "2s", "read"},
-		{"no reply", silent.Addr().String(), "tcp", "100ms", "timeout"},
+		{"closed port", closed.Addr().String(), "tcp", "2s", "dial-refused"},
+		{"closed port http", closed.Addr().String(), "http", "2s", "dial-refused"},
+		{"closed port udp", closedUDP.LocalAddr().String(), "udp", "2s", "read-refused"},
+		{"no reply", silent.Addr().String(), "tcp", "100ms", "read-timeout"},
 		{"503", unavailable.Listener.Addr().String(), "http", "2s", "http-503"},
 		{"not serve", stranger.Listener.Addr().String(), "http", "2s", "bad-reply"},
 		{"no such name", "no-such-host.invalid:80", "tcp", "2s", "dns"},
@@ -478,7 +478,7 @@ func TestLoopDNS(t *testing.T) {
 		{"empty.example", "fail nodata"},
 		{"broken.example", "fail servfail"},
 		{"refused.example", "fail rcode-5"},
-		{"silent.example", "fail timeout"},
+		{"silent.example", "fail dns-timeout"},
 	} {
 		lines, _ := loopLines(t, "-target", pc.LocalAddr().String(), "-proto", "dns", "-name", tc.name,
 			"-count", "2", "-interval", "0s", "-timeout", "200ms")

@@ -1,0 +1,304 @@
+package memberloss
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"vksfleet.dev/fleet/test/env/proc"
+	"vksfleet.dev/fleet/test/env/workload"
+	"vksfleet.dev/fleet/test/framework"
+)
+
+// tracePoll is how often a trace looks at the imported slices and kube-proxy's last sync. kube-proxy's metric
+// carries the sync's own time, and its syncs are at least a second apart, so this only bounds the slices' error.
+const tracePoll = 25 * time.Millisecond
+
+// trace follows, on one importing member, the steps between a fault of cluster-b and the member's traffic leaving
+// it: its elected controller's decision (its log line), its imported slices of a service no longer holding a ready
+// endpoint of cluster-b (polled), its node's kube-proxy syncs (kube-proxy's last-sync metric, polled), and the
+// failed requests of its loop. A figure over the target says which step took the time.
+type trace struct {
+	m   *framework.Member
+	svc string
+	// client is the address of the pod whose connections are followed.
+	client string
+	from   time.Time
+	stop   context.CancelFunc
+	done   sync.WaitGroup
+
+	mu      sync.Mutex
+	sliceAt time.Time // when the slices first held no ready endpoint of cluster-b
+	// readyFlips are the times after sliceAt when cluster-b's endpoints turned ready again, or not ready again,
+	// in turn; readyBack says which they are now.
+	readyFlips []time.Time
+	readyBack  bool
+	// states are the slices' states (trace.slices) as they changed.
+	states   []sliceState
+	syncs    []time.Time // kube-proxy syncs after from
+	pollErrs int
+	// unanswered are the connections to the echo port that the node's conntrack showed waiting for a SYN-ACK,
+	// by client address and port: when first seen, and the endpoint kube-proxy sent them to.
+	unanswered map[string]synSent
+}
+
+// sliceState is the state of a service's imported slices from a moment on.
+type sliceState struct {
+	at    time.Time
+	state string
+}
+
+// synSent is a connection waiting for its SYN-ACK.
+type synSent struct {
+	at      time.Time
+	backend string
+}
+
+// startTrace starts following m's import of svc, and the connections of the pod clientPod, from now on.
+func startTrace(m *framework.Member, svc, clientPod string) *trace {
+	ctx, cancel := context.WithCancel(context.Background())
+	tr := &trace{m: m, svc: svc, from: time.Now(), stop: cancel, unanswered: map[string]synSent{}}
+	pod := &corev1.Pod{}
+	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: clientPod}, pod); err == nil {
+		tr.client = pod.Status.PodIP
+	}
+	tr.done.Go(func() { tr.follow(ctx) })
+	return tr
+}
+
+// follow polls until ctx ends.
+func (tr *trace) follow(ctx context.Context) {
+	tick := time.NewTicker(tracePoll)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		now := time.Now()
+		var syns map[string]string
+		if i%4 == 0 {
+			// A connection that fails waits a second for its SYN-ACK: every fourth poll sees it, at a quarter of the
+			// cost.
+			syns = tr.synSent(ctx)
+		}
+		ready, state, sliceErr := tr.slices(ctx)
+		synced, syncErr := tr.lastSync()
+		tr.mu.Lock()
+		if sliceErr == nil && (len(tr.states) == 0 || tr.states[len(tr.states)-1].state != state) {
+			tr.states = append(tr.states, sliceState{now, state})
+		}
+		if sliceErr == nil && ready == 0 && tr.sliceAt.IsZero() {
+			tr.sliceAt = now
+		}
+		if sliceErr == nil && !tr.sliceAt.IsZero() && (ready > 0) != tr.readyBack {
+			tr.readyBack = ready > 0
+			tr.readyFlips = append(tr.readyFlips, now)
+		}
+		if syncErr == nil && synced.After(tr.from) && !slices.Contains(tr.syncs, synced) {
+			tr.syncs = append(tr.syncs, synced)
+		}
+		if sliceErr != nil || syncErr != nil {
+			tr.pollErrs++
+		}
+		for client, backend := range syns {
+			if _, ok := tr.unanswered[client]; !ok {
+				tr.unanswered[client] = synSent{now, backend}
+			}
+		}
+		tr.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// slices reads the member's imported slices of the service: how many ready endpoints of cluster-b they hold, and
+// their state in short, "cluster:address:ready|not|terminating[@zone hints]" per endpoint, sorted.
+func (tr *trace) slices(ctx context.Context) (readyOfB int, state string, err error) {
+	list := &discoveryv1.EndpointSliceList{}
+	if err := tr.m.Client.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{mcsv1beta1.LabelServiceName: tr.svc}); err != nil {
+		return 0, "", err
+	}
+	var eps []string
+	for _, s := range list.Items {
+		from := s.Labels[mcsv1beta1.LabelSourceCluster]
+		for _, e := range s.Endpoints {
+			ready := e.Conditions.Ready == nil || *e.Conditions.Ready
+			cond := "not"
+			switch {
+			case ready:
+				cond = "ready"
+				if from == "cluster-b" {
+					readyOfB++
+				}
+			case e.Conditions.Terminating != nil && *e.Conditions.Terminating:
+				cond = "terminating"
+			}
+			ep := strings.TrimPrefix(from, "cluster-") + ":" + strings.Join(e.Addresses, ",") + ":" + cond
+			if e.Hints != nil {
+				var zones []string
+				for _, z := range e.Hints.ForZones {
+					zones = append(zones, z.Name)
+				}
+				ep += "@" + strings.Join(zones, ",")
+			}
+			eps = append(eps, ep)
+		}
+	}
+	slices.Sort(eps)
+	return readyOfB, strings.Join(eps, " "), nil
+}
+
+// lastSync is when the member's (first) node's kube-proxy last synced its rules.
+func (tr *trace) lastSync() (time.Time, error) {
+	if len(tr.m.Nodes) == 0 || len(tr.m.Nodes[0].Addrs) == 0 {
+		return time.Time{}, fmt.Errorf("%s has no node", tr.m.Name)
+	}
+	url := "http://" + netip.AddrPortFrom(tr.m.Nodes[0].Addrs[0], 10249).String() + "/metrics"
+	families, err := proc.Scrape(url)
+	if err != nil {
+		return time.Time{}, err
+	}
+	// One series per IP family, each synced in turn: the latest is when both were.
+	var last float64
+	for _, f := range families {
+		if f.GetName() == "kubeproxy_sync_proxy_rules_last_timestamp_seconds" {
+			for _, m := range f.GetMetric() {
+				last = max(last, m.GetGauge().GetValue())
+			}
+		}
+	}
+	if last == 0 {
+		return time.Time{}, fmt.Errorf("%s: kube-proxy has not synced", url)
+	}
+	return time.Unix(0, int64(last*1e9)), nil
+}
+
+// synSent reads the node's conntrack table: the connections to the echo port in SYN_SENT, client address and
+// port to the endpoint kube-proxy chose (the reply's source).
+func (tr *trace) synSent(ctx context.Context) map[string]string {
+	if len(tr.m.Nodes) == 0 {
+		return nil
+	}
+	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", tr.m.Nodes[0].NS, "cat", "/proc/net/nf_conntrack").Output()
+	if err != nil {
+		return nil
+	}
+	found := map[string]string{}
+	port := fmt.Sprintf("dport=%d", workload.EchoPort)
+	for line := range strings.Lines(string(out)) {
+		f := strings.Fields(line)
+		if !slices.Contains(f, "SYN_SENT") || !slices.Contains(f, port) {
+			continue
+		}
+		var srcs, sports []string
+		for _, kv := range f {
+			if v, ok := strings.CutPrefix(kv, "src="); ok {
+				srcs = append(srcs, v)
+			}
+			if v, ok := strings.CutPrefix(kv, "sport="); ok {
+				sports = append(sports, v)
+			}
+		}
+		if len(srcs) == 2 && len(sports) == 2 && srcs[0] == tr.client {
+			found[srcs[0]+":"+sports[0]] = srcs[1]
+		}
+	}
+	return found
+}
+
+// decisions are the times of the elected controller's "member data plane changed" lines since the trace began,
+// as the kubelet stamped them.
+func (tr *trace) decisions(ctx context.Context) ([]time.Time, error) {
+	leader, err := tr.m.LeaderPod(ctx)
+	if err != nil {
+		return nil, err
+	}
+	since := metav1.NewTime(tr.from.Add(-time.Second))
+	b, err := tr.m.Kube.CoreV1().Pods(leader.Namespace).GetLogs(leader.Name, &corev1.PodLogOptions{
+		Container: leader.Spec.Containers[0].Name, SinceTime: &since, Timestamps: true}).DoRaw(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var at []time.Time
+	lines := bufio.NewScanner(bytes.NewReader(b))
+	lines.Buffer(make([]byte, 64<<10), 1<<20)
+	for lines.Scan() {
+		stamp, text, _ := strings.Cut(lines.Text(), " ")
+		if !strings.Contains(text, "member data plane changed") || !strings.Contains(text, "cluster-b") {
+			continue
+		}
+		if ts, err := time.Parse(time.RFC3339Nano, stamp); err == nil && ts.After(tr.from) {
+			at = append(at, ts)
+		}
+	}
+	return at, lines.Err()
+}
+
+// report stops the trace and describes it against the loop's requests since the trace began, in ms after it.
+func (tr *trace) report(ctx context.Context, reqs []workload.Request) string {
+	tr.stop()
+	tr.done.Wait()
+	ms := func(at time.Time) string {
+		if at.IsZero() {
+			return "never"
+		}
+		return fmt.Sprintf("+%d", at.Sub(tr.from).Milliseconds())
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: ", tr.m.Name)
+	if ds, err := tr.decisions(ctx); err != nil {
+		fmt.Fprintf(&b, "decision unknown (%v)", err)
+	} else {
+		var s []string
+		for _, d := range ds {
+			s = append(s, ms(d))
+		}
+		fmt.Fprintf(&b, "decided %s", strings.Join(s, ","))
+	}
+	tr.mu.Lock()
+	fmt.Fprintf(&b, "; %s's slices without a ready endpoint of cluster-b %s", tr.svc, ms(tr.sliceAt))
+	for i, at := range tr.readyFlips {
+		fmt.Fprintf(&b, ", %s %s", map[bool]string{true: "ready again", false: "not ready again"}[i%2 == 0], ms(at))
+	}
+	b.WriteString("; slices:")
+	for _, st := range tr.states {
+		fmt.Fprintf(&b, " %s [%s]", ms(st.at), st.state)
+	}
+	b.WriteString("; kube-proxy synced")
+	for _, s := range tr.syncs {
+		fmt.Fprintf(&b, " %s", ms(s))
+	}
+	if tr.pollErrs > 0 {
+		fmt.Fprintf(&b, " (%d polls failed)", tr.pollErrs)
+	}
+	var syns []synSent
+	for _, v := range tr.unanswered {
+		syns = append(syns, v)
+	}
+	slices.SortFunc(syns, func(x, y synSent) int { return x.at.Compare(y.at) })
+	b.WriteString("; SYNs unanswered:")
+	for _, v := range syns {
+		fmt.Fprintf(&b, " %s→%s", ms(v.at), v.backend)
+	}
+	tr.mu.Unlock()
+	b.WriteString("; failed requests (start+latency, reason):")
+	for _, r := range reqs {
+		if !r.OK {
+			fmt.Fprintf(&b, " %d+%.0f %s", r.StartMs-tr.from.UnixMilli(), r.LatencyMs, r.Reason)
+		}
+	}
+	return b.String()
+}
