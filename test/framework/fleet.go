@@ -21,6 +21,7 @@ import (
 	"vksfleet.dev/fleet/cli/install"
 	"vksfleet.dev/fleet/test/env/clusterset"
 	"vksfleet.dev/fleet/test/env/proc"
+	"vksfleet.dev/fleet/test/framework/ctrlharness"
 )
 
 // Options say what fleet to start.
@@ -232,19 +233,16 @@ func (m *Member) StartController() error {
 	if m.controller != nil {
 		return nil
 	}
-	f := m.fleet
-	broker := "--broker-kubeconfig=" + m.brokerKubeconfig
-	if m.brokerSecret {
-		broker = "--broker-secret=" + BrokerSecret.String()
+	flags := ctrlharness.Flags{
+		Kubeconfig: m.KubeconfigPath, HealthProbeBindAddress: m.healthAddr, MetricsBindAddress: m.metricsAddr,
+		DNSAddress: m.DNS, More: m.extraArgs(),
 	}
-	args := append([]string{
-		"--kubeconfig=" + m.KubeconfigPath,
-		broker,
-		"--health-probe-bind-address=" + m.healthAddr,
-		"--metrics-bind-address=" + m.metricsAddr,
-		"--dns-address=" + m.DNS,
-	}, m.extraArgs()...)
-	p, err := proc.Start(f.opts.Log, m.Name+"/controller", filepath.Join(f.opts.BinDir, "controller"), args...)
+	if m.brokerSecret {
+		flags.BrokerSecret = BrokerSecret.String()
+	} else {
+		flags.BrokerKubeconfig = m.brokerKubeconfig
+	}
+	p, err := ctrlharness.StartProcess(m.fleet.opts.Log, m.Name+"/controller", filepath.Join(m.fleet.opts.BinDir, "controller"), flags)
 	if err != nil {
 		return err
 	}
