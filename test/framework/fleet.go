@@ -3,6 +3,12 @@
 // installs them, from the deploy manifests and our images (pods.go): `make up`, `make demo` and the traffic
 // tests. Without nodes, both run as processes of this machine, for tests of the control plane alone, which need
 // no pod: the end-to-end, DNS readiness, hostile-input and kubectl-mcs suites.
+//
+// Beside the fleet, the package holds what the suites share: their programs, built once for all of them (Build:
+// a content-addressed cache under the repository's .cache/programs, so that the suites of one `make test`, each a
+// test process of its own, link our CoreDNS, the mcs-controller and kubectl-mcs once, and a suite run alone reuses
+// that build); the one launcher of our CoreDNS (StartCoreDNS, StartCorefile; the controller's is
+// ctrlharness.InProcess and StartProcess); and the TestMain of a suite that shares a clusterset or a fleet (Main).
 package framework
 
 import (

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"vksfleet.dev/fleet/test/env/clusterset"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 // root is the repository, relative to this package.
@@ -24,22 +25,10 @@ var root, _ = filepath.Abs(filepath.Join("..", "..", ".."))
 var cs *clusterset.ClusterSet
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	var err error
-	cs, err = clusterset.Start(context.Background(), clusterset.Options{Members: []string{"cluster-a", "cluster-b"}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting the clusterset:", err)
-		return 1
-	}
-	code := m.Run()
-	if err := cs.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stopping the clusterset:", err)
-		return 1
-	}
-	return code
+	framework.Main(m, framework.Suite{Setup: func(s *framework.Setup) (err error) {
+		cs, err = s.ClusterSet(clusterset.Options{Members: []string{"cluster-a", "cluster-b"}})
+		return err
+	}})
 }
 
 // readable copies a member's kubeconfig (private to root) into dir as a file any user may read, for processes
