@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -49,13 +48,9 @@ func readable(t *testing.T, c *clusterset.Cluster, dir string) string {
 // dig asks server (address:port) for name and type with dig, and returns the answers dig +short prints, sorted
 // as dig prints them.
 func dig(server, name, qtype string) ([]string, error) {
-	host, port, ok := strings.Cut(server, ":")
-	if !ok {
-		port = "53"
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "dig", "+short", "+tries=1", "+time=2", "-p", port, "@"+host, name, qtype).CombinedOutput()
+	out, err := framework.Dig(ctx, server, "+short", "+tries=1", "+time=2", name, qtype)
 	if err != nil {
 		return nil, fmt.Errorf("dig %s %s @%s: %v: %s", name, qtype, server, err, out)
 	}

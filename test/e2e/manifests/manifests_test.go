@@ -615,11 +615,7 @@ func waitForBindings(ctx context.Context, t *testing.T, cs *clusterset.ClusterSe
 // with a hand-made EndpointSlice and a ServiceExport. It returns the endpoint's address.
 func exportService(ctx context.Context, t *testing.T, a, b *clusterset.Cluster) string {
 	t.Helper()
-	for _, m := range []*clusterset.Cluster{a, b} {
-		if err := m.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: demoNamespace}}); err != nil {
-			t.Fatalf("creating namespace %s in %s: %v", demoNamespace, m.Name, err)
-		}
-	}
+	clusterset.CreateNamespace(t, demoNamespace, a, b)
 	endpoint := a.PodCIDRs[0].Addr().Next().Next().String()
 	objs := []client.Object{
 		&corev1.Service{

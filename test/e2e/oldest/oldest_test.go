@@ -251,7 +251,7 @@ func testExportImport(t *testing.T, cs *clusterset.ClusterSet, m *clusterset.Clu
 	})
 	for _, cond := range []string{string(mcsv1beta1.ServiceExportConditionValid), string(mcsv1beta1.ServiceExportConditionReady)} {
 		poll.T(t, timeout, "ServiceExport "+cond+"=True", func() error {
-			return exportCondition(ctx, m.Client, ns, app, cond, metav1.ConditionTrue, "")
+			return framework.WantExportCondition(ctx, m.Client, ns, app, cond, metav1.ConditionTrue, "")
 		})
 	}
 
@@ -314,7 +314,7 @@ func testSharedNamespace(t *testing.T, cs *clusterset.ClusterSet, m *clusterset.
 		t.Fatalf("the ServiceExport in %s, with no admission policy to deny it: %v", shared, err)
 	}
 	poll.T(t, timeout, "Valid=False/NamespaceNotAllowed", func() error {
-		return exportCondition(ctx, m.Client, shared, name, string(mcsv1beta1.ServiceExportConditionValid), metav1.ConditionFalse, export.ReasonNamespaceNotAllowed)
+		return framework.WantExportCondition(ctx, m.Client, shared, name, string(mcsv1beta1.ServiceExportConditionValid), metav1.ConditionFalse, export.ReasonNamespaceNotAllowed)
 	})
 	var se mcsv1beta1.ServiceExport
 	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: shared, Name: name}, &se); err != nil {
@@ -328,19 +328,6 @@ func testSharedNamespace(t *testing.T, cs *clusterset.ClusterSet, m *clusterset.
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("the broker record of %s/%s: %v, want none", shared, name, err)
 	}
-}
-
-// exportCondition says why the ServiceExport's condition cond is not status, with the reason when one is given.
-func exportCondition(ctx context.Context, c client.Client, namespace, name, cond string, status metav1.ConditionStatus, reason string) error {
-	var se mcsv1beta1.ServiceExport
-	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &se); err != nil {
-		return err
-	}
-	got := meta.FindStatusCondition(se.Status.Conditions, cond)
-	if got == nil || got.Status != status || reason != "" && got.Reason != reason {
-		return fmt.Errorf("ServiceExport %s/%s: %s is %+v, want %s %s", namespace, name, cond, got, status, reason)
-	}
-	return nil
 }
 
 // sliceAddresses lists EndpointSlices and returns their endpoints' addresses, sorted.
