@@ -42,17 +42,17 @@ func Main(m *testing.M, suite Suite) {
 	os.Exit(suite.run(m))
 }
 
-func (suite Suite) run(m *testing.M) int {
+// run is Main but for the exit; m is a *testing.M.
+func (suite Suite) run(m interface{ Run() int }) int {
 	s := &Setup{}
-	code := 1
 	if suite.Setup != nil {
 		if err := suite.Setup(s); err != nil {
 			fmt.Fprintln(os.Stderr, "setting up the suite:", err)
 			s.failed = true
-			return s.cleanUp(code)
+			return s.cleanUp(1)
 		}
 	}
-	code = m.Run()
+	code := m.Run()
 	s.failed = code != 0
 	if code == 0 {
 		for _, check := range s.checks {
@@ -104,12 +104,7 @@ func (s *Setup) ClusterSet(opts clusterset.Options) (*clusterset.ClusterSet, err
 	if err != nil {
 		return nil, fmt.Errorf("starting the clusterset: %w", err)
 	}
-	s.Cleanup(func() error {
-		if err := cs.Stop(); err != nil {
-			return fmt.Errorf("stopping the clusterset: %w", err)
-		}
-		return nil
-	})
+	s.stopAfter("clusterset", cs.Stop)
 	return cs, nil
 }
 
@@ -119,11 +114,16 @@ func (s *Setup) Fleet(opts Options) (*Fleet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting the fleet: %w", err)
 	}
+	s.stopAfter("fleet", f.Stop)
+	return f, nil
+}
+
+// stopAfter registers stop, which stops what, as a cleanup.
+func (s *Setup) stopAfter(what string, stop func() error) {
 	s.Cleanup(func() error {
-		if err := f.Stop(); err != nil {
-			return fmt.Errorf("stopping the fleet: %w", err)
+		if err := stop(); err != nil {
+			return fmt.Errorf("stopping the %s: %w", what, err)
 		}
 		return nil
 	})
-	return f, nil
 }
