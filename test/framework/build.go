@@ -282,15 +282,14 @@ func BuildPackages(dir string, pkgs ...string) error {
 
 // StartTest starts, for t, a fleet of the given number of members with nodes nodes each and a 5 s lease grace,
 // running this tree's Build; the processes' output is shown if t fails, and t's cleanup stops the fleet. It
-// returns the fleet, the binaries' directory and the file of the processes' output. The tune functions change
-// those options before the start (Options.Monitoring, say).
-func StartTest(t testing.TB, members, nodes int, tune ...func(*Options)) (*Fleet, string, *os.File) {
+// returns the fleet and the file of the processes' output. The tune functions change those options before the
+// start (Options.Monitoring, say).
+func StartTest(t testing.TB, members, nodes int, tune ...func(*Options)) (*Fleet, *os.File) {
 	t.Helper()
-	bin := BuildTest(t)
 	log := proc.TestLog(t)
 	opts := Options{
 		ClusterSet: clusterset.Options{Members: clusterset.MemberNames(members), Nodes: nodes},
-		BinDir:     bin, LeaseGrace: 5 * time.Second, Log: log,
+		BinDir:     BuildTest(t), LeaseGrace: 5 * time.Second, Log: log,
 	}
 	for _, f := range tune {
 		f(&opts)
@@ -304,7 +303,7 @@ func StartTest(t testing.TB, members, nodes int, tune ...func(*Options)) (*Fleet
 			t.Errorf("stopping the fleet: %v", err)
 		}
 	})
-	return f, bin, log
+	return f, log
 }
 
 // Runs is how many times a benchmark's test repeats its scenarios, as the environment variable name says (a

@@ -50,7 +50,7 @@ func TestClusterLocalServices(t *testing.T) {
 		t.Logf("no data plane, so no request through kube-proxy: %v", err)
 		nodes = 0
 	}
-	f, _, logf := framework.StartTest(t, 2, nodes)
+	f, logf := framework.StartTest(t, 2, nodes)
 	a, b := f.Member("cluster-a"), f.Member("cluster-b")
 	for _, m := range f.Members {
 		if err := m.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {

@@ -47,7 +47,7 @@ func TestTraffic(t *testing.T) {
 		t.Skip(err)
 	}
 	start := time.Now()
-	f, _, _ := framework.StartTest(t, 3, 2)
+	f, _ := framework.StartTest(t, 3, 2)
 	assets, err := clusterset.AssetsDir("")
 	if err != nil {
 		t.Fatal(err)
