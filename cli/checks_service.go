@@ -228,7 +228,7 @@ func serviceDNSCheck(m *Member, svc types.NamespacedName, si *mcsv1beta1.Service
 	var want []string
 	headless := si.Spec.Type == mcsv1beta1.Headless
 	if headless {
-		want = readyAddresses(m.importedSlices(svc))
+		want = ReadyAddresses(m.importedSlices(svc))
 	} else {
 		want = slices.Clone(si.Spec.IPs)
 	}
@@ -312,7 +312,10 @@ func familyOf(addrs []string, v6 bool) []string {
 	return out
 }
 
-func readyAddresses(in []discoveryv1.EndpointSlice) []string {
+// ReadyAddresses returns the addresses of the ready endpoints of the slices (an endpoint without the condition is
+// ready, as the API says), in the slices' order: what DNS should answer of them. The suites check a member's
+// slices with it, as diagnose does.
+func ReadyAddresses(in []discoveryv1.EndpointSlice) []string {
 	var out []string
 	for _, sl := range in {
 		for _, ep := range sl.Endpoints {

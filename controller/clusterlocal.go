@@ -3,11 +3,9 @@ package controller
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -53,20 +51,10 @@ func (r *reconciler) reflect(ctx context.Context, si, want *mcsv1beta1.ServiceIm
 		return &c, apply.Slices(ctx, r.local, stored, nil)
 	}
 	svc, svcSlices := imports.ClusterLocal(want, imported, imports.Owner(si, r.siAPI))
-	switch {
-	case got == nil:
-		if err := r.local.Create(ctx, svc); err != nil {
-			return nil, fmt.Errorf("creating Service %s/%s: %w", svc.Namespace, svc.Name, err)
-		}
-	default:
-		upd := got.DeepCopy()
-		upd.Labels, upd.OwnerReferences = svc.Labels, svc.OwnerReferences
-		upd.Spec.Ports, upd.Spec.Selector = svc.Spec.Ports, nil
-		if !equality.Semantic.DeepEqual(upd, got) {
-			if err := r.local.Update(ctx, upd); err != nil {
-				return nil, fmt.Errorf("updating Service %s/%s: %w", got.Namespace, got.Name, err)
-			}
-		}
+	if _, err := apply.Service(ctx, r.local, "Service", got, svc, func(upd, want *corev1.Service) {
+		upd.Spec.Ports, upd.Spec.Selector = want.Spec.Ports, nil
+	}); err != nil {
+		return nil, err
 	}
 	if err := apply.Slices(ctx, r.local, stored, svcSlices); err != nil {
 		return nil, err

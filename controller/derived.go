@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"vksfleet.dev/fleet/controller/apply"
@@ -21,16 +20,12 @@ func (r *reconciler) applyDerived(ctx context.Context, got, want *corev1.Service
 		}
 		return nil, nil
 	case got == nil:
-		if err := r.local.Create(ctx, want); err != nil {
-			return nil, fmt.Errorf("creating derived Service %s/%s: %w", want.Namespace, want.Name, err)
-		}
-		return want, nil
+		// Nothing stored to judge: apply.Service creates it.
 	case !isOurs(got):
 		// A Service of the user's has the derived name: taking it over would change what its own clients reach.
 		return nil, fmt.Errorf("derived Service %s/%s: a Service of that name exists without the label %s=%s, and is left alone; rename or delete it",
 			got.Namespace, got.Name, names.LabelManagedBy, names.ManagedBy)
-	}
-	if len(got.Spec.IPFamilies) == 0 || got.Spec.IPFamilies[0] != want.Spec.IPFamilies[0] {
+	case len(got.Spec.IPFamilies) == 0 || got.Spec.IPFamilies[0] != want.Spec.IPFamilies[0]:
 		// The primary family of a Service is immutable: the VIP changes, which only a change of the exports' common
 		// families causes. The delete's event brings the service back, and that reconcile creates the new one; until
 		// then the import has no IPs and is not Ready.
@@ -38,20 +33,13 @@ func (r *reconciler) applyDerived(ctx context.Context, got, want *corev1.Service
 			"from", got.Spec.IPFamilies, "to", want.Spec.IPFamilies)
 		return nil, apply.Delete(ctx, r.local, got)
 	}
-	upd := got.DeepCopy()
-	upd.Labels, upd.OwnerReferences = want.Labels, want.OwnerReferences
-	upd.Spec.Ports, upd.Spec.SessionAffinity, upd.Spec.SessionAffinityConfig = want.Spec.Ports, want.Spec.SessionAffinity, want.Spec.SessionAffinityConfig
-	upd.Spec.IPFamilyPolicy, upd.Spec.IPFamilies = want.Spec.IPFamilyPolicy, want.Spec.IPFamilies
-	if len(want.Spec.IPFamilies) == 1 && len(upd.Spec.ClusterIPs) > 1 {
-		upd.Spec.ClusterIPs = upd.Spec.ClusterIPs[:1]
-	}
-	if equality.Semantic.DeepEqual(upd, got) {
-		return got, nil
-	}
-	if err := r.local.Update(ctx, upd); err != nil {
-		return nil, fmt.Errorf("updating derived Service %s/%s: %w", got.Namespace, got.Name, err)
-	}
-	return upd, nil
+	return apply.Service(ctx, r.local, "derived Service", got, want, func(upd, want *corev1.Service) {
+		upd.Spec.Ports, upd.Spec.SessionAffinity, upd.Spec.SessionAffinityConfig = want.Spec.Ports, want.Spec.SessionAffinity, want.Spec.SessionAffinityConfig
+		upd.Spec.IPFamilyPolicy, upd.Spec.IPFamilies = want.Spec.IPFamilyPolicy, want.Spec.IPFamilies
+		if len(want.Spec.IPFamilies) == 1 && len(upd.Spec.ClusterIPs) > 1 {
+			upd.Spec.ClusterIPs = upd.Spec.ClusterIPs[:1]
+		}
+	})
 }
 
 func isOurs(obj client.Object) bool { return obj.GetLabels()[names.LabelManagedBy] == names.ManagedBy }

@@ -5,8 +5,10 @@ package apply
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -74,6 +76,29 @@ func ServiceImport(ctx context.Context, c client.Client, got, want *mcsv1beta1.S
 	upd := got.DeepCopy()
 	upd.Labels, upd.Annotations, upd.Spec = want.Labels, want.Annotations, want.Spec
 	return Update(ctx, c, upd, want)
+}
+
+// Service makes the stored Service got (nil: none yet) carry want's labels and owner references and what fields
+// copies from want onto upd, a copy of got, and returns it as stored; it writes only on a difference. The rest of
+// a stored Service (its ClusterIPs, say) is the API server's, and fields leaves it alone. what names the Service in
+// errors ("derived Service").
+func Service(ctx context.Context, c client.Client, what string, got, want *corev1.Service, fields func(upd, want *corev1.Service)) (*corev1.Service, error) {
+	if got == nil {
+		if err := c.Create(ctx, want); err != nil {
+			return nil, fmt.Errorf("creating %s %s/%s: %w", what, want.Namespace, want.Name, err)
+		}
+		return want, nil
+	}
+	upd := got.DeepCopy()
+	upd.Labels, upd.OwnerReferences = want.Labels, want.OwnerReferences
+	fields(upd, want)
+	if equality.Semantic.DeepEqual(upd, got) {
+		return got, nil
+	}
+	if err := c.Update(ctx, upd); err != nil {
+		return nil, fmt.Errorf("updating %s %s/%s: %w", what, got.Namespace, got.Name, err)
+	}
+	return upd, nil
 }
 
 // SameSlice says whether a stored slice already has the desired content.

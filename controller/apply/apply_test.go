@@ -4,9 +4,11 @@ import (
 	"context"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -170,5 +172,51 @@ func TestServiceImport(t *testing.T) {
 	back, err := ServiceImport(ctx, c, stored, want("10.0.0.3", "y"))
 	if err != nil || !slices.Equal(w.calls, []string{"PUT web", "POST web"}) || back.Spec.IPs[0] != "10.0.0.3" {
 		t.Errorf("after the ServiceImport was lost: %v, writes %v, %+v", err, w.calls, back)
+	}
+}
+
+func TestService(t *testing.T) {
+	ctx := context.Background()
+	svc := func(label string, port int32, clusterIPs ...string) *corev1.Service {
+		return &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", Labels: map[string]string{"l": label}},
+			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: port}}, ClusterIPs: clusterIPs},
+		}
+	}
+	// The fields a caller owns here: the ports; the ClusterIPs stay the server's.
+	ports := func(upd, want *corev1.Service) { upd.Spec.Ports = want.Spec.Ports }
+	w := &writes{}
+	c := w.client(t)
+	stored, err := Service(ctx, c, "test Service", nil, svc("a", 80), ports)
+	if err != nil || stored.ResourceVersion == "" || !slices.Equal(w.calls, []string{"POST web"}) {
+		t.Fatalf("create: %v, writes %v, %+v", err, w.calls, stored)
+	}
+	stored.Spec.ClusterIPs = []string{"10.0.0.1"}
+	steps := []struct {
+		desc   string
+		want   *corev1.Service
+		writes []string
+	}{
+		{"unchanged but for the server's fields: no write", svc("a", 80, "10.9.9.9"), nil},
+		{"a field the caller owns changed", svc("a", 81), []string{"PUT web"}},
+		{"a label changed", svc("b", 81), []string{"PUT web"}},
+	}
+	for _, s := range steps {
+		w.calls = nil
+		if stored, err = Service(ctx, c, "test Service", stored, s.want, ports); err != nil {
+			t.Fatalf("%s: %v", s.desc, err)
+		}
+		if !slices.Equal(w.calls, s.writes) || stored.Spec.Ports[0].Port != s.want.Spec.Ports[0].Port || stored.Labels["l"] != s.want.Labels["l"] {
+			t.Errorf("%s: writes %v (want %v), stored %+v", s.desc, w.calls, s.writes, stored)
+		}
+		if !slices.Equal(stored.Spec.ClusterIPs, []string{"10.0.0.1"}) {
+			t.Errorf("%s: the server's ClusterIPs were replaced: %v", s.desc, stored.Spec.ClusterIPs)
+		}
+	}
+	// Errors name the Service as the caller calls it.
+	gone := svc("b", 82)
+	gone.Name, gone.ResourceVersion = "gone", "42"
+	if _, err := Service(ctx, c, "test Service", gone, svc("b", 83), ports); err == nil || !strings.HasPrefix(err.Error(), "updating test Service ns/gone: ") {
+		t.Errorf("updating a missing Service: %v", err)
 	}
 }

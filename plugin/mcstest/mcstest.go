@@ -1,12 +1,15 @@
 // Package mcstest builds the imported objects the multicluster plugin reads, as the MCS controller would
-// write them, for the plugin's integration tests and the DNS conformance suite.
+// write them, for the plugin's integration tests and the DNS conformance suite, and reads the addresses of the
+// answers, for the plugin's tests and the suites alike.
 package mcstest
 
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
+	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -78,4 +81,19 @@ func Slice(namespace, service, cluster string, family discoveryv1.AddressType, p
 // CreateNamespace creates a namespace.
 func CreateNamespace(ctx context.Context, c client.Client, name string) error {
 	return c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+}
+
+// Addresses returns the addresses of the A and AAAA records among rrs, sorted; other records are left out.
+func Addresses(rrs []dns.RR) []string {
+	var out []string
+	for _, rr := range rrs {
+		switch v := rr.(type) {
+		case *dns.A:
+			out = append(out, v.A.String())
+		case *dns.AAAA:
+			out = append(out, v.AAAA.String())
+		}
+	}
+	slices.Sort(out)
+	return out
 }

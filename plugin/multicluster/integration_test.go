@@ -109,13 +109,10 @@ func eventually(t *testing.T, m *MultiCluster, name string, qtype uint16, rcode 
 
 // rdata returns the sorted data of records: addresses, "port target" for SRV.
 func rdata(rrs []dns.RR) []string {
-	var out []string
+	out := mcstest.Addresses(rrs)
 	for _, rr := range rrs {
 		switch r := rr.(type) {
-		case *dns.A:
-			out = append(out, r.A.String())
-		case *dns.AAAA:
-			out = append(out, r.AAAA.String())
+		case *dns.A, *dns.AAAA:
 		case *dns.SRV:
 			out = append(out, fmt.Sprintf("%d %s", r.Port, r.Target))
 		case *dns.PTR:
@@ -138,18 +135,11 @@ func read(t *testing.T, metric prometheus.Metric) *dto.Metric {
 	return &m
 }
 
-func createNamespace(t *testing.T, c *clusterset.Cluster, name string) {
-	t.Helper()
-	if err := mcstest.CreateNamespace(context.Background(), c.Client, name); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestIntegrationClusterSetIP(t *testing.T) {
 	c := member(t)
 	ctx := context.Background()
 	m := startPlugin(t, c, false)
-	createNamespace(t, c, "it-vip")
+	clusterset.CreateNamespace(t, "it-vip", c)
 	const name = "web.it-vip.svc.clusterset.local."
 	si := mcstest.Import("it-vip", "web", mcsv1beta1.ClusterSetIP, []string{"10.250.0.10", "fd00:250::10"},
 		mcstest.Port("http", corev1.ProtocolTCP, 80), mcstest.Port("dns", corev1.ProtocolUDP, 53),
@@ -198,7 +188,7 @@ func TestIntegrationHeadless(t *testing.T) {
 	ctx := context.Background()
 	m := startPlugin(t, c, false)
 	const ns = "it-headless"
-	createNamespace(t, c, ns)
+	clusterset.CreateNamespace(t, ns, c)
 	const name = "db." + ns + ".svc.clusterset.local."
 	ports := []discoveryv1.EndpointPort{mcstest.SlicePort("sql", corev1.ProtocolTCP, 5432)}
 	if err := c.Client.Create(ctx, mcstest.Import(ns, "db", mcsv1beta1.Headless, nil, mcstest.Port("sql", corev1.ProtocolTCP, 5432))); err != nil {
@@ -260,7 +250,7 @@ func TestIntegrationHostileSlices(t *testing.T) {
 	ctx := context.Background()
 	m := startPlugin(t, c, false)
 	const ns = "it-hostile"
-	createNamespace(t, c, ns)
+	clusterset.CreateNamespace(t, ns, c)
 	const name = "web." + ns + ".svc.clusterset.local."
 	ports := []discoveryv1.EndpointPort{mcstest.SlicePort("sql", corev1.ProtocolTCP, 5432)}
 	if err := c.Client.Create(ctx, mcstest.Import(ns, "web", mcsv1beta1.Headless, nil, mcstest.Port("sql", corev1.ProtocolTCP, 5432))); err != nil {
@@ -294,7 +284,7 @@ func TestIntegrationStartWaitsForSync(t *testing.T) {
 	c := member(t)
 	ctx := context.Background()
 	const ns = "it-reload"
-	createNamespace(t, c, ns)
+	clusterset.CreateNamespace(t, ns, c)
 	if err := c.Client.Create(ctx, mcstest.Import(ns, "web", mcsv1beta1.ClusterSetIP, []string{"10.250.3.1"})); err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +339,7 @@ func TestIntegrationNamespaceDeleted(t *testing.T) {
 	ctx := context.Background()
 	m := startPlugin(t, c, false)
 	const ns = "it-gone"
-	createNamespace(t, c, ns)
+	clusterset.CreateNamespace(t, ns, c)
 	if err := c.Client.Create(ctx, mcstest.Import(ns, "web", mcsv1beta1.ClusterSetIP, []string{"10.250.1.1"})); err != nil {
 		t.Fatal(err)
 	}
@@ -367,7 +357,7 @@ func TestIntegrationNoEndpoints(t *testing.T) {
 	ctx := context.Background()
 	m := startPlugin(t, c, true)
 	const ns = "it-noendpoints"
-	createNamespace(t, c, ns)
+	clusterset.CreateNamespace(t, ns, c)
 	ports := []discoveryv1.EndpointPort{mcstest.SlicePort("http", corev1.ProtocolTCP, 80)}
 	if err := c.Client.Create(ctx, mcstest.Import(ns, "vip", mcsv1beta1.ClusterSetIP, []string{"10.250.2.1"})); err != nil {
 		t.Fatal(err)

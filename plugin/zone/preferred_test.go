@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"vksfleet.dev/fleet/plugin/mcstest"
 )
 
 // TestPreferredClusters: a headless name answers the member's preferred clusters while one of them has a ready
@@ -41,7 +43,7 @@ func TestPreferredClusters(t *testing.T) {
 			snap := ix.Snapshot()
 			for qtype, want := range map[uint16][]string{dns.TypeA: tc.a, dns.TypeAAAA: tc.aaaa} {
 				r, _ := snap.Lookup("db.ns.svc.clusterset.local.", qtype)
-				if got := addresses(r.Answer); !slices.Equal(got, want) {
+				if got := mcstest.Addresses(r.Answer); !slices.Equal(got, want) {
 					t.Errorf("%s: %v, want %v", dns.TypeToString[qtype], got, want)
 				}
 			}
@@ -56,18 +58,4 @@ func TestPreferredClusters(t *testing.T) {
 			}
 		})
 	}
-}
-
-func addresses(rrs []dns.RR) []string {
-	var out []string
-	for _, rr := range rrs {
-		switch v := rr.(type) {
-		case *dns.A:
-			out = append(out, v.A.String())
-		case *dns.AAAA:
-			out = append(out, v.AAAA.String())
-		}
-	}
-	slices.Sort(out)
-	return out
 }

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -20,7 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -135,7 +133,7 @@ func shellQuote(s string) string {
 func (d *Demo) dig(ctx context.Context, m *framework.Member, name, qtype string) {
 	host, port, _ := strings.Cut(m.DNS, ":")
 	d.say("$ dig @%s -p %s %s %s +short   # %s's DNS", host, port, name, qtype, m.Name)
-	out, err := exec.CommandContext(ctx, "dig", "@"+host, "-p", port, name, qtype, "+short").CombinedOutput()
+	out, err := framework.Dig(ctx, m.DNS, name, qtype, "+short")
 	d.say("%s", strings.TrimRight(string(out), "\n"))
 	if err != nil {
 		d.say("(dig: %v)", err)
@@ -183,22 +181,6 @@ func importedEndpoints(ctx context.Context, m *framework.Member, svc string) (ma
 	return got, nil
 }
 
-// localPodIPs returns the IPv4 addresses of the ready pods with the given labels in a member, sorted.
-func localPodIPs(ctx context.Context, m *framework.Member, labels client.MatchingLabels) ([]string, error) {
-	pods := &corev1.PodList{}
-	if err := m.Client.List(ctx, pods, client.InNamespace(Namespace), labels); err != nil {
-		return nil, err
-	}
-	var ips []string
-	for _, p := range pods.Items {
-		if workload.PodReady(&p) && p.DeletionTimestamp == nil && p.Status.PodIP != "" {
-			ips = append(ips, p.Status.PodIP)
-		}
-	}
-	slices.Sort(ips)
-	return ips, nil
-}
-
 // deploy runs app as serve pods behind its Service in m, each pod answering with m's name.
 func (d *Demo) deploy(ctx context.Context, m *framework.Member, app string, replicas int32, headless bool) error {
 	return workload.Deploy(ctx, m.Client, Namespace, app, m.Name, replicas, headless)
@@ -206,15 +188,6 @@ func (d *Demo) deploy(ctx context.Context, m *framework.Member, app string, repl
 
 func export(ctx context.Context, m *framework.Member, svc string) error {
 	return m.Client.Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: svc, Namespace: Namespace}})
-}
-
-// exportCondition returns a ServiceExport condition on a member, or nil.
-func exportCondition(ctx context.Context, m *framework.Member, svc, condType string) (*metav1.Condition, error) {
-	se := &mcsv1beta1.ServiceExport{}
-	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: svc}, se); err != nil {
-		return nil, err
-	}
-	return meta.FindStatusCondition(se.Status.Conditions, condType), nil
 }
 
 // sameSet reports whether the importer sees exactly want per source cluster.

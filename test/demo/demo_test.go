@@ -24,7 +24,7 @@ func TestStories(t *testing.T) {
 	if err := dataplane.CheckHost(); err != nil {
 		t.Skip(err)
 	}
-	f, _, _ := framework.StartTest(t, 3, 2)
+	f, _ := framework.StartTest(t, 3, 2)
 	ctx := context.Background()
 	d := &Demo{Fleet: f, Out: logWriter{t}, Timeout: time.Minute}
 	if err := d.Run(ctx); err != nil {

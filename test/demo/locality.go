@@ -7,9 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -76,7 +74,7 @@ func (d *Demo) storyLocality(ctx context.Context) error {
 	}
 	// The slices are imported before their zone hints are settled, and kube-proxy may be a sync behind those.
 	if err := d.eventually(ctx, fmt.Sprintf("kube-proxy on cluster-a's nodes of zone %s routes near's ClusterSetIP to near-z0's pod alone", zones[0]), func(ctx context.Context) error {
-		want, err := localPodIPs(ctx, a, client.MatchingLabels{"app": "near", "part": "near-z0"})
+		want, err := workload.ReadyPodIPs(ctx, a.Client, Namespace, client.MatchingLabels{"app": "near", "part": "near-z0"})
 		if err != nil {
 			return err
 		}
@@ -213,24 +211,12 @@ func (d *Demo) deployNear(ctx context.Context, m *framework.Member, placements .
 	if err := m.Client.Create(ctx, svc); err != nil {
 		return err
 	}
-	for i, zone := range placements {
-		tmpl := workload.ServePod("near", m.Name)
-		name := "near"
-		if zone != "" {
-			tmpl.Spec.NodeSelector = map[string]string{corev1.LabelTopologyZone: zone}
-			name = fmt.Sprintf("near-z%d", i)
-		}
-		// The Service selects app=near; each Deployment needs a selector of its own, or they would share pods.
-		tmpl.Labels["part"] = name
-		dep := &appsv1.Deployment{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace},
-			Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Template: tmpl,
-				Selector: &metav1.LabelSelector{MatchLabels: tmpl.Labels}},
-		}
-		if err := m.Client.Create(ctx, dep); err != nil {
-			return err
-		}
-		if zone != "" {
+	deployments, err := workload.DeployPlaced(ctx, m.Client, Namespace, "near", m.Name, placements...)
+	if err != nil {
+		return err
+	}
+	for i, name := range deployments {
+		if zone := placements[i]; zone != "" {
 			d.say("%s: Deployment %s, 1 pod, nodeSelector %s=%s", m.Name, name, corev1.LabelTopologyZone, zone)
 		} else {
 			d.say("%s: Deployment %s, 1 pod", m.Name, name)

@@ -201,14 +201,8 @@ func (d *Demo) storySpread(ctx context.Context) error {
 	}
 	for _, m := range members {
 		if err := d.eventually(ctx, m.Name+"'s ServiceExport web has Conflict=True/PortConflict", func(ctx context.Context) error {
-			cond, err := exportCondition(ctx, m, "web", string(mcsv1beta1.ServiceExportConditionConflict))
-			if err != nil {
-				return err
-			}
-			if cond == nil || cond.Status != metav1.ConditionTrue || !strings.Contains(cond.Reason, string(mcsv1beta1.ServiceExportReasonPortConflict)) {
-				return fmt.Errorf("condition %+v", cond)
-			}
-			return nil
+			return framework.WantExportCondition(ctx, m.Client, Namespace, "web", string(mcsv1beta1.ServiceExportConditionConflict),
+				metav1.ConditionTrue, string(mcsv1beta1.ServiceExportReasonPortConflict))
 		}); err != nil {
 			return err
 		}
@@ -433,7 +427,7 @@ func (d *Demo) storyFailover(ctx context.Context) error {
 func (d *Demo) expectEndpoints(ctx context.Context, m *framework.Member, svc string, from ...*framework.Member) error {
 	want := map[string][]string{}
 	for _, src := range from {
-		ips, err := localPodIPs(ctx, src, client.MatchingLabels{"app": svc})
+		ips, err := workload.ReadyPodIPs(ctx, src.Client, Namespace, client.MatchingLabels{"app": svc})
 		if err != nil {
 			return err
 		}

@@ -1,10 +1,14 @@
 package framework
 
 import (
-	"slices"
+	"context"
+	"os/exec"
+	"strings"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"vksfleet.dev/fleet/plugin/mcstest"
 )
 
 // Query asks the member's CoreDNS over UDP.
@@ -21,15 +25,15 @@ func (m *Member) Addresses(name string, qtype uint16) ([]string, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	var ips []string
-	for _, rr := range r.Answer {
-		switch v := rr.(type) {
-		case *dns.A:
-			ips = append(ips, v.A.String())
-		case *dns.AAAA:
-			ips = append(ips, v.AAAA.String())
-		}
+	return mcstest.Addresses(r.Answer), r.Rcode, nil
+}
+
+// Dig runs dig against server (host:port, or a host for port 53) with args, such as a name, a type and +short, and
+// returns its output: every suite that asks as a user would, with dig, asks here.
+func Dig(ctx context.Context, server string, args ...string) ([]byte, error) {
+	host, port, ok := strings.Cut(server, ":")
+	if !ok {
+		port = "53"
 	}
-	slices.Sort(ips)
-	return ips, r.Rcode, nil
+	return exec.CommandContext(ctx, "dig", append([]string{"@" + host, "-p", port}, args...)...).CombinedOutput()
 }

@@ -3,6 +3,12 @@
 // installs them, from the deploy manifests and our images (pods.go): `make up`, `make demo` and the traffic
 // tests. Without nodes, both run as processes of this machine, for tests of the control plane alone, which need
 // no pod: the end-to-end, DNS readiness, hostile-input and kubectl-mcs suites.
+//
+// Beside the fleet, the package holds what the suites share: their programs, built once for all of them (Build:
+// a content-addressed cache under the repository's .cache/programs, so that the suites of one `make test`, each a
+// test process of its own, link our CoreDNS, the mcs-controller and kubectl-mcs once, and a suite run alone reuses
+// that build); the one launcher of our CoreDNS (StartCoreDNS, StartCorefile; the controller's is
+// ctrlharness.InProcess and StartProcess); and the TestMain of a suite that shares a clusterset or a fleet (Main).
 package framework
 
 import (
@@ -21,6 +27,7 @@ import (
 	"vksfleet.dev/fleet/cli/install"
 	"vksfleet.dev/fleet/test/env/clusterset"
 	"vksfleet.dev/fleet/test/env/proc"
+	"vksfleet.dev/fleet/test/framework/ctrlharness"
 )
 
 // Options say what fleet to start.
@@ -232,19 +239,16 @@ func (m *Member) StartController() error {
 	if m.controller != nil {
 		return nil
 	}
-	f := m.fleet
-	broker := "--broker-kubeconfig=" + m.brokerKubeconfig
-	if m.brokerSecret {
-		broker = "--broker-secret=" + BrokerSecret.String()
+	flags := ctrlharness.Flags{
+		Kubeconfig: m.KubeconfigPath, HealthProbeBindAddress: m.healthAddr, MetricsBindAddress: m.metricsAddr,
+		DNSAddress: m.DNS, More: m.extraArgs(),
 	}
-	args := append([]string{
-		"--kubeconfig=" + m.KubeconfigPath,
-		broker,
-		"--health-probe-bind-address=" + m.healthAddr,
-		"--metrics-bind-address=" + m.metricsAddr,
-		"--dns-address=" + m.DNS,
-	}, m.extraArgs()...)
-	p, err := proc.Start(f.opts.Log, m.Name+"/controller", filepath.Join(f.opts.BinDir, "controller"), args...)
+	if m.brokerSecret {
+		flags.BrokerSecret = BrokerSecret.String()
+	} else {
+		flags.BrokerKubeconfig = m.brokerKubeconfig
+	}
+	p, err := ctrlharness.StartProcess(m.fleet.opts.Log, m.Name+"/controller", filepath.Join(m.fleet.opts.BinDir, "controller"), flags)
 	if err != nil {
 		return err
 	}

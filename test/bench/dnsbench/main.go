@@ -22,7 +22,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/miekg/dns"
@@ -38,6 +37,7 @@ import (
 	"vksfleet.dev/fleet/test/env/clusterset"
 	"vksfleet.dev/fleet/test/env/poll"
 	"vksfleet.dev/fleet/test/env/proc"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 func main() {
@@ -84,12 +84,14 @@ func run(d dataset, out string, duration time.Duration, profile string) error {
 	}
 	defer os.RemoveAll(work)
 
-	log.Print("building our coredns and stock coredns")
-	ours, stock := filepath.Join(work, "coredns-ours"), filepath.Join(work, "coredns-stock")
-	for bin, pkg := range map[string]string{ours: "./cmd/coredns", stock: "github.com/coredns/coredns"} {
-		if b, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-			return fmt.Errorf("building %s: %v\n%s", pkg, err, b)
-		}
+	log.Print("building our coredns, unless the cache has it, and stock coredns")
+	bin, err := framework.Build()
+	if err != nil {
+		return err
+	}
+	ours, stock := filepath.Join(bin, "coredns"), filepath.Join(work, "stock", "coredns")
+	if err := framework.BuildPackages(filepath.Dir(stock), "github.com/coredns/coredns"); err != nil {
+		return err
 	}
 
 	log.Print("starting one kube-apiserver")
@@ -181,7 +183,7 @@ func run(d dataset, out string, duration time.Duration, profile string) error {
 	}
 	mem := map[string]proc.Usage{}
 	for _, r := range started {
-		m, err := proc.UsageOf(r.cmd.Process.Pid)
+		m, err := proc.UsageOf(r.p.Pid())
 		if err != nil {
 			return err
 		}
@@ -349,7 +351,7 @@ type running struct {
 	server
 	port      int
 	pprofAddr string
-	cmd       *exec.Cmd
+	p         *proc.Process
 	logf      *os.File
 }
 
@@ -369,18 +371,13 @@ func (s server) start(work string, c *clusterset.Cluster, classes []queryClass, 
 		conf.Pprof = r.pprofAddr
 	}
 	r.port = conf.Port
-	path := filepath.Join(work, "Corefile."+s.name)
-	if err := os.WriteFile(path, []byte(conf.Render()), 0o644); err != nil {
-		return nil, err
-	}
 	if r.logf, err = os.Create(filepath.Join(work, s.name+".log")); err != nil {
 		return nil, err
 	}
-	r.cmd = exec.Command("taskset", "-c", "0", s.bin, "-conf", path)
-	r.cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
-	r.cmd.Stdout, r.cmd.Stderr = r.logf, r.logf
-	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := r.cmd.Start(); err != nil {
+	// Readiness is every class answered, below, for stock CoreDNS as for ours.
+	r.p, err = framework.StartCorefile(context.Background(), r.logf, s.name, filepath.Join(work, "Corefile."+s.name), conf.Render(), "",
+		"taskset", "-c", "0", "env", "GOMAXPROCS=1", s.bin)
+	if err != nil {
 		r.logf.Close()
 		return nil, err
 	}
@@ -394,8 +391,7 @@ func (s server) start(work string, c *clusterset.Cluster, classes []queryClass, 
 }
 
 func (r *running) stop() {
-	_ = r.cmd.Process.Kill()
-	_ = r.cmd.Wait()
+	r.p.Kill()
 	r.logf.Close()
 }
 

@@ -121,7 +121,7 @@ func run(cfg config, out, pointJSON string) error {
 	}
 	defer os.RemoveAll(dir)
 	if cfg.bin == "" {
-		if cfg.bin, err = buildBinaries(dir); err != nil {
+		if cfg.bin, err = buildBinaries(); err != nil {
 			return err
 		}
 	}
@@ -229,11 +229,11 @@ func (bn *bench) startControllers() error {
 	return nil
 }
 
-// buildBinaries builds the controller and coredns into a folder in dir, as `make build` would, and returns it.
-func buildBinaries(dir string) (string, error) {
-	bin := filepath.Join(dir, "bin")
-	log.Print("building the mcs-controller and CoreDNS")
-	return bin, framework.Build(bin)
+// buildBinaries returns the folder of this tree's controller and coredns (framework.Build), built unless the
+// cache has them.
+func buildBinaries() (string, error) {
+	log.Print("building the mcs-controller and CoreDNS, unless the cache has them")
+	return framework.Build()
 }
 
 func writeFile(path string, b []byte) error {

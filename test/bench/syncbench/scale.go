@@ -178,13 +178,10 @@ func runSweep(out, members, services string, rate float64, render bool, bin stri
 		if err != nil {
 			return fmt.Errorf("-services: %w", err)
 		}
+		// One build for every point: the sweep holds it (framework.Build) while its points run.
 		if bin == "" {
-			tmp, err := os.MkdirTemp("", "syncbench-")
-			if err != nil {
-				return err
-			}
-			defer os.RemoveAll(tmp)
-			if bin, err = buildBinaries(tmp); err != nil {
+			var err error
+			if bin, err = buildBinaries(); err != nil {
 				return err
 			}
 		}

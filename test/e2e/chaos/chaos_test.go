@@ -91,7 +91,7 @@ func TestChaos(t *testing.T) {
 	cfg := readConfig(t)
 	t.Logf("chaos: %s, a fault every %s, seed %d (CHAOS_SEED=%d replays the draw)", cfg.duration, cfg.every, cfg.seed, cfg.seed)
 	start := time.Now()
-	f, _, _ := framework.StartTest(t, 2, 1, func(o *framework.Options) { o.ClusterSet.HABroker = true })
+	f, _ := framework.StartTest(t, 2, 1, func(o *framework.Options) { o.ClusterSet.HABroker = true })
 	t.Logf("fleet of 2 members x 1 node on an HA broker up in %s", time.Since(start).Round(100*time.Millisecond))
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/cli"
 	"vksfleet.dev/fleet/controller/imports"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/env/clusterset"
@@ -49,7 +50,7 @@ func TestClusterLocalServices(t *testing.T) {
 		t.Logf("no data plane, so no request through kube-proxy: %v", err)
 		nodes = 0
 	}
-	f, _, logf := framework.StartTest(t, 2, nodes)
+	f, logf := framework.StartTest(t, 2, nodes)
 	a, b := f.Member("cluster-a"), f.Member("cluster-b")
 	for _, m := range f.Members {
 		if err := m.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
@@ -325,16 +326,15 @@ func wantClusterLocal(m *framework.Member, si *mcsv1beta1.ServiceImport) error {
 		if err := m.Client.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{mcsv1beta1.LabelServiceName: si.Name}); err != nil {
 			return err
 		}
-		want = addresses(list.Items)
+		want = cli.ReadyAddresses(list.Items)
 	}
-	var got []discoveryv1.EndpointSlice
 	list := &discoveryv1.EndpointSliceList{}
 	if err := m.Client.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name}); err != nil {
 		return err
 	}
-	got = list.Items
-	if len(want) == 0 || !slices.Equal(addresses(got), slices.Sorted(slices.Values(want))) {
-		return fmt.Errorf("slices of %s hold %v, want %v", name, addresses(got), want)
+	got := slices.Sorted(slices.Values(cli.ReadyAddresses(list.Items)))
+	if len(want) == 0 || !slices.Equal(got, slices.Sorted(slices.Values(want))) {
+		return fmt.Errorf("slices of %s hold %v, want %v", name, got, want)
 	}
 	c := meta.FindStatusCondition(si.Status.Conditions, imports.ConditionClusterLocalService)
 	if c == nil || c.Status != metav1.ConditionTrue {
@@ -393,36 +393,13 @@ func clusterLocalSlices(t *testing.T, m *framework.Member, name string) []string
 	return out
 }
 
-// addresses are the sorted addresses of the ready endpoints of the slices.
-func addresses(in []discoveryv1.EndpointSlice) []string {
-	var out []string
-	for _, s := range in {
-		for _, e := range s.Endpoints {
-			if e.Conditions.Ready == nil || *e.Conditions.Ready {
-				out = append(out, e.Addresses...)
-			}
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// podIPs are the IPv4 addresses of the member's ready pods of app, once there are two.
+// podIPs are the addresses of the member's ready pods of app, once there are two.
 func podIPs(m *framework.Member, app string) ([]string, error) {
-	pods, err := m.Kube.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=" + app})
-	if err != nil {
-		return nil, err
+	ips, err := workload.ReadyPodIPs(context.Background(), m.Client, ns, client.MatchingLabels{"app": app})
+	if err == nil && len(ips) != 2 {
+		err = fmt.Errorf("%d ready pods of %s", len(ips), app)
 	}
-	var ips []string
-	for _, p := range pods.Items {
-		if workload.PodReady(&p) && p.Status.PodIP != "" {
-			ips = append(ips, p.Status.PodIP)
-		}
-	}
-	if len(ips) != 2 {
-		return nil, fmt.Errorf("%d ready pods of %s", len(ips), app)
-	}
-	return ips, nil
+	return ips, err
 }
 
 func podIP(m *framework.Member, pod string) (string, error) {

@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/miekg/dns"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -27,7 +26,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -76,10 +74,9 @@ func startFleet(t *testing.T) *framework.Fleet {
 	return f
 }
 
+// TestMain discards controller-runtime's logs (framework.Main), which the clusterset's envtest and install write.
 func TestMain(m *testing.M) {
-	// The clusterset's envtest logs through controller-runtime, which otherwise warns that nothing takes its logs.
-	ctrl.SetLogger(logr.Discard())
-	os.Exit(m.Run())
+	framework.Main(m, framework.Suite{})
 }
 
 func TestCredentials(t *testing.T) {

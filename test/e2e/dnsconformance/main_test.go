@@ -35,7 +35,7 @@ var env struct {
 	member    *clusterset.Cluster
 	port      int    // the DNS port on 127.0.0.1
 	clusterIP string // the ClusterIP of the cluster.local Service "local" in namespace conf
-	dir, bin  string // the suite's directory and the coredns binary in it
+	dir, bin  string // the suite's directory and the coredns binary
 }
 
 // The fixture: namespace conf of member cluster-a (cluster id east.prod) holds the imports below; source
@@ -56,51 +56,47 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
+	framework.Main(m, framework.Suite{Setup: setup})
 }
 
-func run(m *testing.M) int {
+// setup starts the member, writes the fixture and starts CoreDNS, whose output is shown if the suite fails.
+func setup(s *framework.Setup) error {
 	if _, err := exec.LookPath("dig"); err != nil {
-		fmt.Fprintln(os.Stderr, "dig not found: install dnsutils (make tools does)")
-		return 1
+		return errors.New("dig not found: install dnsutils (make tools does)")
 	}
 	ctx := context.Background()
-	tmp, err := os.MkdirTemp("", "dns-conformance-")
+	var err error
+	if env.dir, err = s.TempDir(); err != nil {
+		return err
+	}
+	bin, err := framework.Build()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return err
 	}
-	defer os.RemoveAll(tmp)
-	env.dir, env.bin = tmp, filepath.Join(tmp, "coredns")
-	if err := framework.BuildPackages(tmp, "vksfleet.dev/fleet/cmd/coredns"); err != nil {
-		fmt.Fprintln(os.Stderr, "building coredns:", err)
-		return 1
-	}
-	cs, err := clusterset.Start(ctx, clusterset.Options{
+	env.bin = filepath.Join(bin, "coredns")
+	cs, err := s.ClusterSet(clusterset.Options{
 		Members: []string{"cluster-a"}, ClusterIDs: map[string]string{"cluster-a": "east.prod"}, NoBroker: true,
 	})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return err
 	}
-	defer func() { _ = cs.Stop() }()
 	env.member = cs.Members[0]
 	if err := createFixture(ctx, env.member.Client); err != nil {
-		fmt.Fprintln(os.Stderr, "fixture:", err)
-		return 1
+		return fmt.Errorf("fixture: %w", err)
 	}
 	var log bytes.Buffer
 	p, err := startCoreDNS(ctx, &log)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err, "\n", log.String())
-		return 1
+		return fmt.Errorf("%w\n%s", err, log.String())
 	}
-	code := m.Run()
-	p.Stop()
-	if code != 0 {
-		fmt.Fprintln(os.Stderr, "coredns output:\n"+log.String())
-	}
-	return code
+	s.Cleanup(func() error {
+		p.Stop()
+		if s.Failed() {
+			fmt.Fprintln(os.Stderr, "coredns output:\n"+log.String())
+		}
+		return nil
+	})
+	return nil
 }
 
 // startCoreDNS runs coredns with both plugins for the member until it is ready, and sets env.port to its port.

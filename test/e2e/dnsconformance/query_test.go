@@ -4,13 +4,14 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"vksfleet.dev/fleet/test/framework"
 )
 
 // reply is what a client saw, whichever client asked.
@@ -53,10 +54,10 @@ func dig(t *testing.T, name string, qtype uint16, extra ...string) reply {
 // runDig runs `dig @127.0.0.1 -p port +time=5 +tries=1 args...` and returns its output.
 func runDig(t *testing.T, port int, args ...string) string {
 	t.Helper()
-	args = append([]string{"@127.0.0.1", "-p", strconv.Itoa(port), "+time=5", "+tries=1"}, args...)
+	args = append([]string{"+time=5", "+tries=1"}, args...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "dig", args...).CombinedOutput()
+	out, err := framework.Dig(ctx, "127.0.0.1:"+strconv.Itoa(port), args...)
 	if err != nil {
 		t.Fatalf("dig %s: %v\n%s", strings.Join(args, " "), err, out)
 	}

@@ -33,7 +33,7 @@ const (
 
 func TestReadyMeansResolves(t *testing.T) {
 	ctx := context.Background()
-	f, _, _ := framework.StartTest(t, 2, 0)
+	f, _ := framework.StartTest(t, 2, 0)
 	a, b := f.Member("cluster-a"), f.Member("cluster-b")
 	for _, m := range f.Members {
 		if err := m.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {

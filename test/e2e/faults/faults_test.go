@@ -62,7 +62,7 @@ func TestFaults(t *testing.T) {
 	// envtest logs through controller-runtime, which otherwise complains that no logger was set.
 	ctrl.SetLogger(logr.Discard())
 	start := time.Now()
-	f, _, _ := framework.StartTest(t, 3, 2)
+	f, _ := framework.StartTest(t, 3, 2)
 	t.Logf("fleet with 3 members x 2 nodes up in %s", time.Since(start).Round(100*time.Millisecond))
 	assets, err := clusterset.AssetsDir("")
 	if err != nil {

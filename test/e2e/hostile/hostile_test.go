@@ -59,7 +59,7 @@ type env struct {
 }
 
 func TestHostileMemberAndUser(t *testing.T) {
-	f, _, _ := framework.StartTest(t, 3, 0)
+	f, _ := framework.StartTest(t, 3, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	e := &env{f: f, a: f.Member("cluster-a"), b: f.Member("cluster-b"), c: f.Member("cluster-c"), admin: f.Broker.Client,

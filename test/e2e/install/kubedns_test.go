@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -26,7 +25,6 @@ import (
 	"vksfleet.dev/fleet/plugin/mcstest"
 	"vksfleet.dev/fleet/test/env/clusterset"
 	"vksfleet.dev/fleet/test/env/poll"
-	"vksfleet.dev/fleet/test/env/proc"
 	"vksfleet.dev/fleet/test/framework"
 )
 
@@ -70,34 +68,16 @@ func corefileAndImage(ctx context.Context, t *testing.T, c *clusterset.Cluster) 
 	return cm.Data["Corefile"], d.Spec.Template.Spec.Containers[0].Image
 }
 
-var coreDNSBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "install-coredns-")
-	if err != nil {
-		return "", err
-	}
-	if err := framework.BuildPackages(dir, "vksfleet.dev/fleet/cmd/coredns"); err != nil {
-		return "", err
-	}
-	return filepath.Join(dir, "coredns"), nil
-})
-
-// startCoreDNS runs our CoreDNS binary with the Corefile conf until the test ends, logging as name.
-func startCoreDNS(t *testing.T, name, conf string) *proc.Process {
+// startCoreDNS runs our CoreDNS (framework.StartCorefile) with the Corefile conf until the test ends, logging as
+// name; with readyAddr, the ready plugin's address, it returns once the server reports ready.
+func startCoreDNS(ctx context.Context, t *testing.T, name, conf, readyAddr string) {
 	t.Helper()
-	bin, err := coreDNSBinary()
+	bin := filepath.Join(framework.BuildTest(t), "coredns")
+	p, err := framework.StartCorefile(ctx, tWriter{t}, name, filepath.Join(t.TempDir(), "Corefile"), conf, readyAddr, bin)
 	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "Corefile")
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	p, err := proc.Start(tWriter{t}, name, bin, "-conf", path)
-	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\nCorefile:\n%s", err, conf)
 	}
 	t.Cleanup(p.Stop)
-	return p
 }
 
 // freePorts returns n distinct loopback ports free for TCP and UDP.
@@ -129,10 +109,7 @@ func runCorefile(ctx context.Context, t *testing.T, c *clusterset.Cluster, coref
 	local = healthRe.ReplaceAllString(local, fmt.Sprintf("${1}health 127.0.0.1:%d {", ports[2]))
 	local = metricsRe.ReplaceAllString(local, fmt.Sprintf("${1}prometheus 127.0.0.1:%d", ports[3]))
 	local = pluginRe.ReplaceAllString(local, fmt.Sprintf("${1}${2}\n${1}    kubeconfig %s %s", c.KubeconfigPath, c.Name))
-	p := startCoreDNS(t, "coredns", local)
-	if err := p.WaitHTTP(ctx, httpClient, fmt.Sprintf("http://127.0.0.1:%d/ready", ports[1]), timeout); err != nil {
-		t.Fatalf("%v\nCorefile:\n%s", err, local)
-	}
+	startCoreDNS(ctx, t, "coredns", local, fmt.Sprintf("127.0.0.1:%d", ports[1]))
 	// Ready can answer before the DNS listeners are up: wait for an answer.
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	poll.T(t, timeout, "CoreDNS answering on "+addr, func() error {

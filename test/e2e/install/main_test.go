@@ -8,13 +8,13 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"vksfleet.dev/fleet/test/env/clusterset"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 // root is the repository, relative to this package.
@@ -24,22 +24,10 @@ var root, _ = filepath.Abs(filepath.Join("..", "..", ".."))
 var cs *clusterset.ClusterSet
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	var err error
-	cs, err = clusterset.Start(context.Background(), clusterset.Options{Members: []string{"cluster-a", "cluster-b"}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting the clusterset:", err)
-		return 1
-	}
-	code := m.Run()
-	if err := cs.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stopping the clusterset:", err)
-		return 1
-	}
-	return code
+	framework.Main(m, framework.Suite{Setup: func(s *framework.Setup) (err error) {
+		cs, err = s.ClusterSet(clusterset.Options{Members: []string{"cluster-a", "cluster-b"}})
+		return err
+	}})
 }
 
 // readable copies a member's kubeconfig (private to root) into dir as a file any user may read, for processes
@@ -60,13 +48,9 @@ func readable(t *testing.T, c *clusterset.Cluster, dir string) string {
 // dig asks server (address:port) for name and type with dig, and returns the answers dig +short prints, sorted
 // as dig prints them.
 func dig(server, name, qtype string) ([]string, error) {
-	host, port, ok := strings.Cut(server, ":")
-	if !ok {
-		port = "53"
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "dig", "+short", "+tries=1", "+time=2", "-p", port, "@"+host, name, qtype).CombinedOutput()
+	out, err := framework.Dig(ctx, server, "+short", "+tries=1", "+time=2", name, qtype)
 	if err != nil {
 		return nil, fmt.Errorf("dig %s %s @%s: %v: %s", name, qtype, server, err, out)
 	}

@@ -203,7 +203,7 @@ func runNodeLocal(t *testing.T, stanza, upstream string) string {
 			t.Fatalf("the stanza changed: %q is left as it was", l)
 		}
 	}
-	startCoreDNS(t, "node-local", conf)
+	startCoreDNS(context.Background(), t, "node-local", conf, "")
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	poll.T(t, timeout, "node-local answering on "+addr, func() error {
 		_, err := ask(addr, "up."+names.DNSZone, dns.TypeA)

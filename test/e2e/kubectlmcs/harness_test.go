@@ -4,14 +4,12 @@ package kubectlmcs
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,50 +32,32 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
+	framework.Main(m, framework.Suite{Setup: setup})
 }
 
-func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "kubectl-mcs-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+// setup starts the fleet and writes its kubeconfig for kubectl-mcs.
+func setup(s *framework.Setup) error {
+	var err error
+	if binDir, err = framework.Build(); err != nil {
+		return err
 	}
-	defer os.RemoveAll(dir)
-	binDir = dir
-	if err := build(dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	opts := framework.Options{BinDir: dir, LeaseGrace: leaseGrace}
+	opts := framework.Options{BinDir: binDir, LeaseGrace: leaseGrace}
 	if os.Getenv("KUBECTLMCS_LOG") != "" {
 		opts.Log = os.Stderr
 	}
-	fl, err = framework.Start(context.Background(), opts)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting the fleet:", err)
-		return 1
+	if fl, err = s.Fleet(opts); err != nil {
+		return err
 	}
-	defer func() {
-		if err := fl.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stopping the fleet:", err)
-		}
-	}()
+	dir, err := s.TempDir()
+	if err != nil {
+		return err
+	}
 	kc, err := fl.Kubeconfig()
-	if err == nil {
-		kubeconfig = filepath.Join(dir, "kubeconfig")
-		err = os.WriteFile(kubeconfig, kc, 0o600)
-	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return err
 	}
-	return m.Run()
-}
-
-// build builds the fleet's binaries and kubectl-mcs into dir.
-func build(dir string) error {
-	return framework.BuildPackages(dir, append(slices.Clone(framework.Binaries), "vksfleet.dev/fleet/cmd/kubectl-mcs")...)
+	kubeconfig = filepath.Join(dir, "kubeconfig")
+	return os.WriteFile(kubeconfig, kc, 0o600)
 }
 
 // result is one run of the plugin.

@@ -503,14 +503,11 @@ func rewriteKubeconfig(t *testing.T, renamed map[string]string, extra, server st
 	return path
 }
 
-// createNamespace creates the namespace in each of the members.
+// createNamespace creates the namespace in each of the named members.
 func createNamespace(t *testing.T, name string, members ...string) {
 	t.Helper()
 	for _, m := range members {
-		obj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-		if err := fl.Member(m).Client.Create(context.Background(), obj); err != nil {
-			t.Fatalf("creating namespace %s in %s: %v", name, m, err)
-		}
+		clusterset.CreateNamespace(t, name, fl.Member(m).Cluster)
 	}
 }
 

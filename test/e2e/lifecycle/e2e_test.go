@@ -21,6 +21,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/mcs/names"
+	"vksfleet.dev/fleet/test/env/clusterset"
 	"vksfleet.dev/fleet/test/env/poll"
 )
 
@@ -391,7 +392,7 @@ func TestNamespaceCreatedLater(t *testing.T) {
 	if err := b.Client.Get(context.Background(), types.NamespacedName{Name: ns}, &corev1.Namespace{}); err == nil {
 		t.Fatalf("namespace %s exists in %s", ns, b.Name)
 	}
-	createNamespace(t, b, ns)
+	clusterset.CreateNamespace(t, ns, b.Cluster)
 	poll.T(t, wait, "imported once the namespace exists", func() error {
 		imp, err := readImport(b, ns, "late")
 		if err != nil {

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -22,6 +21,8 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/mcs/names"
+	"vksfleet.dev/fleet/test/env/clusterset"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 // namespace creates a namespace with a name unique to the test in the given members (when none are given, the
@@ -37,7 +38,7 @@ func namespace(t *testing.T, in ...string) string {
 		in = slices.Collect(maps.Keys(members))
 	}
 	for _, name := range in {
-		createNamespace(t, all[name], ns)
+		clusterset.CreateNamespace(t, ns, all[name].Cluster)
 	}
 	t.Cleanup(func() {
 		for _, m := range all {
@@ -45,14 +46,6 @@ func namespace(t *testing.T, in ...string) string {
 		}
 	})
 	return ns
-}
-
-func createNamespace(t *testing.T, m *member, ns string) {
-	t.Helper()
-	err := m.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-	if err != nil {
-		t.Fatalf("creating namespace %s in %s: %v", ns, m.Name, err)
-	}
 }
 
 // app describes a test workload: a Deployment of replicas pods behind a Service, exported or not.
@@ -228,27 +221,19 @@ func (imp imported) gone() error {
 	return nil
 }
 
-// exportCondition returns a condition of a ServiceExport in m.
+// exportCondition returns a condition of a ServiceExport in m, and an error when it has none.
 func exportCondition(m *member, ns, name, condition string) (*metav1.Condition, error) {
-	se := &mcsv1beta1.ServiceExport{}
-	if err := m.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, se); err != nil {
-		return nil, err
+	c, err := framework.ExportCondition(context.Background(), m.Client, ns, name, condition)
+	if err == nil && c == nil {
+		err = fmt.Errorf("no %s condition on ServiceExport %s/%s in %s", condition, ns, name, m.Name)
 	}
-	c := meta.FindStatusCondition(se.Status.Conditions, condition)
-	if c == nil {
-		return nil, fmt.Errorf("no %s condition on ServiceExport %s/%s in %s", condition, ns, name, m.Name)
-	}
-	return c, nil
+	return c, err
 }
 
 // wantCondition checks a ServiceExport condition's status and that its reason contains reason.
 func wantCondition(m *member, ns, name, condition string, status metav1.ConditionStatus, reason string) error {
-	c, err := exportCondition(m, ns, name, condition)
-	if err != nil {
-		return err
-	}
-	if c.Status != status || !strings.Contains(c.Reason, reason) {
-		return fmt.Errorf("%s condition in %s = %s/%s (%s), want %s/%s", condition, m.Name, c.Status, c.Reason, c.Message, status, reason)
+	if err := framework.WantExportCondition(context.Background(), m.Client, ns, name, condition, status, reason); err != nil {
+		return fmt.Errorf("%s: %w", m.Name, err)
 	}
 	return nil
 }

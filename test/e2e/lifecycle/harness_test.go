@@ -12,11 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"vksfleet.dev/fleet/test/env/clusterset"
+	"vksfleet.dev/fleet/test/framework"
 	"vksfleet.dev/fleet/test/framework/ctrlharness"
 )
 
@@ -43,23 +42,16 @@ type member struct {
 }
 
 func TestMain(m *testing.M) {
-	ctrl.SetLogger(logr.Discard())
-	os.Exit(run(m))
+	framework.Main(m, framework.Suite{Setup: setup})
 }
 
-func run(m *testing.M) int {
-	ctx := context.Background()
+// setup starts the clusterset and every member's controller, and checks after the tests that no controller logged
+// a "Reconciler error" outside the tests that cause failures.
+func setup(s *framework.Setup) error {
 	var err error
-	cs, err = clusterset.Start(ctx, clusterset.Options{Members: append(mainMembers, pairMembers...), ClusterIDs: clusterIDs})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting the clusterset:", err)
-		return 1
+	if cs, err = s.ClusterSet(clusterset.Options{Members: append(mainMembers, pairMembers...), ClusterIDs: clusterIDs}); err != nil {
+		return err
 	}
-	defer func() {
-		if err := cs.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stopping the clusterset:", err)
-		}
-	}()
 	members, all = map[string]*member{}, map[string]*member{}
 	for _, name := range mainMembers {
 		all[name] = newMember(cs.Member(name), cs.Broker)
@@ -71,21 +63,14 @@ func run(m *testing.M) int {
 	for _, mb := range all {
 		mb.Start()
 	}
-	defer func() {
+	s.Cleanup(func() error {
 		for _, mb := range all {
 			mb.stop()
 		}
-	}()
-	if err := waitForLeases(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	code := m.Run()
-	if err := errorLines.check(); err != nil && code == 0 {
-		fmt.Fprintln(os.Stderr, "FAIL:", err)
-		return 1
-	}
-	return code
+		return nil
+	})
+	s.Check(errorLines.check)
+	return waitForLeases(context.Background())
 }
 
 // waitForLeases waits until every controller holds its broker Lease, which it takes once its broker cache synced.

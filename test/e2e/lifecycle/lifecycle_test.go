@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -21,7 +20,9 @@ import (
 
 	"vksfleet.dev/fleet/controller"
 	"vksfleet.dev/fleet/mcs/names"
+	"vksfleet.dev/fleet/test/env/clusterset"
 	"vksfleet.dev/fleet/test/env/poll"
+	"vksfleet.dev/fleet/test/framework/ctrlharness"
 	"vksfleet.dev/fleet/test/framework/promtool"
 )
 
@@ -275,18 +276,17 @@ func TestStartupChecksAndProbes(t *testing.T) {
 	// Swap A's controller for one serving probes and metrics, then swap back.
 	a.stop()
 	defer a.Start()
-	health, metricsAddr := freeAddr(t), freeAddr(t)
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- controller.Run(runCtx, controller.Options{
-			Local: a.Config, Broker: cs.Broker.Config, LeaseGrace: leaseGrace,
-			HealthProbeBindAddress: health, MetricsBindAddress: metricsAddr,
-		})
-	}()
+	ports, err := clusterset.FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	health, metricsAddr := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
+	probed := ctrlharness.InProcess(controller.Options{
+		Local: a.Config, Broker: cs.Broker.Config, LeaseGrace: leaseGrace,
+		HealthProbeBindAddress: health, MetricsBindAddress: metricsAddr,
+	})
 	defer func() {
-		stop()
-		if err := <-done; err != nil {
+		if err := probed.Stop(); err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	}()
@@ -333,17 +333,6 @@ func TestStartupChecksAndProbes(t *testing.T) {
 		}
 		return fmt.Errorf("none among %d events", len(events.Items))
 	})
-}
-
-// freeAddr returns a local address nothing listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // get fetches url and checks for a 200 whose body contains want.
@@ -521,12 +510,8 @@ func TestDuplicateClusterID(t *testing.T) {
 
 	c.stop()
 	defer c.Start()
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- controller.Run(runCtx, controller.Options{Local: c.Config, Broker: cs.Broker.Config, ClusterID: a.ID, LeaseGrace: leaseGrace,
-			HealthProbeBindAddress: "0", MetricsBindAddress: "0"})
-	}()
+	second := ctrlharness.InProcess(controller.Options{Local: c.Config, Broker: cs.Broker.Config, ClusterID: a.ID, LeaseGrace: leaseGrace,
+		HealthProbeBindAddress: "0", MetricsBindAddress: "0"})
 	recordKept := func() error {
 		if err := cs.Broker.Client.Get(context.Background(), mine, &mcsv1beta1.ServiceImport{}); err != nil {
 			t.Errorf("cluster-a's record of mine: %v", err)
@@ -540,8 +525,7 @@ func TestDuplicateClusterID(t *testing.T) {
 		}
 		return wantCondition(c, ns, "theirs", "Ready", metav1.ConditionFalse, "ClusterIDConflict")
 	})
-	stop()
-	if err := <-done; err != nil {
+	if err := second.Stop(); err != nil {
 		t.Errorf("the second controller: %v", err)
 	}
 	poll.T(t, leaseGrace+wait, "cluster-a's export Ready again", func() error {

@@ -42,7 +42,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -53,6 +52,8 @@ import (
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/env/clusterset"
 	"vksfleet.dev/fleet/test/env/poll"
+	"vksfleet.dev/fleet/test/framework"
+	"vksfleet.dev/fleet/test/framework/ctrlharness"
 )
 
 const (
@@ -81,8 +82,8 @@ var logs = &recorder{}
 // logger into logs, so that a Forbidden anywhere is seen. klog's logger must be set before goroutines log.
 func TestMain(m *testing.M) {
 	klog.SetLogger(logs.logger("klog"))
-	ctrl.SetLogger(logs.logger("controller-runtime"))
-	os.Exit(m.Run())
+	log := logs.logger("controller-runtime")
+	framework.Main(m, framework.Suite{Logger: &log})
 }
 
 // TestDeployManifests renders the kustomize bases, server-side applies every object to a local clusterset, runs
@@ -614,11 +615,7 @@ func waitForBindings(ctx context.Context, t *testing.T, cs *clusterset.ClusterSe
 // with a hand-made EndpointSlice and a ServiceExport. It returns the endpoint's address.
 func exportService(ctx context.Context, t *testing.T, a, b *clusterset.Cluster) string {
 	t.Helper()
-	for _, m := range []*clusterset.Cluster{a, b} {
-		if err := m.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: demoNamespace}}); err != nil {
-			t.Fatalf("creating namespace %s in %s: %v", demoNamespace, m.Name, err)
-		}
-	}
+	clusterset.CreateNamespace(t, demoNamespace, a, b)
 	endpoint := a.PodCIDRs[0].Addr().Next().Next().String()
 	objs := []client.Object{
 		&corev1.Service{
@@ -841,23 +838,16 @@ type harness struct {
 
 // runner is one controller running in the background.
 type runner struct {
-	name   string
-	cancel context.CancelFunc
-	done   chan struct{}
-	err    error // set before done is closed
+	name string
+	*ctrlharness.Run
+	reported bool // its error was reported
 }
 
 // start runs a controller for the named member, logging into the harness's recorder, until stop or cleanup.
 func (h *harness) start(t *testing.T, name string, opts controller.Options) {
 	log := h.logs.logger(name)
 	opts.Logger = &log
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &runner{name: name, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(r.done)
-		r.err = controller.Run(ctx, opts)
-	}()
-	h.runners = append(h.runners, r)
+	h.runners = append(h.runners, &runner{name: name, Run: ctrlharness.InProcess(opts)})
 	t.Cleanup(func() { h.stop(t) })
 }
 
@@ -865,14 +855,14 @@ func (h *harness) start(t *testing.T, name string, opts controller.Options) {
 func (h *harness) stop(t *testing.T) {
 	t.Helper()
 	for _, r := range h.runners {
-		r.cancel()
+		r.Cancel()
 	}
 	for _, r := range h.runners {
 		select {
-		case <-r.done:
-			if r.err != nil {
-				t.Errorf("%s's controller: %v", r.name, r.err)
-				r.err = nil // reported once
+		case <-r.Done():
+			if r.Err() != nil && !r.reported {
+				t.Errorf("%s's controller: %v", r.name, r.Err())
+				r.reported = true
 			}
 		case <-time.After(30 * time.Second):
 			t.Errorf("%s's controller did not stop within 30s", r.name)
@@ -888,8 +878,8 @@ func (h *harness) failFast(t *testing.T) {
 	}
 	for _, r := range h.runners {
 		select {
-		case <-r.done:
-			t.Fatalf("%s's controller stopped: %v\nlast log lines:\n%s", r.name, r.err, h.logs.tail(30))
+		case <-r.Done():
+			t.Fatalf("%s's controller stopped: %v\nlast log lines:\n%s", r.name, r.Err(), h.logs.tail(30))
 		default:
 		}
 	}

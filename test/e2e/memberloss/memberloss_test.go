@@ -104,7 +104,7 @@ func TestMemberLoss(t *testing.T) {
 		lossy = d
 	}
 	start := time.Now()
-	f, _, _ := framework.StartTest(t, 3, 1)
+	f, _ := framework.StartTest(t, 3, 1)
 	t.Logf("fleet with 3 members x 1 node up in %s", time.Since(start).Round(100*time.Millisecond))
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

@@ -67,7 +67,7 @@ func TestMonitoring(t *testing.T) {
 	// envtest logs through controller-runtime, which otherwise complains that no logger was set.
 	ctrl.SetLogger(logr.Discard())
 	start := time.Now()
-	f, _, _ := framework.StartTest(t, 2, nodes, func(o *framework.Options) { o.Monitoring = true })
+	f, _ := framework.StartTest(t, 2, nodes, func(o *framework.Options) { o.Monitoring = true })
 	t.Logf("fleet with 2 members x %d nodes and Prometheus up in %s", nodes, time.Since(start).Round(100*time.Millisecond))
 	prom := &prometheus{url: f.PrometheusURL}
 	a, b := f.Member("cluster-a"), f.Member("cluster-b")

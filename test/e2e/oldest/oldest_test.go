@@ -27,7 +27,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -35,7 +34,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -48,6 +46,7 @@ import (
 	"vksfleet.dev/fleet/test/env/proc"
 	"vksfleet.dev/fleet/test/env/workload"
 	"vksfleet.dev/fleet/test/framework"
+	"vksfleet.dev/fleet/test/framework/ctrlharness"
 )
 
 const (
@@ -57,11 +56,9 @@ const (
 	timeout = 2 * time.Minute
 )
 
+// TestMain discards controller-runtime's logs (framework.Main), which the clusterset's envtest and install write.
 func TestMain(m *testing.M) {
-	// The clusterset's envtest and install log through controller-runtime, which otherwise warns that nothing takes
-	// its logs.
-	ctrl.SetLogger(logr.Discard())
-	os.Exit(m.Run())
+	framework.Main(m, framework.Suite{})
 }
 
 func TestOldestRelease(t *testing.T) {
@@ -194,12 +191,14 @@ func join(t *testing.T, m *clusterset.Cluster, info install.BrokerInfo, bin stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append(slices.Clip(d.Spec.Template.Spec.Containers[0].Args), "--kubeconfig="+m.KubeconfigPath,
-		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[0]), fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[1]))
-	if !slices.Contains(args, "--cluster-local-services") {
-		t.Fatalf("the controller's Deployment has the arguments %v, not the cluster-local mode's", args)
+	deployed := d.Spec.Template.Spec.Containers[0].Args
+	if !slices.Contains(deployed, "--cluster-local-services") {
+		t.Fatalf("the controller's Deployment has the arguments %v, not the cluster-local mode's", deployed)
 	}
-	p, err := proc.Start(log, m.Name+"/controller", filepath.Join(bin, "controller"), args...)
+	p, err := ctrlharness.StartProcess(log, m.Name+"/controller", filepath.Join(bin, "controller"), ctrlharness.Flags{
+		Deployed: deployed, Kubeconfig: m.KubeconfigPath,
+		HealthProbeBindAddress: fmt.Sprintf("127.0.0.1:%d", ports[0]), MetricsBindAddress: fmt.Sprintf("127.0.0.1:%d", ports[1]),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +251,7 @@ func testExportImport(t *testing.T, cs *clusterset.ClusterSet, m *clusterset.Clu
 	})
 	for _, cond := range []string{string(mcsv1beta1.ServiceExportConditionValid), string(mcsv1beta1.ServiceExportConditionReady)} {
 		poll.T(t, timeout, "ServiceExport "+cond+"=True", func() error {
-			return exportCondition(ctx, m.Client, ns, app, cond, metav1.ConditionTrue, "")
+			return framework.WantExportCondition(ctx, m.Client, ns, app, cond, metav1.ConditionTrue, "")
 		})
 	}
 
@@ -315,7 +314,7 @@ func testSharedNamespace(t *testing.T, cs *clusterset.ClusterSet, m *clusterset.
 		t.Fatalf("the ServiceExport in %s, with no admission policy to deny it: %v", shared, err)
 	}
 	poll.T(t, timeout, "Valid=False/NamespaceNotAllowed", func() error {
-		return exportCondition(ctx, m.Client, shared, name, string(mcsv1beta1.ServiceExportConditionValid), metav1.ConditionFalse, export.ReasonNamespaceNotAllowed)
+		return framework.WantExportCondition(ctx, m.Client, shared, name, string(mcsv1beta1.ServiceExportConditionValid), metav1.ConditionFalse, export.ReasonNamespaceNotAllowed)
 	})
 	var se mcsv1beta1.ServiceExport
 	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: shared, Name: name}, &se); err != nil {
@@ -329,19 +328,6 @@ func testSharedNamespace(t *testing.T, cs *clusterset.ClusterSet, m *clusterset.
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("the broker record of %s/%s: %v, want none", shared, name, err)
 	}
-}
-
-// exportCondition says why the ServiceExport's condition cond is not status, with the reason when one is given.
-func exportCondition(ctx context.Context, c client.Client, namespace, name, cond string, status metav1.ConditionStatus, reason string) error {
-	var se mcsv1beta1.ServiceExport
-	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &se); err != nil {
-		return err
-	}
-	got := meta.FindStatusCondition(se.Status.Conditions, cond)
-	if got == nil || got.Status != status || reason != "" && got.Reason != reason {
-		return fmt.Errorf("ServiceExport %s/%s: %s is %+v, want %s %s", namespace, name, cond, got, status, reason)
-	}
-	return nil
 }
 
 // sliceAddresses lists EndpointSlices and returns their endpoints' addresses, sorted.

@@ -67,7 +67,7 @@ func TestTakeover(t *testing.T) {
 	ctrl.SetLogger(logr.Discard())
 	runs := framework.Runs(t, "TAKEOVER_RUNS")
 	start := time.Now()
-	f, _, _ := framework.StartTest(t, 2, 1)
+	f, _ := framework.StartTest(t, 2, 1)
 	t.Logf("fleet with 2 members x 1 node up in %s", time.Since(start).Round(100*time.Millisecond))
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -47,22 +46,8 @@ func (e *env) nearPods(t *testing.T, m *framework.Member, app string, headless b
 	if err := m.Client.Create(ctx, svc); err != nil {
 		t.Fatal(err)
 	}
-	for i, zone := range zones {
-		tmpl := workload.ServePod(app, m.Name)
-		name := app
-		if zone != "" {
-			tmpl.Spec.NodeSelector = map[string]string{corev1.LabelTopologyZone: zone}
-			name = fmt.Sprintf("%s-z%d", app, i)
-		}
-		tmpl.Labels["part"] = name
-		d := &appsv1.Deployment{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-			Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Template: tmpl,
-				Selector: &metav1.LabelSelector{MatchLabels: tmpl.Labels}},
-		}
-		if err := m.Client.Create(ctx, d); err != nil {
-			t.Fatal(err)
-		}
+	if _, err := workload.DeployPlaced(ctx, m.Client, ns, app, m.Name, zones...); err != nil {
+		t.Fatal(err)
 	}
 	if err := m.Client.Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: ns}}); err != nil {
 		t.Fatal(err)

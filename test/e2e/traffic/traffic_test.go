@@ -38,7 +38,6 @@ const (
 // env is the running fleet the subtests share.
 type env struct {
 	f       *framework.Fleet
-	bin     string
 	kubectl string
 	a, b, c *framework.Member
 }
@@ -48,14 +47,14 @@ func TestTraffic(t *testing.T) {
 		t.Skip(err)
 	}
 	start := time.Now()
-	f, bin, _ := framework.StartTest(t, 3, 2)
+	f, _ := framework.StartTest(t, 3, 2)
 	assets, err := clusterset.AssetsDir("")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
 	t.Logf("fleet with 3 members x 2 nodes built and up in %s", time.Since(start).Round(100*time.Millisecond))
-	e := &env{f: f, bin: bin, kubectl: filepath.Join(assets, "kubectl"),
+	e := &env{f: f, kubectl: filepath.Join(assets, "kubectl"),
 		a: f.Member("cluster-a"), b: f.Member("cluster-b"), c: f.Member("cluster-c")}
 	for _, m := range f.Members {
 		if err := m.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
@@ -75,8 +74,10 @@ func TestTraffic(t *testing.T) {
 	t.Run("locality: PreferSameZone tiers, drain and member loss", e.testLocality)
 	t.Run("locality: headless answers the closest cluster tier", e.testHeadlessLocality)
 
-	// Every process of this fleet names its binaries' folder or a member's folder (its kubeconfig's).
-	dirs := []string{bin}
+	// Every process of this fleet names a member's folder (its kubeconfig's). Its programs run in pods, from the
+	// images; the folder of its binaries (framework.Build) is shared with other suites' fleets, which may run
+	// processes from it meanwhile.
+	var dirs []string
 	for _, c := range f.ClusterSet.All() {
 		dirs = append(dirs, filepath.Dir(c.KubeconfigPath))
 	}

@@ -136,7 +136,7 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 	t.Logf("previous release %s built or found in %s", rel.Tag, time.Since(start).Round(100*time.Millisecond))
 	start = time.Now()
-	f, _, _ := framework.StartTest(t, members, 1, func(o *framework.Options) {
+	f, _ := framework.StartTest(t, members, 1, func(o *framework.Options) {
 		o.KubectlMCS, o.JoinArgs = rel.KubectlMCS, rel.JoinArgs()
 		// The manifests' own lease grace: an upgrade changes nothing else of the Deployments.
 		o.LeaseGrace = 0

@@ -144,13 +144,6 @@ func testIdentity(t *testing.T, cs *ClusterSet) {
 	}
 }
 
-func createNamespace(t *testing.T, c *Cluster, name string) {
-	t.Helper()
-	if err := c.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func podTemplate(labels map[string]string) corev1.PodTemplateSpec {
 	return corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Labels: labels},
@@ -190,7 +183,7 @@ func readyEndpoints(ctx context.Context, c *Cluster, ns, svc string) ([]discover
 
 func testDeployment(t *testing.T, c *Cluster) {
 	ctx := context.Background()
-	createNamespace(t, c, "deploy")
+	CreateNamespace(t, "deploy", c)
 	dep := deployment("deploy", "web")
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "deploy"},
@@ -229,7 +222,7 @@ func testDeployment(t *testing.T, c *Cluster) {
 
 func testStatefulSet(t *testing.T, c *Cluster) {
 	ctx := context.Background()
-	createNamespace(t, c, "stateful")
+	CreateNamespace(t, "stateful", c)
 	labels := map[string]string{"app": "db"}
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "stateful"},
@@ -269,7 +262,7 @@ func testStatefulSet(t *testing.T, c *Cluster) {
 
 func testNamespaceDeletion(t *testing.T, c *Cluster) {
 	ctx := context.Background()
-	createNamespace(t, c, "doomed")
+	CreateNamespace(t, "doomed", c)
 	if err := c.Client.Create(ctx, deployment("doomed", "doomed")); err != nil {
 		t.Fatal(err)
 	}

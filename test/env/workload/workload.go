@@ -123,6 +123,34 @@ func Deploy(ctx context.Context, c client.Client, namespace, app, cluster string
 	return nil
 }
 
+// DeployPlaced creates app's serve pods in one cluster, one per placement: a zone of the cluster, where a Deployment
+// of its own pins it (<app>-z<i> for the i-th placement), or "" for anywhere (the Deployment <app>). Each
+// Deployment selects its own pod (label part=<its name>), while a Service of app selects them all. It returns the
+// Deployments' names, in the placements' order; the Service is the caller's.
+func DeployPlaced(ctx context.Context, c client.Client, namespace, app, cluster string, placements ...string) ([]string, error) {
+	var names []string
+	for i, zone := range placements {
+		tmpl := ServePod(app, cluster)
+		name := app
+		if zone != "" {
+			tmpl.Spec.NodeSelector = map[string]string{corev1.LabelTopologyZone: zone}
+			name = fmt.Sprintf("%s-z%d", app, i)
+		}
+		// The Service selects app=<app>; each Deployment needs a selector of its own, or they would share pods.
+		tmpl.Labels["part"] = name
+		d := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+			Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Template: tmpl,
+				Selector: &metav1.LabelSelector{MatchLabels: tmpl.Labels}},
+		}
+		if err := c.Create(ctx, d); err != nil {
+			return names, fmt.Errorf("creating Deployment %s/%s: %w", namespace, name, err)
+		}
+		names = append(names, name)
+	}
+	return names, nil
+}
+
 // Scale sets the replicas of a Deployment.
 func Scale(ctx context.Context, c client.Client, namespace, name string, replicas int32) error {
 	d := &appsv1.Deployment{}
@@ -138,6 +166,23 @@ func PodReady(p *corev1.Pod) bool {
 	return slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
 		return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
 	})
+}
+
+// ReadyPodIPs returns the addresses of the pods with the labels in namespace that are ready and not terminating,
+// sorted.
+func ReadyPodIPs(ctx context.Context, c client.Client, namespace string, labels client.MatchingLabels) ([]string, error) {
+	pods := &corev1.PodList{}
+	if err := c.List(ctx, pods, client.InNamespace(namespace), labels); err != nil {
+		return nil, err
+	}
+	var ips []string
+	for _, p := range pods.Items {
+		if PodReady(&p) && p.DeletionTimestamp == nil && p.Status.PodIP != "" {
+			ips = append(ips, p.Status.PodIP)
+		}
+	}
+	slices.Sort(ips)
+	return ips, nil
 }
 
 // ClientPod is a pod that only waits, for tests to exec into; it ends by itself after an hour at most.

@@ -1,7 +1,9 @@
-// Package ctrlharness runs mcs-controllers against a local clusterset, for tests and benchmarks: one restartable
-// controller per member, in this process or as a process of its own, a record of the writes it makes, an idle
-// check from controller-runtime's metrics, a wait for its broker Lease, and a switch that cuts it off from the
-// broker.
+// Package ctrlharness runs mcs-controllers against a local clusterset, for tests and benchmarks. It is where every
+// controller outside of pods starts (launch.go): in this process (InProcess) or as a process of the controller
+// binary (StartProcess), which the fleet, the suites and the benchmarks call. On top of that, Controller is one
+// restartable controller per member, in this process or as a process of its own, with a record of the writes it
+// makes, an idle check from controller-runtime's metrics, a wait for its broker Lease, and a switch that cuts it
+// off from the broker.
 package ctrlharness
 
 import (
@@ -60,9 +62,8 @@ type Controller struct {
 	opts        Options
 	partitioned atomic.Bool
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan error
+	mu  sync.Mutex
+	run *Run // in this process, while it runs
 	// With Binary: the running process and where it serves its metrics, the error that kept the last one from
 	// starting, and the last metrics of every earlier process, whose totals the next ones carry on.
 	proc       *proc.Process
@@ -81,24 +82,21 @@ func New(member, broker *clusterset.Cluster, opts Options) *Controller {
 func (c *Controller) Start() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cancel != nil || c.proc != nil {
+	if c.run != nil || c.proc != nil {
 		return
 	}
 	if c.opts.Binary != "" {
 		c.proc, c.metricsURL, c.startErr = c.startProcess()
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	c.cancel, c.done = cancel, make(chan error, 1)
 	log := logr.Discard()
 	if c.opts.Logger != nil {
 		log = *c.opts.Logger
 	}
-	opts := controller.Options{
+	c.run = InProcess(controller.Options{
 		Local: c.wrap(c.Config, false), Broker: c.wrap(c.Broker.Config, true),
 		LeaseGrace: c.opts.LeaseGrace, Workers: c.opts.Workers, Logger: &log,
-	}
-	go func() { c.done <- controller.Run(ctx, opts) }()
+	})
 }
 
 // Stop stops the controller and waits for it to return. The error is the one controller.Run returned, which may
@@ -109,12 +107,11 @@ func (c *Controller) Stop() error {
 	if c.opts.Binary != "" {
 		return c.stopProcess()
 	}
-	if c.cancel == nil {
+	if c.run == nil {
 		return nil
 	}
-	c.cancel()
-	err := <-c.done
-	c.cancel = nil
+	err := c.run.Stop()
+	c.run = nil
 	return err
 }
 

@@ -25,30 +25,16 @@ func (c *Controller) startProcess() (*proc.Process, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	args := []string{
-		"--kubeconfig=" + c.KubeconfigPath,
-		"--broker-kubeconfig=" + c.Broker.KubeconfigPath,
-		"--health-probe-bind-address=0",
-		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(port),
-	}
-	// Zero options keep the binary's own defaults, as they keep controller.Options' in this process.
-	if c.opts.LeaseGrace > 0 {
-		args = append(args, "--lease-grace="+c.opts.LeaseGrace.String())
-	}
-	if c.opts.Workers > 0 {
-		args = append(args, "--workers="+strconv.Itoa(c.opts.Workers))
-	}
-	if c.opts.QPS > 0 {
-		args = append(args, "--qps="+strconv.FormatFloat(float64(c.opts.QPS), 'g', -1, 32))
-	}
-	if c.opts.Burst > 0 {
-		args = append(args, "--burst="+strconv.Itoa(c.opts.Burst))
-	}
 	log := c.opts.Log
 	if log == nil {
 		log = io.Discard
 	}
-	p, err := proc.Start(log, c.Name+"/controller", c.opts.Binary, args...)
+	// Zero options keep the binary's own defaults, as they keep controller.Options' in this process.
+	p, err := StartProcess(log, c.Name+"/controller", c.opts.Binary, Flags{
+		Kubeconfig: c.KubeconfigPath, BrokerKubeconfig: c.Broker.KubeconfigPath,
+		HealthProbeBindAddress: "0", MetricsBindAddress: "127.0.0.1:" + strconv.Itoa(port),
+		LeaseGrace: c.opts.LeaseGrace, Workers: c.opts.Workers, QPS: c.opts.QPS, Burst: c.opts.Burst,
+	})
 	if err != nil {
 		return nil, "", err
 	}
