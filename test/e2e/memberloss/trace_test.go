@@ -34,11 +34,11 @@ const tracePoll = 25 * time.Millisecond
 type trace struct {
 	m   *framework.Member
 	svc string
-	// client is the address of the pod whose connections are followed.
-	client string
-	from   time.Time
-	stop   context.CancelFunc
-	done   sync.WaitGroup
+	// clients are the addresses of the pod whose connections are followed, one per IP family.
+	clients []string
+	from    time.Time
+	stop    context.CancelFunc
+	done    sync.WaitGroup
 
 	mu      sync.Mutex
 	sliceAt time.Time // when the slices first held no ready endpoint of cluster-b
@@ -65,6 +65,7 @@ type sliceState struct {
 type synSent struct {
 	at      time.Time
 	backend string
+	before  bool // there when the trace began
 }
 
 // startTrace starts following m's import of svc, and the connections of the pod clientPod, from now on.
@@ -73,7 +74,9 @@ func startTrace(m *framework.Member, svc, clientPod string) *trace {
 	tr := &trace{m: m, svc: svc, from: time.Now(), stop: cancel, unanswered: map[string]synSent{}}
 	pod := &corev1.Pod{}
 	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: clientPod}, pod); err == nil {
-		tr.client = pod.Status.PodIP
+		for _, ip := range pod.Status.PodIPs {
+			tr.clients = append(tr.clients, ip.IP)
+		}
 	}
 	tr.done.Go(func() { tr.follow(ctx) })
 	return tr
@@ -112,7 +115,8 @@ func (tr *trace) follow(ctx context.Context) {
 		}
 		for client, backend := range syns {
 			if _, ok := tr.unanswered[client]; !ok {
-				tr.unanswered[client] = synSent{now, backend}
+				// The first look finds what earlier faults left (SYN_SENT lasts 2 minutes): known, not shown.
+				tr.unanswered[client] = synSent{at: now, backend: backend, before: i == 0}
 			}
 		}
 		tr.mu.Unlock()
@@ -212,7 +216,7 @@ func (tr *trace) synSent(ctx context.Context) map[string]string {
 				sports = append(sports, v)
 			}
 		}
-		if len(srcs) == 2 && len(sports) == 2 && srcs[0] == tr.client {
+		if len(srcs) == 2 && len(sports) == 2 && slices.Contains(tr.clients, srcs[0]) {
 			found[srcs[0]+":"+sports[0]] = srcs[1]
 		}
 	}
@@ -286,7 +290,9 @@ func (tr *trace) report(ctx context.Context, reqs []workload.Request) string {
 	}
 	var syns []synSent
 	for _, v := range tr.unanswered {
-		syns = append(syns, v)
+		if !v.before {
+			syns = append(syns, v)
+		}
 	}
 	slices.SortFunc(syns, func(x, y synSent) int { return x.at.Compare(y.at) })
 	b.WriteString("; SYNs unanswered:")
