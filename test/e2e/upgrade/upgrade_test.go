@@ -474,7 +474,7 @@ func (e *env) step(t *testing.T, name string, version map[string]string, soak ti
 				case q.OK:
 				case e.previousPodLoss(m.Name, q, from, end):
 					r.previousPods++
-				case q.Reason == "timeout" || q.Reason == "dns":
+				case lookupLost(q.Reason):
 					r.dnsTimeout++
 				default:
 					by[q.Reason]++
@@ -503,8 +503,15 @@ const (
 	previousPodAfter  = 2500 * time.Millisecond
 )
 
+// lookupLost says whether a request or question failed for want of a DNS answer, by the serve loop's reasons: the
+// lookup failed ("dns") or ran out of time ("dns-timeout", also a DNS loop's unanswered question), or took so long
+// that the request ran out of time after it ("dns-slow").
+func lookupLost(reason string) bool {
+	return reason == "dns" || reason == "dns-timeout" || reason == "dns-slow"
+}
+
 // previousPodLoss says whether a failed request or question is one the previous release's CoreDNS pods lose as
-// they stop: a lookup that failed ("dns", or "timeout" when the lookup took the request's whole second) in a member
+// they stop: a lookup that failed (lookupLost) in a member
 // as one of its CoreDNS pods of the previous release stopped answering. Those pods stay Ready until they exit;
 // kube-proxy keeps the UDP conntrack entries that point at them until then, and a query that reuses one (the same
 // client address and source port within the entry's 30 s) reaches the pod after it stopped. This tree's CoreDNS
@@ -517,7 +524,7 @@ func (e *env) previousPodLoss(member string, q workload.Request, from, to time.T
 // previousPod names the stopping pod of the previous release that previousPodLoss sets q down to, with how far
 // apart they were, or returns "".
 func (e *env) previousPod(member string, q workload.Request, from, to time.Time) string {
-	if q.OK || q.Reason != "dns" && q.Reason != "timeout" {
+	if q.OK || !lookupLost(q.Reason) {
 		return ""
 	}
 	at := time.UnixMilli(q.StartMs)
