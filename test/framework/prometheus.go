@@ -35,10 +35,8 @@ const (
 	// PrometheusInterval is the scrape and rule evaluation interval: short, so that tests see changes in seconds.
 	PrometheusInterval = 2 * time.Second
 	// targetsPoll is how often the fleet looks for new or gone pods to scrape.
-	targetsPoll = time.Second
-	// kubeProxyMetricsPort is where every node's kube-proxy serves its metrics, on the node's addresses.
-	kubeProxyMetricsPort = 10249
-	prometheusBin        = "/usr/bin/prometheus"
+	targetsPoll   = time.Second
+	prometheusBin = "/usr/bin/prometheus"
 )
 
 // scrapedPods are the product's pods Prometheus scrapes, by job name. Every series gets the target labels job
@@ -160,7 +158,7 @@ func (f *Fleet) writeTargets(ctx context.Context, dir string, last []byte) ([]by
 			}
 		}
 		for _, n := range m.Nodes {
-			groups = append(groups, targetGroup{Targets: []string{netip.AddrPortFrom(n.Addrs[0], kubeProxyMetricsPort).String()},
+			groups = append(groups, targetGroup{Targets: []string{netip.AddrPortFrom(n.Addrs[0], clusterset.ProxyMetricsPort).String()},
 				Labels: map[string]string{"job": "kube-proxy", "cluster": m.Name, "node": n.Name}})
 		}
 	}

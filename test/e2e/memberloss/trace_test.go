@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/test/env/clusterset"
 	"vksfleet.dev/fleet/test/env/proc"
 	"vksfleet.dev/fleet/test/env/workload"
 	"vksfleet.dev/fleet/test/framework"
@@ -170,7 +171,7 @@ func (tr *trace) lastSync() (time.Time, error) {
 	if len(tr.m.Nodes) == 0 || len(tr.m.Nodes[0].Addrs) == 0 {
 		return time.Time{}, fmt.Errorf("%s has no node", tr.m.Name)
 	}
-	url := "http://" + netip.AddrPortFrom(tr.m.Nodes[0].Addrs[0], 10249).String() + "/metrics"
+	url := "http://" + netip.AddrPortFrom(tr.m.Nodes[0].Addrs[0], clusterset.ProxyMetricsPort).String() + "/metrics"
 	families, err := proc.Scrape(url)
 	if err != nil {
 		return time.Time{}, err

@@ -45,8 +45,9 @@ type Proxy struct {
 	wg     sync.WaitGroup
 }
 
-// proxyMetricsPort is where kube-proxy serves its metrics, as on a node; only the namespace's loopback has it.
-const proxyMetricsPort = 10249
+// ProxyMetricsPort is where every kube-proxy serves its metrics: on a node's addresses, or for a standalone Proxy on
+// its namespace's loopback only.
+const ProxyMetricsPort = 10249
 
 // proxyArgs are kube-proxy's flags for a node named hostname of c: the same for nodes of a data plane and a
 // standalone Proxy.
@@ -60,7 +61,7 @@ func (c *Cluster) proxyArgs(hostname string) []string {
 		"--conntrack-max-per-core=0",
 		"--healthz-bind-address=0.0.0.0:" + strconv.Itoa(proxyHealthPort),
 		// On the node's addresses, for a Prometheus on the host (framework.Options.Monitoring), as for healthz.
-		"--metrics-bind-address=0.0.0.0:" + strconv.Itoa(proxyMetricsPort),
+		"--metrics-bind-address=0.0.0.0:" + strconv.Itoa(ProxyMetricsPort),
 	}
 }
 
@@ -127,7 +128,7 @@ func (c *Cluster) StartProxy(ctx context.Context, log io.Writer) (_ *Proxy, err 
 // minSyncPeriod reads the nftables mode's minimum sync period from kube-proxy's /configz, where it reports the
 // configuration it runs with, defaults applied.
 func (x *Proxy) minSyncPeriod() (time.Duration, error) {
-	resp, err := x.client.Get(fmt.Sprintf("http://127.0.0.1:%d/configz", proxyMetricsPort))
+	resp, err := x.client.Get(fmt.Sprintf("http://127.0.0.1:%d/configz", ProxyMetricsPort))
 	if err != nil {
 		return 0, err
 	}
@@ -176,7 +177,7 @@ func relay(l net.Listener, addr string) {
 
 // Scrape reads kube-proxy's metrics.
 func (x *Proxy) Scrape() ([]*dto.MetricFamily, error) {
-	return proc.ScrapeWith(x.client, fmt.Sprintf("http://127.0.0.1:%d/metrics", proxyMetricsPort))
+	return proc.ScrapeWith(x.client, fmt.Sprintf("http://127.0.0.1:%d/metrics", ProxyMetricsPort))
 }
 
 // Stop stops kube-proxy and the relay, and removes the namespace with the rules kube-proxy left in it.
