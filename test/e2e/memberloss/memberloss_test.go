@@ -10,7 +10,7 @@
 //   - cluster-b cut from cluster-a only: a leaves b, c keeps using b without a failure;
 //   - 10% of the packets between cluster-b and the others lost (5% each way): nothing moves, no import turns
 //     Unreachable;
-//   - cluster-b lost whole (control plane stopped and nodes cut): a and c stop using b within the target;
+//   - cluster-b lost whole (nodes cut, then control plane stopped): a and c stop using b within the target;
 //   - a locality tier empties at once: tier, PreferSameZone, runs socat pods in cluster-b (cluster-a's region) and
 //     cluster-c; cluster-b's are scaled to zero and exit on SIGTERM without draining: a's requests move to c within
 //     the tier target, and back to b without a failure once b has a pod again (but for the open anomaly that
@@ -299,13 +299,17 @@ func (e *env) testLossy(t *testing.T) {
 		fmt.Sprintf("%d Unreachable seen; %d answered by cluster-b, %d failed of %d", flaps, workload.AnsweredBy(reqs, workload.ByCluster)["cluster-b"], len(workload.Failures(reqs)), len(reqs))})
 }
 
-// testWholeLoss loses cluster-b whole, control plane stopped and nodes cut: a and c stop using b within the target,
-// not the lease grace; then b comes back.
+// testWholeLoss loses cluster-b whole, nodes cut and control plane stopped: a and c stop using b within the target,
+// not the lease grace; then b comes back. The loss counts from the cut, which takes effect at once and is when
+// requests start to fail; stopping the control plane takes a few hundred ms more (its controller's containers are
+// found and frozen, kube-controller-manager and kube-scheduler killed), in which, were it first, every request
+// would still be answered.
 func (e *env) testWholeLoss(t *testing.T, run int) {
 	traces := e.startTraces(t)
 	cut := nowMs()
-	e.fault(t, framework.Fault{Kind: framework.StopControlPlane, Member: "cluster-b"})
 	e.fault(t, framework.Fault{Kind: framework.CutDataPlane, Member: "cluster-b"})
+	e.fault(t, framework.Fault{Kind: framework.StopControlPlane, Member: "cluster-b"})
+	t.Logf("whole loss of cluster-b, run %d: nodes cut and control plane stopped in %d ms", run+1, nowMs()-cut)
 	e.waitAnswered(t, e.aPair, nowMs(), "cluster-c")
 	e.waitAnswered(t, e.cPair, nowMs(), "cluster-c")
 	for name, l := range map[string]*workload.Loop{"a to pair": e.aPair, "c to pair": e.cPair} {
@@ -324,7 +328,7 @@ func (e *env) testWholeLoss(t *testing.T, run int) {
 // startTraces starts a trace of pair on the two members whose loops ask it, by loop.
 // A trace that no report stopped (the test failed first) stops with t.
 func (e *env) startTraces(t *testing.T) map[*workload.Loop]*trace {
-	traces := map[*workload.Loop]*trace{e.aPair: startTrace(e.a, "pair", e.aPair.Name), e.cPair: startTrace(e.c, "pair", e.cPair.Name)}
+	traces := map[*workload.Loop]*trace{e.aPair: e.startTrace(e.a, "pair", e.aPair.Name), e.cPair: e.startTrace(e.c, "pair", e.cPair.Name)}
 	for _, tr := range traces {
 		t.Cleanup(tr.stop)
 	}
@@ -359,7 +363,7 @@ func (e *env) deployTier(t *testing.T, m *framework.Member) {
 // it without a failure.
 func (e *env) testTierEmpties(t *testing.T, run int) {
 	e.waitAnswered(t, e.aTier, nowMs(), "cluster-b")
-	emptied := startTrace(e.a, "tier", e.aTier.Name)
+	emptied := e.startTrace(e.a, "tier", e.aTier.Name)
 	t.Cleanup(emptied.stop)
 	empty := nowMs()
 	if err := workload.Scale(context.Background(), e.b.Client, ns, "tier", 0); err != nil {
@@ -371,7 +375,7 @@ func (e *env) testTierEmpties(t *testing.T, run int) {
 	e.check(t, tierEmpties, fmt.Sprintf("cluster-b's tier pods scaled to zero, run %d: the last request failed %d ms after, cluster-c answered %d ms after",
 		run+1, last, moved-empty), last)
 	t.Log(emptied.report(context.Background(), reqs))
-	refilled := startTrace(e.a, "tier", e.aTier.Name)
+	refilled := e.startTrace(e.a, "tier", e.aTier.Name)
 	t.Cleanup(refilled.stop)
 	back := nowMs()
 	if err := workload.Scale(context.Background(), e.b.Client, ns, "tier", 1); err != nil {

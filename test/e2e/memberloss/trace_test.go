@@ -36,10 +36,14 @@ type trace struct {
 	m   *framework.Member
 	svc string
 	// clients are the addresses of the pod whose connections are followed, one per IP family.
-	clients []string
-	from    time.Time
-	stop    context.CancelFunc
-	done    sync.WaitGroup
+	clients []netip.Addr
+	// places are the network namespaces whose unreach counters the report compares with counters, their values
+	// when the trace began: the fleet's and the client pod's.
+	places   []netPlace
+	counters map[string]map[string]int64
+	from     time.Time
+	stop     context.CancelFunc
+	done     sync.WaitGroup
 
 	mu      sync.Mutex
 	sliceAt time.Time // when the slices first held no ready endpoint of cluster-b
@@ -70,15 +74,22 @@ type synSent struct {
 }
 
 // startTrace starts following m's import of svc, and the connections of the pod clientPod, from now on.
-func startTrace(m *framework.Member, svc, clientPod string) *trace {
+func (e *env) startTrace(m *framework.Member, svc, clientPod string) *trace {
 	ctx, cancel := context.WithCancel(context.Background())
-	tr := &trace{m: m, svc: svc, from: time.Now(), stop: cancel, unanswered: map[string]synSent{}}
+	tr := &trace{m: m, svc: svc, stop: cancel, unanswered: map[string]synSent{}, places: netPlaces(e.f)}
 	pod := &corev1.Pod{}
 	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: clientPod}, pod); err == nil {
 		for _, ip := range pod.Status.PodIPs {
-			tr.clients = append(tr.clients, ip.IP)
+			if a, err := netip.ParseAddr(ip.IP); err == nil {
+				tr.clients = append(tr.clients, a)
+			}
+		}
+		if p, ok := podPlace(clientPod, string(pod.UID)); ok {
+			tr.places = append(tr.places, p)
 		}
 	}
+	tr.counters = snapshot(tr.places)
+	tr.from = time.Now()
 	tr.done.Go(func() { tr.follow(ctx) })
 	return tr
 }
@@ -217,7 +228,9 @@ func (tr *trace) synSent(ctx context.Context) map[string]string {
 				sports = append(sports, v)
 			}
 		}
-		if len(srcs) == 2 && len(sports) == 2 && slices.Contains(tr.clients, srcs[0]) {
+		// conntrack writes IPv6 addresses in full, the API in short: compared parsed.
+		client, err := netip.ParseAddr(srcs[0])
+		if len(srcs) == 2 && len(sports) == 2 && err == nil && slices.Contains(tr.clients, client) {
 			found[srcs[0]+":"+sports[0]] = srcs[1]
 		}
 	}
@@ -301,6 +314,7 @@ func (tr *trace) report(ctx context.Context, reqs []workload.Request) string {
 		fmt.Fprintf(&b, " %s→%s", ms(v.at), v.backend)
 	}
 	tr.mu.Unlock()
+	fmt.Fprintf(&b, "; unreachables sent or received: %s", unreachDelta(tr.counters, snapshot(tr.places)))
 	b.WriteString("; failed requests (start+latency, reason):")
 	for _, r := range reqs {
 		if !r.OK {
