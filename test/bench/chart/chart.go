@@ -17,6 +17,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // Chart is a figure that draws itself as SVG.
@@ -112,10 +114,10 @@ func (l Lines) WriteSVG(w io.Writer) error {
 		}
 		p.Y.Min = math.Pow(10, math.Floor(math.Log10(p.Y.Min)))
 		p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
-		// The legend's room above the highest value, as a share of the axis's decades.
-		p.Y.Max *= math.Pow(p.Y.Max/p.Y.Min, 0.08*float64(len(l.Series)))
+	} else {
+		p.Y.Max *= 1.05
 	}
-	return write(p, len(l.Series), 16*vg.Centimeter, 10*vg.Centimeter, w)
+	return writeBeside(p, 16*vg.Centimeter, 10*vg.Centimeter, w)
 }
 
 // Bars draws, for each group, one bar per series side by side.
@@ -165,6 +167,22 @@ func newPlot(title, y string) *plot.Plot {
 	p.Legend.Top = true
 	p.Legend.ThumbnailWidth = vg.Points(24)
 	return p
+}
+
+// writeBeside draws p as SVG, plotWidth wide, and its legend to the right of it, as wide as its entries: a line
+// chart has many (a series per member count and measure), and room for them over the lines would leave the data a
+// corner of the plot.
+func writeBeside(p *plot.Plot, plotWidth, height vg.Length, w io.Writer) error {
+	legend := p.Legend
+	p.Legend = plot.NewLegend()
+	gap := vg.Points(8)
+	legendWidth := legend.Rectangle(draw.New(vgsvg.New(plotWidth, height))).Size().X + 2*gap
+	c := vgsvg.New(plotWidth+legendWidth, height)
+	dc := draw.New(c)
+	p.Draw(draw.Crop(dc, 0, -legendWidth, 0, 0))
+	legend.Draw(draw.Crop(dc, plotWidth+gap, -gap, gap, -gap))
+	_, err := c.WriteTo(w)
+	return err
 }
 
 // write draws p as SVG, with room above the highest value for the legend's entries.

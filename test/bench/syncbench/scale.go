@@ -355,7 +355,7 @@ func spread(vs []float64) string {
 // default): p99 and p50 to every other member's informer, and p99 to cluster-b's kube-proxy rules and CoreDNS
 // answers; and writes per service per member against members, a line per service count (and rate).
 func scaleCharts(points []point) map[string]chart.Chart {
-	lat := chart.Lines{Title: "Export → import in every other member; → kube-proxy and CoreDNS in cluster-b", X: "exported services",
+	lat := chart.Lines{Title: "Export → import in every other member; → kube-proxy, CoreDNS in cluster-b", X: "exported services",
 		Y: "milliseconds", LogY: true}
 	writes := chart.Lines{Title: "Controller writes per service per member", X: "members", Y: "writes"}
 	type line struct {

@@ -3,6 +3,7 @@ package memberloss
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"net/netip"
@@ -315,10 +316,10 @@ func (tr *trace) report(ctx context.Context, reqs []workload.Request) string {
 	}
 	tr.mu.Unlock()
 	fmt.Fprintf(&b, "; unreachables sent or received: %s", unreachDelta(tr.counters, snapshot(tr.places)))
-	b.WriteString("; failed requests (start+latency, reason):")
+	b.WriteString("; failed requests (start+latency, reason→address):")
 	for _, r := range reqs {
 		if !r.OK {
-			fmt.Fprintf(&b, " %d+%.0f %s", r.StartMs-tr.from.UnixMilli(), r.LatencyMs, r.Reason)
+			fmt.Fprintf(&b, " %d+%.0f %s→%s", r.StartMs-tr.from.UnixMilli(), r.LatencyMs, r.Reason, cmp.Or(r.Addr, "-"))
 		}
 	}
 	return b.String()

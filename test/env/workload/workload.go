@@ -216,9 +216,10 @@ type Request struct {
 	Seq     int
 	StartMs int64
 	OK      bool
-	// Cluster and Pod answered the request; Reason says why it failed.
-	Cluster, Pod, Reason string
-	LatencyMs            float64
+	// Cluster and Pod answered the request; Reason says why it failed, and Addr where it was sent (empty when
+	// the failure came before the name was looked up, or from a loop that does not say).
+	Cluster, Pod, Reason, Addr string
+	LatencyMs                  float64
 }
 
 // AnsweredBy counts the answered requests by key, such as the cluster or the pod that answered.
@@ -269,6 +270,9 @@ func ParseLoop(out string) []Request {
 		case f[2] == "fail":
 			r.Reason = f[3]
 			r.LatencyMs, _ = strconv.ParseFloat(f[4], 64)
+			if len(f) > 5 && f[5] != "-" {
+				r.Addr = f[5]
+			}
 		default:
 			continue
 		}

@@ -11,11 +11,15 @@ func TestParseLoop(t *testing.T) {
 		"2 1700000000050 fail dial 0.300\n" +
 		"serve: a log line on the same stream\n" +
 		"3 1700000000100 ok cluster-c - 2.000\n" +
-		"summary sent=3 ok=2 failed=1\n"
+		"4 1700000000150 fail dial-unreachable 2.500 [fd00:10:96::a]:8080\n" +
+		"5 1700000000200 fail dns-timeout 1000.000 -\n" +
+		"summary sent=5 ok=2 failed=3\n"
 	want := []Request{
 		{Seq: 1, StartMs: 1700000000000, OK: true, Cluster: "cluster-b", Pod: "web-1", LatencyMs: 1.25},
 		{Seq: 2, StartMs: 1700000000050, Reason: "dial", LatencyMs: 0.3},
 		{Seq: 3, StartMs: 1700000000100, OK: true, Cluster: "cluster-c", Pod: "-", LatencyMs: 2},
+		{Seq: 4, StartMs: 1700000000150, Reason: "dial-unreachable", Addr: "[fd00:10:96::a]:8080", LatencyMs: 2.5},
+		{Seq: 5, StartMs: 1700000000200, Reason: "dns-timeout", LatencyMs: 1000},
 	}
 	if got := ParseLoop(out); !reflect.DeepEqual(got, want) {
 		t.Errorf("ParseLoop =\n%+v\nwant\n%+v", got, want)

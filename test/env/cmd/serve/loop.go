@@ -32,6 +32,7 @@ const maxReply = 4 << 10
 type loopResult struct {
 	cluster, pod string
 	reason       string // empty when ok
+	addr         string // where a failed request was sent, once its name was looked up
 }
 
 func splitTarget(target string) (host, port string, err error) {
@@ -90,7 +91,7 @@ func runLoop(ctx context.Context, cfg loopConfig, out io.Writer) {
 			ok++
 			fmt.Fprintf(out, "%d %d ok %s %s %.3f\n", sent, start.UnixMilli(), orDash(res.cluster), orDash(res.pod), latency)
 		} else {
-			fmt.Fprintf(out, "%d %d fail %s %.3f\n", sent, start.UnixMilli(), res.reason, latency)
+			fmt.Fprintf(out, "%d %d fail %s %.3f %s\n", sent, start.UnixMilli(), res.reason, latency, orDash(res.addr))
 		}
 	}
 }
@@ -125,6 +126,12 @@ func request(ctx context.Context, cfg loopConfig, client *http.Client, seq int) 
 		}
 	}
 	addr := net.JoinHostPort(host, port)
+	// A failure says where it was sent: a name can be answered differently from one request to the next.
+	defer func() {
+		if res.reason != "" {
+			res.addr = addr
+		}
+	}()
 	if cfg.proto == "http" {
 		return requestHTTP(ctx, client, addr, cfg.target)
 	}

@@ -34,7 +34,7 @@
 // fields separated by single spaces:
 //
 //	<seq> <start, unix milliseconds> ok <cluster> <pod> <latency ms>
-//	<seq> <start, unix milliseconds> fail <reason> <latency ms>
+//	<seq> <start, unix milliseconds> fail <reason> <latency ms> <address sent to, or - before the lookup>
 //
 // and finally
 //

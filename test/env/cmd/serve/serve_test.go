@@ -244,9 +244,14 @@ func TestLoopFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			lines, summary := loopLines(t, "-target", tc.target, "-proto", tc.proto,
 				"-count", "3", "-interval", "0s", "-timeout", tc.timeout)
+			// The address sent to, but for a name not found.
+			addr := tc.target
+			if tc.reason == "dns" {
+				addr = "-"
+			}
 			for _, f := range lines {
-				if len(f) != 5 || f[2] != "fail" || f[3] != tc.reason {
-					t.Errorf("got %q, want a fail line for %s", f, tc.reason)
+				if len(f) != 6 || f[2] != "fail" || f[3] != tc.reason || f[5] != addr {
+					t.Errorf("got %q, want a fail line for %s sent to %s", f, tc.reason, addr)
 				}
 			}
 			if len(lines) != 3 || summary != "summary sent=3 ok=0 failed=3" {
