@@ -175,8 +175,11 @@ func newPlot(title, y string) *plot.Plot {
 func writeBeside(p *plot.Plot, plotWidth, height vg.Length, w io.Writer) error {
 	legend := p.Legend
 	p.Legend = plot.NewLegend()
+	// Thumbnails first, then the names, left-aligned: a viewer whose font is wider than the one measured here
+	// runs them past their end, not over the thumbnails; a quarter more room takes that.
+	legend.Left = true
 	gap := vg.Points(8)
-	legendWidth := legend.Rectangle(draw.New(vgsvg.New(plotWidth, height))).Size().X + 2*gap
+	legendWidth := legend.Rectangle(draw.New(vgsvg.New(plotWidth, height))).Size().X*1.25 + 2*gap
 	c := vgsvg.New(plotWidth+legendWidth, height)
 	dc := draw.New(c)
 	p.Draw(draw.Crop(dc, 0, -legendWidth, 0, 0))

@@ -42,6 +42,7 @@ type trace struct {
 	// when the trace began: the fleet's and the client pod's.
 	places   []netPlace
 	counters map[string]map[string]int64
+	unread   []string // the places whose counters could not be read
 	from     time.Time
 	stop     context.CancelFunc
 	done     sync.WaitGroup
@@ -87,9 +88,13 @@ func (e *env) startTrace(m *framework.Member, svc, clientPod string) *trace {
 		}
 		if p, ok := podPlace(clientPod, string(pod.UID)); ok {
 			tr.places = append(tr.places, p)
+		} else {
+			tr.unread = append(tr.unread, clientPod+" (no process in its cgroup)")
 		}
 	}
-	tr.counters = snapshot(tr.places)
+	var unread []string
+	tr.counters, unread = snapshot(tr.places)
+	tr.unread = append(tr.unread, unread...)
 	tr.from = time.Now()
 	tr.done.Go(func() { tr.follow(ctx) })
 	return tr
@@ -315,7 +320,11 @@ func (tr *trace) report(ctx context.Context, reqs []workload.Request) string {
 		fmt.Fprintf(&b, " %s→%s", ms(v.at), v.backend)
 	}
 	tr.mu.Unlock()
-	fmt.Fprintf(&b, "; unreachables sent or received: %s", unreachDelta(tr.counters, snapshot(tr.places)))
+	after, unread := snapshot(tr.places)
+	fmt.Fprintf(&b, "; unreachables sent or received: %s", unreachDelta(tr.counters, after))
+	if unread = append(tr.unread, unread...); len(unread) > 0 {
+		fmt.Fprintf(&b, " (not read: %s)", strings.Join(unread, ", "))
+	}
 	b.WriteString("; failed requests (start+latency, reason→address):")
 	for _, r := range reqs {
 		if !r.OK {

@@ -105,15 +105,18 @@ func parseSNMP(b []byte) map[string]int64 {
 	return counters
 }
 
-// snapshot reads the unreach counters of every place, by place; a place that cannot be read is left out.
-func snapshot(places []netPlace) map[string]map[string]int64 {
-	all := map[string]map[string]int64{}
+// snapshot reads the unreach counters of every place, by place; a place that cannot be read is left out, and
+// named in unread.
+func snapshot(places []netPlace) (all map[string]map[string]int64, unread []string) {
+	all = map[string]map[string]int64{}
 	for _, p := range places {
 		if b, err := p.snmp(); err == nil {
 			all[p.name] = parseSNMP(b)
+		} else {
+			unread = append(unread, p.name)
 		}
 	}
-	return all
+	return all, unread
 }
 
 // unreachDelta describes which unreach counters grew between two snapshots, by place: "fabric

@@ -177,7 +177,12 @@ func loopLines(t *testing.T, args ...string) ([][]string, string) {
 		if f[0] != strconv.Itoa(i+1) || len(f) < 5 {
 			t.Fatalf("line %q: want sequence number %d and at least 5 fields", line, i+1)
 		}
-		for _, n := range []string{f[1], f[len(f)-1]} {
+		// The start, and the latency: last on an ok line, before the address on a fail line.
+		latency := f[len(f)-1]
+		if f[2] == "fail" {
+			latency = f[4]
+		}
+		for _, n := range []string{f[1], latency} {
 			if _, err := strconv.ParseFloat(n, 64); err != nil {
 				t.Errorf("line %q: %q is not a number", line, n)
 			}
@@ -502,7 +507,11 @@ func TestLoopDNS(t *testing.T) {
 		"-count", "3", "-interval", "0s", "-timeout", "200ms")
 	var got []string
 	for _, f := range lines {
-		got = append(got, strings.Join(f[2:len(f)-1], " "))
+		end := len(f) - 1 // the latency
+		if f[2] == "fail" {
+			end = 4 // the latency, then the address
+		}
+		got = append(got, strings.Join(f[2:end], " "))
 	}
 	if want := []string{"ok web.example 192.0.2.7", "fail nxdomain", "ok web.example 192.0.2.7"}; !slices.Equal(got, want) {
 		t.Errorf("two names in turn: got %q, want %q", got, want)
