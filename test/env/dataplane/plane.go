@@ -199,7 +199,11 @@ func (p *Plane) AddNode(member, node int, name string, memberPodCIDRs []netip.Pr
 		if c.Addr().Is6() {
 			via = v6
 		}
-		cmds = append(cmds, []string{"ip", "-n", FabricNS, "route", "add", c.String(), "via", via.String(), "dev", link})
+		// The node routes each of its pods on its own link; an address of its share with no pod is unreachable
+		// here, as a CNI's blackhole or failed neighbour makes it, rather than sent back to the fabric, which
+		// routes it here again until its TTL runs out.
+		cmds = append(cmds, []string{"ip", "-n", FabricNS, "route", "add", c.String(), "via", via.String(), "dev", link},
+			[]string{"ip", "-n", n.NS, "route", "add", "unreachable", c.String()})
 	}
 	if err := RunAll(cmds...); err != nil {
 		return nil, fmt.Errorf("dataplane: node %s: %w", name, err)

@@ -113,6 +113,13 @@ func TestPlane(t *testing.T) {
 	if _, err := dialIn(PodNS("aaaa"), net.JoinHostPort(svcB.Addr().Next().String(), "80")); err == nil || !strings.Contains(err.Error(), "unreachable") {
 		t.Errorf("pod a to a Service address with no kube-proxy: %v, want network unreachable", err)
 	}
+	// An address of node b's pods with no pod: node b says so, the packet does not go round the fabric.
+	if out, err := exec.Command("ip", "-n", nb.NS, "route", "get", "10.2.0.8").CombinedOutput(); err == nil || !strings.Contains(string(out), "No route to host") {
+		t.Errorf("node b's route to an address of its pods with no pod: %v: %s, want none (unreachable)", err, out)
+	}
+	if _, err := dialIn(PodNS("aaaa"), "10.2.0.8:9000"); err == nil || !strings.Contains(err.Error(), "no route to host") {
+		t.Errorf("pod a to an address of node b's pods with no pod: %v, want no route to host", err)
+	}
 
 	// A cut between the members' pods drops their packets both ways, while the host still reaches both; Heal
 	// takes it away. A loss is a chain of its own, healed with the rest.
