@@ -60,6 +60,10 @@ type trace struct {
 	// unanswered are the connections to the echo port that the node's conntrack showed waiting for a SYN-ACK,
 	// by client address and port: when first seen, and the endpoint kube-proxy sent them to.
 	unanswered map[string]synSent
+	// reuses are the SYNs that the node's conntrack gave no new entry (reuse_test.go), by client address and
+	// port: when each was last seen; hits are those seen since the trace began.
+	reuses map[string]time.Time
+	hits   []reuse
 }
 
 // sliceState is the state of a service's imported slices from a moment on.
@@ -78,7 +82,7 @@ type synSent struct {
 // startTrace starts following m's import of svc, and the connections of the pod clientPod, from now on.
 func (e *env) startTrace(m *framework.Member, svc, clientPod string) *trace {
 	ctx, cancel := context.WithCancel(context.Background())
-	tr := &trace{m: m, svc: svc, stop: cancel, unanswered: map[string]synSent{}, places: netPlaces(e.f)}
+	tr := &trace{m: m, svc: svc, stop: cancel, unanswered: map[string]synSent{}, reuses: map[string]time.Time{}, places: netPlaces(e.f)}
 	pod := &corev1.Pod{}
 	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: clientPod}, pod); err == nil {
 		for _, ip := range pod.Status.PodIPs {
@@ -107,10 +111,11 @@ func (tr *trace) follow(ctx context.Context) {
 	for i := 0; ; i++ {
 		now := time.Now()
 		var syns map[string]string
+		var reuses map[string]time.Time
 		if i%4 == 0 {
 			// A connection that fails waits a second for its SYN-ACK: every fourth poll sees it, at a quarter of the
-			// cost.
-			syns = tr.synSent(ctx)
+			// cost. The reuses are stamped with their own time.
+			syns, reuses = tr.synSent(ctx), tr.reused(ctx)
 		}
 		ready, state, sliceErr := tr.slices(ctx)
 		synced, syncErr := tr.lastSync()
@@ -131,6 +136,7 @@ func (tr *trace) follow(ctx context.Context) {
 		if sliceErr != nil || syncErr != nil {
 			tr.pollErrs++
 		}
+		tr.noteReuses(reuses, i == 0)
 		for client, backend := range syns {
 			if _, ok := tr.unanswered[client]; !ok {
 				// The first look finds what earlier faults left (SYN_SENT lasts 2 minutes): known, not shown.
@@ -275,6 +281,7 @@ func (tr *trace) decisions(ctx context.Context) ([]time.Time, error) {
 func (tr *trace) report(ctx context.Context, reqs []workload.Request) string {
 	tr.stop()
 	tr.done.Wait()
+	reused := tr.staleHits(reqs)
 	ms := func(at time.Time) string {
 		if at.IsZero() {
 			return "never"
@@ -325,10 +332,17 @@ func (tr *trace) report(ctx context.Context, reqs []workload.Request) string {
 	if unread = append(tr.unread, unread...); len(unread) > 0 {
 		fmt.Fprintf(&b, " (not read: %s)", strings.Join(unread, ", "))
 	}
-	b.WriteString("; failed requests (start+latency, reason→address):")
+	b.WriteString("; SYNs given no new conntrack entry:")
+	for _, h := range tr.hits {
+		fmt.Fprintf(&b, " %s:%s", ms(h.at), h.port)
+	}
+	b.WriteString("; failed requests (start+latency, reason→address[ (reused entry)]):")
 	for _, r := range reqs {
 		if !r.OK {
 			fmt.Fprintf(&b, " %d+%.0f %s→%s", r.StartMs-tr.from.UnixMilli(), r.LatencyMs, r.Reason, cmp.Or(r.Addr, "-"))
+			if reused[r.Seq] {
+				b.WriteString(" (reused entry)")
+			}
 		}
 	}
 	return b.String()
