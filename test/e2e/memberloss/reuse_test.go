@@ -98,7 +98,9 @@ func parseReuses(listing string, now time.Time) map[string]time.Time {
 }
 
 // noteReuses keeps the marks of the trace's client that are new, or newer, since the last look; the first look
-// only learns what earlier runs left. The caller holds tr.mu.
+// only learns what earlier runs left. A mark on the entry of a connection the trace saw begin less than
+// resendWithin before is that connection's own SYN, sent again by the kernel after a second without an answer,
+// not a reuse. The caller holds tr.mu, and has noted the unanswered connections of earlier looks.
 func (tr *trace) noteReuses(marks map[string]time.Time, first bool) {
 	for key, at := range marks {
 		addr, port, _ := strings.Cut(key, " ")
@@ -106,32 +108,28 @@ func (tr *trace) noteReuses(marks map[string]time.Time, first bool) {
 		if err != nil || !slices.Contains(tr.clients, client) {
 			continue
 		}
+		own, seen := tr.unanswered[addr+":"+port]
+		resent := seen && !own.before && at.Sub(own.at) < resendWithin
 		// A mark's time is reckoned from when the listing came back, some ms after the kernel wrote it: a mark
 		// seen again is new only when it moved on by more than that, and a port comes back after seconds.
-		if was, ok := tr.reuses[key]; !first && (!ok || at.Sub(was) > time.Second) {
+		if was, ok := tr.reuses[key]; !first && !resent && (!ok || at.Sub(was) > time.Second) {
 			tr.hits = append(tr.hits, reuse{at: at, port: port})
 		}
 		tr.reuses[key] = at
 	}
 }
 
+// resendWithin bounds when a connection's own SYN comes again: a second after the first, and the request gives
+// up at its own second.
+const resendWithin = 2 * time.Second
+
 // staleHits says which failed requests of reqs a reused conntrack entry explains: each reuse explains one request
 // that failed as unreachable or without an answer (the two ways a SYN sent to a gone endpoint, or to the Service
-// address untranslated, fails) and started up to reuseSlack before it. A reuse that could be the SYN of an
-// earlier request that got no answer, sent again by the kernel a second later, explains nothing.
+// address untranslated, fails) and started up to reuseSlack before it.
 func (tr *trace) staleHits(reqs []workload.Request) map[int]bool {
 	explained := map[int]bool{}
 	for _, h := range tr.hits {
 		hit := h.at.UnixMilli()
-		resent := false
-		for _, r := range reqs {
-			if r.Reason == "dial-timeout" && abs(r.StartMs+1000-hit) < reuseSlack.Milliseconds() {
-				resent = true
-			}
-		}
-		if resent {
-			continue
-		}
 		for _, r := range reqs {
 			if !r.OK && !explained[r.Seq] && (r.Reason == "dial-unreachable" || r.Reason == "dial-timeout") &&
 				hit >= r.StartMs && hit-r.StartMs < reuseSlack.Milliseconds() {
@@ -146,13 +144,6 @@ func (tr *trace) staleHits(reqs []workload.Request) map[int]bool {
 // reuseSlack bounds the time from a request's start to its SYN as the marks tell it: the name is resolved first,
 // and a mark's time is reckoned from when its listing came back.
 const reuseSlack = 250 * time.Millisecond
-
-func abs(x int64) int64 {
-	if x < 0 {
-		return -x
-	}
-	return x
-}
 
 func TestStaleHits(t *testing.T) {
 	now := time.UnixMilli(1_700_000_010_000)
@@ -176,12 +167,22 @@ func TestStaleHits(t *testing.T) {
 	if fmt.Sprint(marks) != fmt.Sprint(want) {
 		t.Errorf("marks %v, want %v", marks, want)
 	}
-	tr := &trace{clients: []netip.Addr{netip.MustParseAddr("10.1.0.10"), netip.MustParseAddr("fd00:10:1::a")}, reuses: map[string]time.Time{}}
+	tr := &trace{clients: []netip.Addr{netip.MustParseAddr("10.1.0.10"), netip.MustParseAddr("fd00:10:1::a")}, reuses: map[string]time.Time{},
+		unanswered: map[string]synSent{
+			"10.1.0.10:41500": {at: now.Add(-1100 * time.Millisecond)},                // began a second before its mark: its own SYN again
+			"10.1.0.10:39680": {at: now.Add(-70 * time.Second)},                       // began long before: its entry reused
+			"10.1.0.10:42000": {at: now.Add(-1100 * time.Millisecond), before: true}}} // there before the trace: not known to be its own
 	tr.noteReuses(map[string]time.Time{"10.1.0.10 40000": now.Add(-10 * time.Second)}, true) // left by an earlier run
+	marks["10.1.0.10 41500"] = now.Add(-80 * time.Millisecond)
+	marks["10.1.0.10 42000"] = now.Add(-80 * time.Millisecond)
 	tr.noteReuses(marks, false)
 	tr.noteReuses(marks, false) // seen again, not new
-	if len(tr.hits) != 2 || tr.hits[0].port == "40000" || tr.hits[1].port == "40000" {
-		t.Errorf("hits %v, want 39680 and 41000 (not 39682, another client's, nor 40000, seen first)", tr.hits)
+	var ports []string
+	for _, h := range tr.hits {
+		ports = append(ports, h.port)
+	}
+	if slices.Sort(ports); strings.Join(ports, ",") != "39680,41000,42000" {
+		t.Errorf("hits on %v, want 39680, 41000 and 42000 (not 39682, another client's, nor 40000, seen first, nor 41500, resent)", ports)
 	}
 	at := func(port string) int64 {
 		for _, h := range tr.hits {
@@ -197,10 +198,10 @@ func TestStaleHits(t *testing.T) {
 		{Seq: 2, StartMs: h1 - 40, Reason: "dial-refused"},      // not how a reused entry fails
 		{Seq: 3, StartMs: h1 - 30, Reason: "dial-unreachable"},
 		{Seq: 4, StartMs: h1 - 10, Reason: "dial-unreachable"}, // the reuse explained 3 already
-		{Seq: 5, StartMs: h2 - 1000, Reason: "dial-timeout"},   // h2 may be its SYN sent again
-		{Seq: 6, StartMs: h2 - 20, Reason: "dial-timeout"},
+		{Seq: 5, StartMs: h2 - 20, Reason: "dial-timeout"},
+		{Seq: 6, StartMs: h2 + 200, Reason: "dial-timeout"}, // after every mark
 	}
-	if got := tr.staleHits(reqs); fmt.Sprint(got) != fmt.Sprint(map[int]bool{3: true}) {
-		t.Errorf("explained %v, want only request 3", got)
+	if got := tr.staleHits(reqs); fmt.Sprint(got) != fmt.Sprint(map[int]bool{3: true, 5: true}) {
+		t.Errorf("explained %v, want requests 3 and 5", got)
 	}
 }
