@@ -243,7 +243,7 @@ func (tr *trace) synSent(ctx context.Context) map[string]string {
 		// conntrack writes IPv6 addresses in full, the API in short: compared parsed.
 		client, err := netip.ParseAddr(srcs[0])
 		if len(srcs) == 2 && len(sports) == 2 && err == nil && slices.Contains(tr.clients, client) {
-			found[srcs[0]+":"+sports[0]] = srcs[1]
+			found[client.String()+":"+sports[0]] = srcs[1]
 		}
 	}
 	return found
