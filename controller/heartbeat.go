@@ -52,9 +52,10 @@ func (h *heartbeat) run(ctx context.Context) error {
 	ticker := time.NewTicker(tick)
 	defer ticker.Stop()
 	var nextRenew time.Time
-	// renewed: this run has held the Lease, so the Lease missing means the broker lost it. leaseFound: the first
-	// renewal found the Lease, which is evidence that the broker kept this member's data.
+	// renewed: this run has held the Lease. leaseFound: the first renewal found the Lease, which is evidence that
+	// the broker kept this member's data. loss: whether the broker lost the Lease, and when the run must end.
 	renewed, leaseStood, leaseFound, first := false, false, false, true
+	var loss leaseLoss
 	for {
 		now := time.Now()
 		if !now.Before(nextRenew) {
@@ -63,7 +64,7 @@ func (h *heartbeat) run(ctx context.Context) error {
 			rctx, cancel := context.WithTimeout(ctx, max(time.Second, renewEvery))
 			created, err := h.renew(rctx, now)
 			cancel()
-			if created && renewed {
+			if loss.observe(created, err) {
 				return errBrokerReset
 			}
 			if !renewed {
@@ -138,6 +139,25 @@ func (h *heartbeat) run(ctx context.Context) error {
 		case <-ticker.C:
 		}
 	}
+}
+
+// leaseLoss follows the renewals of one run to tell when the broker lost this member's Lease, with its data, and
+// when the run must end for it. A run that held the Lease and then had to create it again found it lost, even if
+// that creation failed; it ends only once a renewal has written the Lease again, since the next run cannot renew
+// until the broker serves the mcs-api CRDs again, and the other members meanwhile read this member's liveness
+// from the Lease.
+type leaseLoss struct {
+	held, lost bool
+}
+
+// observe takes the outcome of a renewal (whether it had to create the Lease, and its error) and says whether
+// the run must end now.
+func (l *leaseLoss) observe(created bool, err error) (reset bool) {
+	if created && l.held {
+		l.lost = true
+	}
+	l.held = l.held || err == nil
+	return l.lost && err == nil
 }
 
 // holdsImports says whether this member holds any ServiceImport, which a view missing data could withdraw.

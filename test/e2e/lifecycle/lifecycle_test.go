@@ -389,6 +389,8 @@ func waitGone(t *testing.T, ns, name string) {
 // ServiceImport CRD, must make no member delete anything, and the clusterset converges once the broker is back.
 func TestBrokerRestartsEmpty(t *testing.T) {
 	emptyBroker(t, func() {
+		// cluster-a's first attempt to recreate its Lease fails, as on a broker that is barely up: it tries again.
+		members["cluster-a"].FailLeaseCreates(1)
 		if err := cs.Broker.RestartEmpty(); err != nil {
 			t.Fatal(err)
 		}
@@ -446,6 +448,12 @@ func emptyBroker(t *testing.T, lose func()) {
 		m.Writes.Reset()
 	}
 
+	// A failure in lose leaves the broker without CRDs: the next tests get them back, and fail on their own.
+	t.Cleanup(func() {
+		if err := cs.Broker.InstallCRDs(); err != nil {
+			t.Errorf("reinstalling the broker's CRDs: %v", err)
+		}
+	})
 	lose()
 	if err := cs.Broker.InstallCRDs(); err != nil {
 		t.Fatal(err)

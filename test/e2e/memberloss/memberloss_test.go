@@ -446,11 +446,12 @@ func (e *env) fault(t *testing.T, f framework.Fault) {
 }
 
 // waitAnswered waits until the last 10 requests since from were all answered, by the given clusters and no
-// other, each of them among them, and returns when the first request answered by the first of them started.
+// other, each of them among them, and returns when the first request answered by the first of them started. On a
+// timeout it says what the members hold.
 func (e *env) waitAnswered(t *testing.T, l *workload.Loop, from int64, clusters ...string) int64 {
 	t.Helper()
 	var first int64
-	poll.T(t, timeout, fmt.Sprintf("requests answered by %v", clusters), func() error {
+	err := poll.Until(context.Background(), poll.Interval, timeout, func() error {
 		if err := l.Err(); err != nil {
 			return err
 		}
@@ -473,6 +474,9 @@ func (e *env) waitAnswered(t *testing.T, l *workload.Loop, from int64, clusters 
 		first = reqs[i].StartMs
 		return nil
 	})
+	if err != nil {
+		t.Fatalf("requests of %s answered by %v: %v; what the members hold:%s", l.Name, clusters, err, e.describe(context.Background()))
+	}
 	return first
 }
 

@@ -61,6 +61,8 @@ type Controller struct {
 
 	opts        Options
 	partitioned atomic.Bool
+	// failCreates is how many of the next Lease creations on the broker fail, as on a broker still starting.
+	failCreates atomic.Int32
 
 	mu  sync.Mutex
 	run *Run // in this process, while it runs
@@ -118,6 +120,23 @@ func (c *Controller) Stop() error {
 // Partition cuts the controller off from its broker while cut is true: its requests fail and its open watches
 // end, as when the network between the member and the broker fails. The member's own API server stays reachable.
 func (c *Controller) Partition(cut bool) { c.partitioned.Store(cut) }
+
+// FailLeaseCreates makes the controller's next n Lease creations on the broker fail before they reach it, as
+// they do on a broker that was just restarted and does not answer yet.
+func (c *Controller) FailLeaseCreates(n int32) { c.failCreates.Store(n) }
+
+// takeLeaseFailure says whether this Lease creation is one to fail, counting it.
+func (c *Controller) takeLeaseFailure() bool {
+	for {
+		n := c.failCreates.Load()
+		if n <= 0 {
+			return false
+		}
+		if c.failCreates.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+}
 
 // WaitForBrokerLease waits until the controller holds its broker Lease, which it takes once its broker cache
 // synced, or until ctx ends.
@@ -241,6 +260,9 @@ func (c *Controller) wrap(cfg *rest.Config, toBroker bool) *rest.Config {
 			if cut() {
 				return nil, errPartitioned
 			}
+			if toBroker && req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/leases") && c.takeLeaseFailure() {
+				return nil, errLeaseCreate
+			}
 			// Access reviews (the broker scope's poll) are POSTs that store nothing.
 			if req.Method != http.MethodGet && !strings.Contains(req.URL.Path, "/leases") && !strings.HasSuffix(req.URL.Path, "reviews") {
 				c.Writes.add(req.Method + " " + req.URL.Path)
@@ -255,7 +277,10 @@ func (c *Controller) wrap(cfg *rest.Config, toBroker bool) *rest.Config {
 	return cfg
 }
 
-var errPartitioned = errors.New("ctrlharness: partitioned from the broker")
+var (
+	errPartitioned = errors.New("ctrlharness: partitioned from the broker")
+	errLeaseCreate = errors.New("ctrlharness: Lease creation failed on purpose")
+)
 
 // cutBody fails reads while the connection is cut, which ends open watches.
 type cutBody struct {

@@ -1,0 +1,71 @@
+package memberloss
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+)
+
+// describe says what every member holds in the test's namespace: its pods, its exports' conditions and its
+// imported slices. A wait that times out logs it, so that a failure in CI says which link of the chain broke
+// (a pod not scheduled or not ready, an export not Ready, an import missing its endpoints).
+func (e *env) describe(ctx context.Context) string {
+	var b strings.Builder
+	for _, m := range e.f.Members {
+		fmt.Fprintf(&b, "\n%s:", m.Name)
+		pods := &corev1.PodList{}
+		if err := m.Client.List(ctx, pods, client.InNamespace(ns)); err != nil {
+			fmt.Fprintf(&b, " pods: %v;", err)
+		}
+		for _, p := range pods.Items {
+			ready := "not ready"
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					ready = "ready"
+				}
+			}
+			if p.DeletionTimestamp != nil {
+				ready += ", deleting"
+			}
+			fmt.Fprintf(&b, "\n  pod %s on %q: %s, %s, ip %s", p.Name, p.Spec.NodeName, p.Status.Phase, ready, p.Status.PodIP)
+		}
+		exports := &mcsv1beta1.ServiceExportList{}
+		if err := m.Client.List(ctx, exports, client.InNamespace(ns)); err != nil {
+			fmt.Fprintf(&b, "\n  exports: %v", err)
+		}
+		for _, x := range exports.Items {
+			var conds []string
+			for _, c := range x.Status.Conditions {
+				conds = append(conds, fmt.Sprintf("%s=%s(%s)", c.Type, c.Status, c.Reason))
+			}
+			fmt.Fprintf(&b, "\n  export %s: %s", x.Name, strings.Join(conds, " "))
+		}
+		slicesList := &discoveryv1.EndpointSliceList{}
+		if err := m.Client.List(ctx, slicesList, client.InNamespace(ns), client.HasLabels{mcsv1beta1.LabelSourceCluster}); err != nil {
+			fmt.Fprintf(&b, "\n  imported slices: %v", err)
+		}
+		imported := map[string][]string{}
+		for _, s := range slicesList.Items {
+			svc := s.Labels[mcsv1beta1.LabelServiceName]
+			for _, ep := range s.Endpoints {
+				cond := "not"
+				if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+					cond = "ready"
+				}
+				imported[svc] = append(imported[svc], s.Labels[mcsv1beta1.LabelSourceCluster]+":"+strings.Join(ep.Addresses, ",")+":"+cond)
+			}
+		}
+		for _, svc := range slices.Sorted(maps.Keys(imported)) {
+			slices.Sort(imported[svc])
+			fmt.Fprintf(&b, "\n  imported %s: %s", svc, strings.Join(imported[svc], " "))
+		}
+	}
+	return b.String()
+}
