@@ -13,13 +13,31 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
-// describe says what every member holds in the test's namespace: its pods, its exports' conditions and its
-// imported slices. A wait that times out logs it, so that a failure in CI says which link of the chain broke
-// (a pod not scheduled or not ready, an export not Ready, an import missing its endpoints).
+// describe says what every member holds: its nodes and, in the test's namespace, its pods, its exports'
+// conditions and its imported slices. A wait that times out logs it, so that a failure in CI says which link of
+// the chain broke (a node not ready, a pod not scheduled or not ready, an export not Ready, an import missing
+// its endpoints).
 func (e *env) describe(ctx context.Context) string {
 	var b strings.Builder
 	for _, m := range e.f.Members {
 		fmt.Fprintf(&b, "\n%s:", m.Name)
+		nodes := &corev1.NodeList{}
+		if err := m.Client.List(ctx, nodes); err != nil {
+			fmt.Fprintf(&b, " nodes: %v;", err)
+		}
+		for _, n := range nodes.Items {
+			ready := "Ready unknown"
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady {
+					ready = fmt.Sprintf("Ready=%s (%s)", c.Status, c.Reason)
+				}
+			}
+			var taints []string
+			for _, taint := range n.Spec.Taints {
+				taints = append(taints, taint.Key+":"+string(taint.Effect))
+			}
+			fmt.Fprintf(&b, "\n  node %s: %s, taints [%s]", n.Name, ready, strings.Join(taints, " "))
+		}
 		pods := &corev1.PodList{}
 		if err := m.Client.List(ctx, pods, client.InNamespace(ns)); err != nil {
 			fmt.Fprintf(&b, " pods: %v;", err)
