@@ -38,21 +38,15 @@ func (e *env) describe(ctx context.Context) string {
 			}
 			fmt.Fprintf(&b, "\n  node %s: %s, taints [%s]", n.Name, ready, strings.Join(taints, " "))
 		}
-		pods := &corev1.PodList{}
-		if err := m.Client.List(ctx, pods, client.InNamespace(ns)); err != nil {
-			fmt.Fprintf(&b, " pods: %v;", err)
-		}
-		for _, p := range pods.Items {
-			ready := "not ready"
-			for _, c := range p.Status.Conditions {
-				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-					ready = "ready"
-				}
+		// The test's pods, and the controller's and CoreDNS's: a restarted controller is one that was not exporting.
+		for _, in := range []string{ns, "mcs-system"} {
+			pods := &corev1.PodList{}
+			if err := m.Client.List(ctx, pods, client.InNamespace(in)); err != nil {
+				fmt.Fprintf(&b, "\n  pods in %s: %v", in, err)
 			}
-			if p.DeletionTimestamp != nil {
-				ready += ", deleting"
+			for _, p := range pods.Items {
+				fmt.Fprintf(&b, "\n  pod %s/%s on %q: %s", in, p.Name, p.Spec.NodeName, podState(p))
 			}
-			fmt.Fprintf(&b, "\n  pod %s on %q: %s, %s, ip %s", p.Name, p.Spec.NodeName, p.Status.Phase, ready, p.Status.PodIP)
 		}
 		exports := &mcsv1beta1.ServiceExportList{}
 		if err := m.Client.List(ctx, exports, client.InNamespace(ns)); err != nil {
@@ -86,4 +80,31 @@ func (e *env) describe(ctx context.Context) string {
 		}
 	}
 	return b.String()
+}
+
+// podState says a pod's phase, readiness, address and its containers' restarts with the last one's reason.
+func podState(p corev1.Pod) string {
+	ready := "not ready"
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			ready = "ready"
+		}
+	}
+	if p.DeletionTimestamp != nil {
+		ready += ", deleting"
+	}
+	state := fmt.Sprintf("%s, %s, ip %s", p.Status.Phase, ready, p.Status.PodIP)
+	for _, c := range p.Status.ContainerStatuses {
+		if c.RestartCount == 0 {
+			continue
+		}
+		state += fmt.Sprintf(", %s restarted %d times", c.Name, c.RestartCount)
+		if t := c.LastTerminationState.Terminated; t != nil {
+			state += fmt.Sprintf(" (last: %s, exit %d, at %s)", t.Reason, t.ExitCode, t.FinishedAt.Format("15:04:05"))
+		}
+		if w := c.State.Waiting; w != nil {
+			state += ", waiting: " + w.Reason
+		}
+	}
+	return state
 }
