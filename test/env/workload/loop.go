@@ -29,6 +29,13 @@ func LoopPod(name, namespace, target string, interval, duration time.Duration) *
 	return p
 }
 
+// WithTimeout gives each request or question of a loop pod d instead of a second.
+func WithTimeout(p *corev1.Pod, d time.Duration) *corev1.Pod {
+	// The flag package takes the last -timeout.
+	p.Spec.Containers[0].Command = append(p.Spec.Containers[0].Command, "-timeout", d.String())
+	return p
+}
+
 // DNSLoopPod is a pod that runs `serve loop -proto dns`: it asks server (host:port) for the A records of names,
 // each in turn, one UDP question every interval and no retry, for at most duration; a failure's reason is the
 // answer's rcode (nxdomain, servfail, nodata, ...) or timeout. Request seq asks names[(seq-1) % len(names)].
