@@ -25,6 +25,7 @@ import (
 // at a time and etcd's leader, each time checking that the broker keeps answering through the load balancer, and
 // that every process comes back; then that stopping leaves nothing behind.
 func TestHABroker(t *testing.T) {
+	apart(t)
 	ctx := context.Background()
 	start := time.Now()
 	cs, err := Start(ctx, Options{Members: []string{"cluster-a"}, HABroker: true})

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -64,6 +65,12 @@ func CheckHost() error {
 		return errors.New("dataplane: this kernel has no network namespaces (/proc/self/ns/net is missing)")
 	}
 	return nil
+}
+
+// HoldMachine waits up to wait for the machine-wide lock that a data plane holds and takes it without building
+// one: a test whose load would disturb a data-plane test's measurements runs apart from it. Close releases it.
+func HoldMachine(ctx context.Context, wait time.Duration) (io.Closer, error) {
+	return lockMachine(ctx, wait)
 }
 
 func lockMachine(ctx context.Context, wait time.Duration) (net.Listener, error) {
