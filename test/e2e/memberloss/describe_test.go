@@ -11,6 +11,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"vksfleet.dev/fleet/test/env/workload"
 )
 
 // describe says what every member holds: its nodes and, in the test's namespace, its pods, its exports'
@@ -67,11 +69,8 @@ func (e *env) describe(ctx context.Context) string {
 		for _, s := range slicesList.Items {
 			svc := s.Labels[mcsv1beta1.LabelServiceName]
 			for _, ep := range s.Endpoints {
-				cond := "not"
-				if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
-					cond = "ready"
-				}
-				imported[svc] = append(imported[svc], s.Labels[mcsv1beta1.LabelSourceCluster]+":"+strings.Join(ep.Addresses, ",")+":"+cond)
+				_, state := endpointState(s.Labels[mcsv1beta1.LabelSourceCluster], ep)
+				imported[svc] = append(imported[svc], state)
 			}
 		}
 		for _, svc := range slices.Sorted(maps.Keys(imported)) {
@@ -85,10 +84,8 @@ func (e *env) describe(ctx context.Context) string {
 // podState says a pod's phase, readiness, address and its containers' restarts with the last one's reason.
 func podState(p corev1.Pod) string {
 	ready := "not ready"
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-			ready = "ready"
-		}
+	if workload.PodReady(&p) {
+		ready = "ready"
 	}
 	if p.DeletionTimestamp != nil {
 		ready += ", deleting"

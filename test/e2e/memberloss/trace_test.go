@@ -163,30 +163,37 @@ func (tr *trace) slices(ctx context.Context) (readyOfB int, state string, err er
 	for _, s := range list.Items {
 		from := s.Labels[mcsv1beta1.LabelSourceCluster]
 		for _, e := range s.Endpoints {
-			ready := e.Conditions.Ready == nil || *e.Conditions.Ready
-			cond := "not"
-			switch {
-			case ready:
-				cond = "ready"
-				if from == "cluster-b" {
-					readyOfB++
-				}
-			case e.Conditions.Terminating != nil && *e.Conditions.Terminating:
-				cond = "terminating"
-			}
-			ep := strings.TrimPrefix(from, "cluster-") + ":" + strings.Join(e.Addresses, ",") + ":" + cond
-			if e.Hints != nil {
-				var zones []string
-				for _, z := range e.Hints.ForZones {
-					zones = append(zones, z.Name)
-				}
-				ep += "@" + strings.Join(zones, ",")
+			ready, ep := endpointState(from, e)
+			if ready && from == "cluster-b" {
+				readyOfB++
 			}
 			eps = append(eps, ep)
 		}
 	}
 	slices.Sort(eps)
 	return readyOfB, strings.Join(eps, " "), nil
+}
+
+// endpointState says whether an endpoint imported from cluster from is ready, and its state in short,
+// "cluster:address:ready|not|terminating[@zone hints]", cluster without its "cluster-" prefix.
+func endpointState(from string, e discoveryv1.Endpoint) (ready bool, state string) {
+	ready = e.Conditions.Ready == nil || *e.Conditions.Ready
+	cond := "not"
+	switch {
+	case ready:
+		cond = "ready"
+	case e.Conditions.Terminating != nil && *e.Conditions.Terminating:
+		cond = "terminating"
+	}
+	state = strings.TrimPrefix(from, "cluster-") + ":" + strings.Join(e.Addresses, ",") + ":" + cond
+	if e.Hints != nil {
+		var zones []string
+		for _, z := range e.Hints.ForZones {
+			zones = append(zones, z.Name)
+		}
+		state += "@" + strings.Join(zones, ",")
+	}
+	return ready, state
 }
 
 // lastSync is when the member's (first) node's kube-proxy last synced its rules.
