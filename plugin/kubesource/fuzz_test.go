@@ -1,6 +1,7 @@
 package kubesource
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -71,7 +72,9 @@ func FuzzIndexBuild(f *testing.F) {
 			out, _ := slimEndpointSlice(sl)
 			filed = append(filed, out.(*endpointSlice))
 		}
-		ix := zone.New(zone.Options{Zone: "clusterset.local.", TTL: 5})
+		// Every address has PTR records, so that the reverse transfers carry the fuzzed one.
+		ix := zone.New(zone.Options{Zone: "clusterset.local.", TTL: 5,
+			Reverse: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}})
 		ix.SetNamespaces([]string{ns})
 		if skipped, why := ix.Apply(zone.Change{Key: zone.Key(ns, svc), Service: toService(slim.(*serviceImport), filed)}); skipped > 0 {
 			t.Fatalf("%d records did not pack: %v", skipped, why)

@@ -216,24 +216,43 @@ func TestSlimEndpointSliceRefusesInvalidNames(t *testing.T) {
 	}
 }
 
-// TestImportedSlicesSelector checks which slices the slice informer lists: those of a multi-cluster service
-// that the controller manages, and no other.
-func TestImportedSlicesSelector(t *testing.T) {
-	sel, err := labels.Parse(importedSlices)
-	if err != nil {
-		t.Fatal(err)
-	}
+// TestSliceSelector checks which slices the slice informer lists: those of a multi-cluster service whose manager
+// is one of those named, or of any manager when none is named, and no other.
+func TestSliceSelector(t *testing.T) {
+	const other = "endpointslice-controller.x-k8s.io"
+	ours := map[string]string{mcsv1beta1.LabelServiceName: "db", discoveryv1.LabelManagedBy: names.ManagedBy}
+	theirs := map[string]string{mcsv1beta1.LabelServiceName: "db", discoveryv1.LabelManagedBy: other}
+	unmanaged := map[string]string{mcsv1beta1.LabelServiceName: "db"}
+	local := map[string]string{discoveryv1.LabelManagedBy: names.ManagedBy}
+	kubernetes := map[string]string{mcsv1beta1.LabelServiceName: "db", discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}
 	for _, tt := range []struct {
-		labels map[string]string
-		want   bool
+		managers []string
+		selected []map[string]string
+		left     []map[string]string
 	}{
-		{map[string]string{mcsv1beta1.LabelServiceName: "db", discoveryv1.LabelManagedBy: names.ManagedBy}, true},
-		{map[string]string{mcsv1beta1.LabelServiceName: "db"}, false},
-		{map[string]string{mcsv1beta1.LabelServiceName: "db", discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}, false},
-		{map[string]string{discoveryv1.LabelManagedBy: names.ManagedBy}, false},
+		{[]string{names.ManagedBy}, []map[string]string{ours}, []map[string]string{theirs, unmanaged, local, kubernetes}},
+		{[]string{names.ManagedBy, other}, []map[string]string{ours, theirs}, []map[string]string{unmanaged, local, kubernetes}},
+		{nil, []map[string]string{ours, theirs, unmanaged, kubernetes}, []map[string]string{local}},
 	} {
-		if got := sel.Matches(labels.Set(tt.labels)); got != tt.want {
-			t.Errorf("%v selected: %v, want %v", tt.labels, got, tt.want)
+		s, err := sliceSelector(tt.managers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sel, err := labels.Parse(s)
+		if err != nil {
+			t.Fatalf("%v: selector %q: %v", tt.managers, s, err)
+		}
+		for want, sets := range map[bool][]map[string]string{true: tt.selected, false: tt.left} {
+			for _, l := range sets {
+				if got := sel.Matches(labels.Set(l)); got != want {
+					t.Errorf("managers %v (%q): %v selected: %v, want %v", tt.managers, s, l, got, want)
+				}
+			}
+		}
+	}
+	for _, bad := range [][]string{{""}, {"not a label value"}, {strings.Repeat("m", 64)}} {
+		if s, err := sliceSelector(bad); err == nil {
+			t.Errorf("managers %q: selector %q, want an error", bad, s)
 		}
 	}
 }

@@ -13,8 +13,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -24,7 +26,6 @@ import (
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 
 	"vksfleet.dev/fleet/mcs/mcsversion"
-	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/plugin/zone"
 )
 
@@ -55,16 +56,21 @@ type Options struct {
 	Index *zone.Index
 	// NoEndpoints leaves out the EndpointSlice watch: only ClusterSetIP services answer.
 	NoEndpoints bool
+	// Managers are the endpointslice.kubernetes.io/managed-by values of the EndpointSlices served; when empty,
+	// every manager's are. The label proves nothing about who wrote a slice: every slice served is validated the
+	// same way, whatever its manager (see slimEndpointSlice).
+	Managers []string
 	// Observer receives measurements; nil discards them.
 	Observer Observer
 }
 
 // Source watches one cluster and keeps an index up to date.
 type Source struct {
-	opts   Options
-	kube   kubernetes.Interface
-	mcs    mcsclient.Interface
-	synced atomic.Bool
+	opts     Options
+	kube     kubernetes.Interface
+	mcs      mcsclient.Interface
+	selector string // the label selector of the EndpointSlices served (see sliceSelector)
+	synced   atomic.Bool
 
 	imports, namespaces cache.SharedIndexInformer // set once by start
 	registrations       []cache.ResourceEventHandlerRegistration
@@ -104,7 +110,17 @@ func New(opts Options) (*Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubesource: %w", err)
 	}
-	return &Source{opts: opts, kube: kube, mcs: mcs, dirty: map[serviceKey]time.Time{}, slicesOf: map[serviceKey][]*endpointSlice{}, wake: make(chan struct{}, 1)}, nil
+	return newSource(opts, kube, mcs)
+}
+
+// newSource returns a Source that reads through the clients given; opts.Config is not used.
+func newSource(opts Options, kube kubernetes.Interface, mcs mcsclient.Interface) (*Source, error) {
+	sel, err := sliceSelector(opts.Managers)
+	if err != nil {
+		return nil, fmt.Errorf("kubesource: %w", err)
+	}
+	return &Source{opts: opts, kube: kube, mcs: mcs, selector: sel, dirty: map[serviceKey]time.Time{},
+		slicesOf: map[serviceKey][]*endpointSlice{}, wake: make(chan struct{}, 1)}, nil
 }
 
 // Start starts the informers and the index worker; they run until Stop. The ServiceImport version is found by
@@ -160,7 +176,9 @@ func (s *Source) serviceImportVersion(ctx context.Context) (schema.GroupVersion,
 
 func (s *Source) startInformers(ctx context.Context, gv schema.GroupVersion) error {
 	// Informers without indexers: the default namespace index would hold a set entry per object, and the slices
-	// are found by service through s.slicesOf instead.
+	// are found by service through s.slicesOf instead. Each list-watch tells its reflector whether its client
+	// streams the initial list (a real one does, a fake one does not), as client-go asks of clients since it
+	// streams by default.
 	imports := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return s.mcs.MulticlusterV1beta1().ServiceImports("").List(ctx, o)
@@ -179,15 +197,15 @@ func (s *Source) startInformers(ctx context.Context, gv schema.GroupVersion) err
 		}
 		example = &mcsv1alpha1.ServiceImport{}
 	}
-	s.imports = cache.NewSharedIndexInformer(imports, example, 0, cache.Indexers{})
-	s.namespaces = cache.NewSharedIndexInformer(&cache.ListWatch{
+	s.imports = cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(imports, s.mcs), example, 0, cache.Indexers{})
+	s.namespaces = cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return s.kube.CoreV1().Namespaces().List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return s.kube.CoreV1().Namespaces().Watch(ctx, o)
 		},
-	}, &corev1.Namespace{}, 0, cache.Indexers{})
+	}, s.kube), &corev1.Namespace{}, 0, cache.Indexers{})
 	toRun := []watched{
 		{"serviceimports", s.imports, slimServiceImport, s.handler(importKey)},
 		{"namespaces", s.namespaces, slimNamespace, cache.ResourceEventHandlerFuncs{
@@ -196,8 +214,8 @@ func (s *Source) startInformers(ctx context.Context, gv schema.GroupVersion) err
 		}},
 	}
 	if !s.opts.NoEndpoints {
-		imported := func(o *metav1.ListOptions) { o.LabelSelector = importedSlices }
-		slices := cache.NewSharedIndexInformer(&cache.ListWatch{
+		imported := func(o *metav1.ListOptions) { o.LabelSelector = s.selector }
+		slices := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				imported(&o)
 				return s.kube.DiscoveryV1().EndpointSlices("").List(ctx, o)
@@ -206,7 +224,7 @@ func (s *Source) startInformers(ctx context.Context, gv schema.GroupVersion) err
 				imported(&o)
 				return s.kube.DiscoveryV1().EndpointSlices("").Watch(ctx, o)
 			},
-		}, &discoveryv1.EndpointSlice{}, 0, cache.Indexers{})
+		}, s.kube), &discoveryv1.EndpointSlice{}, 0, cache.Indexers{})
 		toRun = append(toRun, watched{"endpointslices", slices, s.transformSlice, s.sliceHandler()})
 	}
 	for _, i := range toRun {
@@ -230,11 +248,29 @@ func (s *Source) startInformers(ctx context.Context, gv schema.GroupVersion) err
 	return nil
 }
 
-// importedSlices selects the EndpointSlices the controller imports: those of a multi-cluster service that it
-// manages. Slices that other managers write (a user's, another implementation's) are never listed, so they
-// neither reach an answer nor take memory here; the label is no proof of origin, so what is selected is still
-// validated (see slimEndpointSlice).
-var importedSlices = mcsv1beta1.LabelServiceName + "," + discoveryv1.LabelManagedBy + "=" + names.ManagedBy
+// sliceSelector selects the EndpointSlices served: those of a multi-cluster service whose managed-by label is one
+// of managers, or those of every manager when there is none. Slices of other managers (a user's, another
+// implementation's that the operator did not name) are never listed, so they neither reach an answer nor take
+// memory here; the label is no proof of origin, so what is selected is still validated (see slimEndpointSlice).
+func sliceSelector(managers []string) (string, error) {
+	if slices.Contains(managers, "") {
+		// A valid label value, but the selector's text would read it as no value at all.
+		return "", errors.New("managers: an empty value")
+	}
+	imported, err := labels.NewRequirement(mcsv1beta1.LabelServiceName, selection.Exists, nil)
+	if err != nil {
+		return "", err
+	}
+	sel := labels.NewSelector().Add(*imported)
+	if len(managers) > 0 {
+		managed, err := labels.NewRequirement(discoveryv1.LabelManagedBy, selection.In, managers)
+		if err != nil {
+			return "", fmt.Errorf("managers: %w", err)
+		}
+		sel = sel.Add(*managed)
+	}
+	return sel.String(), nil
+}
 
 // transformSlice is the slice informer's transform: slimEndpointSlice, with what it leaves out reported.
 func (s *Source) transformSlice(obj any) (any, error) {

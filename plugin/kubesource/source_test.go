@@ -1,18 +1,29 @@
 package kubesource
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	fakediscovery "k8s.io/client-go/discovery/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
+	mcsfake "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/fake"
 
+	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/plugin/mcstest"
 	"vksfleet.dev/fleet/plugin/zone"
 )
@@ -107,5 +118,88 @@ func TestAnsweredFromTheExportingChange(t *testing.T) {
 	s.update(true)
 	if len(obs.got) != 2 || obs.got[1] < time.Second {
 		t.Errorf("after a second change and one without a time: %v, want two latencies", obs.got)
+	}
+}
+
+// drops records what the source reports left out, by reason; the informers report from their own goroutines.
+type drops struct {
+	nopObserver
+	mu  sync.Mutex
+	got map[string]int
+}
+
+func (d *drops) Dropped(reason, _ string, n int, _ error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.got[reason] += n
+}
+
+// listsOnly is a fake clientset that says, as client-go's fakes do but the mcs-api's does not, that it cannot
+// stream the initial list of a watch: its informers list first.
+type listsOnly struct{ mcsclient.Interface }
+
+func (listsOnly) IsWatchListSemanticsUnSupported() bool { return true }
+
+// TestServesTheManagersNamed runs a source against fake API servers holding a headless import and slices of
+// several managers: ours, another MCS implementation's, and one without the label. It serves the slices of the
+// managers named, and of every manager when none is; a slice of another manager is validated as ours are.
+func TestServesTheManagersNamed(t *testing.T) {
+	const other = "endpointslice-controller.x-k8s.io"
+	slice := func(cluster, address, manager string) runtime.Object {
+		sl := mcstest.Slice("shop", "db", cluster, discoveryv1.AddressTypeIPv4, nil, mcstest.Endpoint(address, "", true))
+		if manager == "" {
+			delete(sl.Labels, discoveryv1.LabelManagedBy)
+		} else {
+			sl.Labels[discoveryv1.LabelManagedBy] = manager
+		}
+		return sl
+	}
+	objects := []runtime.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}},
+		slice("east", "10.0.0.1", names.ManagedBy),
+		slice("west", "10.0.0.2", other),
+		slice("Hostile", "10.0.0.3", other), // an invalid cluster id: refused whoever wrote it
+		slice("north", "10.0.0.4", ""),
+	}
+	for _, tt := range []struct {
+		name     string
+		managers []string
+		want     []string
+		refused  int
+	}{
+		{"ours, the default", []string{names.ManagedBy}, []string{"10.0.0.1"}, 0},
+		{"ours and another", []string{names.ManagedBy, other}, []string{"10.0.0.1", "10.0.0.2"}, 1},
+		{"another alone", []string{other}, []string{"10.0.0.2"}, 1},
+		{"every manager", nil, []string{"10.0.0.1", "10.0.0.2", "10.0.0.4"}, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			kube := kubefake.NewClientset(objects...)
+			kube.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{{
+				GroupVersion: mcsv1beta1.SchemeGroupVersion.String(),
+				APIResources: []metav1.APIResource{{Name: mcsv1beta1.ServiceImportPluralName}},
+			}}
+			mcs := listsOnly{mcsfake.NewSimpleClientset(mcstest.Import("shop", "db", mcsv1beta1.Headless, nil))}
+			ix := zone.New(zone.Options{Zone: "clusterset.local.", TTL: 5})
+			obs := &drops{got: map[string]int{}}
+			s, err := newSource(Options{Index: ix, Managers: tt.managers, Observer: obs}, kube, mcs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Start()
+			defer s.Stop()
+			if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true,
+				func(context.Context) (bool, error) { return s.HasSynced(), nil }); err != nil {
+				t.Fatal("not synced:", err)
+			}
+			r, _ := ix.Snapshot().Lookup("db.shop.svc.clusterset.local.", dns.TypeA)
+			if got := mcstest.Addresses(r.Answer); !slices.Equal(got, tt.want) {
+				t.Errorf("A %v, want %v", got, tt.want)
+			}
+			obs.mu.Lock()
+			defer obs.mu.Unlock()
+			if got := obs.got[DropInvalidClusterID]; got != tt.refused {
+				t.Errorf("%d slices refused for their cluster id, want %d", got, tt.refused)
+			}
+		})
 	}
 }

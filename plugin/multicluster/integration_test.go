@@ -70,7 +70,7 @@ const pollTimeout = 30 * time.Second
 func startPlugin(t *testing.T, c *clusterset.Cluster, noEndpoints bool) *MultiCluster {
 	t.Helper()
 	m, src, err := newWithSource(&config{zone: "clusterset.local.", reverse: []string{"in-addr.arpa."}, ttl: 5,
-		noEndpoints: noEndpoints}, c.Config, nil)
+		noEndpoints: noEndpoints, managers: []string{names.ManagedBy}}, c.Config, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -147,7 +147,9 @@ var tracking = func() (t struct {
 
 // serveReverse answers PTR questions for clusterset IPs and headless endpoint addresses in the reverse zones the
 // plugin serves, and passes everything else on, so that the kubernetes plugin's cluster.local answers (or the
-// next plugin's) are never shadowed. PTR questions are few: they always take the dns.Msg path.
+// next plugin's) are never shadowed. The index holds PTR records only for the addresses of those zones, where
+// in-addr.arpa and ip6.arpa stand for the private ranges (see ptrRanges). PTR questions are few: they always
+// take the dns.Msg path.
 func (m *MultiCluster) serveReverse(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, snap *zone.Snapshot) (int, error) {
 	q := r.Question[0]
 	if q.Qtype != dns.TypePTR || m.reverse.Matches(q.Name) == "" {

@@ -3,7 +3,9 @@ package multicluster
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/coredns/caddy"
@@ -12,9 +14,11 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/miekg/dns"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
+	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/plugin/kubesource"
 	"vksfleet.dev/fleet/plugin/zone"
 )
@@ -29,7 +33,7 @@ func init() { plugin.Register(Name, setup) }
 // config is a parsed multicluster stanza.
 type config struct {
 	zone        string   // the forward zone
-	reverse     []string // reverse zones served for PTR
+	reverse     []string // reverse zones served for PTR (ptrRanges gives the addresses they cover)
 	kubeconfig  string
 	context     string
 	endpoint    string
@@ -37,6 +41,9 @@ type config struct {
 	fall        fall.F
 	ttl         uint32
 	clusterID   string
+	// managers are the endpointslice.kubernetes.io/managed-by values of the EndpointSlices served; none: every
+	// manager's.
+	managers []string
 }
 
 const (
@@ -113,10 +120,13 @@ func parse(c *caddy.Controller) (*config, error) {
 }
 
 func parseStanza(c *caddy.Controller) (*config, error) {
-	cfg := &config{ttl: defaultTTL}
+	cfg := &config{ttl: defaultTTL, managers: []string{names.ManagedBy}}
 	for _, z := range plugin.OriginsFromArgsOrServerBlock(c.RemainingArgs(), c.ServerBlockKeys) {
 		switch {
 		case dns.IsSubDomain("in-addr.arpa.", z) || dns.IsSubDomain("ip6.arpa.", z):
+			if _, ok := reversePrefix(z); !ok {
+				return nil, c.Errf("%s is not the reverse zone of an address range; give the range as a CIDR, such as 10.0.0.0/8", z)
+			}
 			cfg.reverse = append(cfg.reverse, z)
 		case cfg.zone != "":
 			return nil, c.Errf("one forward zone is served, got %s and %s", cfg.zone, z)
@@ -170,6 +180,12 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 				return nil, c.ArgErr()
 			}
 			cfg.clusterID = args[0]
+		case "managers":
+			managers, err := parseManagers(c)
+			if err != nil {
+				return nil, err
+			}
+			cfg.managers = managers
 		default:
 			return nil, c.Errf("unknown property %q", c.Val())
 		}
@@ -177,11 +193,37 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 	return cfg, nil
 }
 
+// parseManagers reads the arguments of managers: the managed-by values of the EndpointSlices served, or * alone
+// for every manager's, which it returns as none. Each value must be one a label can hold.
+func parseManagers(c *caddy.Controller) ([]string, error) {
+	args := c.RemainingArgs()
+	if len(args) == 0 {
+		return nil, c.ArgErr()
+	}
+	if slices.Contains(args, "*") {
+		if len(args) > 1 {
+			return nil, c.Errf("managers: * serves every manager and stands alone, got %s", strings.Join(args, " "))
+		}
+		return nil, nil
+	}
+	for _, a := range args {
+		errs := validation.IsValidLabelValue(a)
+		if a == "" {
+			errs = []string{"must not be empty"}
+		}
+		if len(errs) > 0 {
+			return nil, c.Errf("managers: %q is not a managed-by label value: %s", a, strings.Join(errs, "; "))
+		}
+	}
+	return args, nil
+}
+
 // newWithSource returns the plugin for cfg fed by a source watching the cluster rc reaches; the caller starts
 // and stops the source.
 func newWithSource(cfg *config, rc *rest.Config, nameServers []netip.Addr) (*MultiCluster, *kubesource.Source, error) {
 	m := newPlugin(cfg, nameServers)
-	src, err := kubesource.New(kubesource.Options{Config: rc, Index: m.index, NoEndpoints: cfg.noEndpoints, Observer: observer{}})
+	src, err := kubesource.New(kubesource.Options{Config: rc, Index: m.index, NoEndpoints: cfg.noEndpoints,
+		Managers: cfg.managers, Observer: observer{}})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -195,7 +237,7 @@ func newPlugin(cfg *config, nameServers []netip.Addr) *MultiCluster {
 		zone:    cfg.zone,
 		reverse: cfg.reverse,
 		fall:    cfg.fall,
-		index:   zone.New(zone.Options{Zone: cfg.zone, TTL: cfg.ttl, NameServers: nameServers}),
+		index:   zone.New(zone.Options{Zone: cfg.zone, TTL: cfg.ttl, NameServers: nameServers, Reverse: ptrRanges(cfg.reverse)}),
 		synced:  func() bool { return false },
 	}
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/coredns/caddy"
 	"k8s.io/client-go/rest"
+
+	"vksfleet.dev/fleet/mcs/names"
 )
 
 func TestParse(t *testing.T) {
@@ -41,6 +43,9 @@ func TestParse(t *testing.T) {
 		{input: "multicluster clusterset.local {\n clusterid\n}", err: "Wrong argument count"},
 		{input: "multicluster clusterset.local {\n pods insecure\n}", err: `Testfile:2 - Error during parsing: unknown property "pods"`},
 		{input: "multicluster in-addr.arpa", err: "a forward zone"},
+		{input: "multicluster clusterset.local 10.0.0.0/8 fd00::/8",
+			want: config{zone: "clusterset.local.", reverse: []string{"10.in-addr.arpa.", "d.f.ip6.arpa."}, ttl: 5}},
+		{input: "multicluster clusterset.local db.in-addr.arpa", err: "Testfile:1 - Error during parsing: db.in-addr.arpa. is not the reverse zone of an address range"},
 		{input: "multicluster a.local b.local", err: "one forward zone"},
 		{input: "multicluster cluster_set.local", err: "RFC 1123 labels"},
 		{input: "multicluster clusterset.local\nmulticluster clusterset.local", err: "only be used once"},
@@ -62,6 +67,45 @@ func TestParse(t *testing.T) {
 			got.context != tt.want.context || got.endpoint != tt.want.endpoint || got.noEndpoints != tt.want.noEndpoints ||
 			got.ttl != tt.want.ttl || got.clusterID != tt.want.clusterID {
 			t.Errorf("parse(%q) = %+v, want %+v", tt.input, *got, tt.want)
+		}
+	}
+}
+
+// TestParseManagers checks the managers option: our controller's slices by default, the managers named, or every
+// manager's for *; a malformed value stops the start with its line.
+func TestParseManagers(t *testing.T) {
+	const other = "endpointslice-controller.x-k8s.io"
+	stanza := func(line string) string { return "multicluster clusterset.local {\n" + line + "\n}" }
+	tests := []struct {
+		input string
+		want  []string
+		err   string // substring of the error; "" for success
+	}{
+		{input: "multicluster clusterset.local", want: []string{names.ManagedBy}},
+		{input: stanza("managers " + names.ManagedBy + " " + other), want: []string{names.ManagedBy, other}},
+		{input: stanza("managers " + other), want: []string{other}},
+		{input: stanza("managers *"), want: nil},
+		{input: stanza("managers"), err: "Testfile:2 - Error during parsing: Wrong argument count"},
+		{input: stanza("managers * " + other), err: "Testfile:2 - Error during parsing: managers: * serves every manager"},
+		{input: stanza("managers " + other + " a/b"), err: `Testfile:2 - Error during parsing: managers: "a/b" is not a managed-by label value`},
+		{input: stanza(`managers ""`), err: `managers: "" is not a managed-by label value: must not be empty`},
+		{input: stanza("managers -x"), err: `managers: "-x" is not a managed-by label value`},
+		{input: stanza("managers " + strings.Repeat("m", 64)), err: "must be no more than 63"},
+	}
+	for _, tt := range tests {
+		cfg, err := parse(caddy.NewTestController("dns", tt.input))
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("parse(%q) error = %v, want it to contain %q", tt.input, err, tt.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("parse(%q): %v", tt.input, err)
+			continue
+		}
+		if !slices.Equal(cfg.managers, tt.want) || (cfg.managers == nil) != (tt.want == nil) {
+			t.Errorf("parse(%q) managers = %q, want %q", tt.input, cfg.managers, tt.want)
 		}
 	}
 }

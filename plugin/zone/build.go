@@ -71,8 +71,9 @@ func (e *entry) find(prefix string) (*node, bool) {
 	return &e.nodes[i], true
 }
 
-// addresses returns the addresses the service has PTR records for: every address it answers, which are the
-// ClusterSetIPs or the ready endpoints' addresses. The index derives them rather than keeping a list per service.
+// addresses returns the addresses the service may have PTR records for: every address it answers, which are the
+// ClusterSetIPs or the ready endpoints' addresses, although those outside the reverse ranges have none. The index
+// derives them rather than keeping a list per service.
 func (e *entry) addresses() []netip.Addr {
 	var out []netip.Addr
 	for i := range e.nodes {
@@ -100,6 +101,7 @@ type rrsets [len(kinds)][]dns.RR
 type builder struct {
 	base    string // <svc>.<ns>.svc.<zone>
 	ttl     uint32
+	reverse []netip.Prefix          // the ranges whose addresses get PTR records (see Options.Reverse)
 	names   map[string]*rrsets      // by prefix
 	ptrs    map[netip.Addr][]string // the prefixes of the names each address has a PTR record to
 	scratch []byte                  // packing goes through it, so that each node's bytes are allocated at their size
@@ -121,8 +123,9 @@ type seen struct {
 	port   uint16
 }
 
-func newBuilder(ttl uint32) *builder {
-	return &builder{ttl: ttl, names: map[string]*rrsets{}, ptrs: map[netip.Addr][]string{}, seen: map[seen]bool{}}
+func newBuilder(ttl uint32, reverse []netip.Prefix) *builder {
+	return &builder{ttl: ttl, reverse: reverse, names: map[string]*rrsets{}, ptrs: map[netip.Addr][]string{},
+		seen: map[seen]bool{}}
 }
 
 // build precompiles the answers of s, and returns the names below it each of its addresses has a PTR record to,
@@ -335,13 +338,23 @@ func (b *builder) srv(prefix, target string, port uint16) {
 	n[kindSRV] = append(n[kindSRV], &dns.SRV{Hdr: b.hdr(dns.TypeSRV), Weight: 100, Port: port, Target: target})
 }
 
-// ptr adds a PTR record from ip's reverse name to the name of prefix.
+// ptr adds a PTR record from ip's reverse name to the name of prefix, if ip is in the reverse ranges.
 func (b *builder) ptr(ip netip.Addr, prefix string) {
 	ip = ip.Unmap()
-	if !ip.IsValid() || !b.once(seen{kind: dns.TypePTR, prefix: prefix, ip: ip}) {
+	if !ip.IsValid() || !b.inReverse(ip) || !b.once(seen{kind: dns.TypePTR, prefix: prefix, ip: ip}) {
 		return
 	}
 	b.ptrs[ip] = append(b.ptrs[ip], prefix)
+}
+
+// inReverse reports whether ip is in one of the reverse ranges.
+func (b *builder) inReverse(ip netip.Addr) bool {
+	for _, r := range b.reverse {
+		if r.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // hdr is the header of a record owned by the name asked, which packing does not read (see appendRR).

@@ -22,6 +22,10 @@ type Options struct {
 	NameServers []netip.Addr
 	// Now gives the time the SOA serial derives from; default time.Now.
 	Now func() time.Time
+	// Reverse are the address ranges whose addresses get PTR records; no other address does, and none without
+	// ranges. Whoever may write an EndpointSlice puts any address in the zone: its reverse name is only answered
+	// when the operator said its range belongs to the clusterset (review finding #17).
+	Reverse []netip.Prefix
 }
 
 // Change replaces or removes one service.
@@ -83,7 +87,7 @@ func New(opts Options) *Index {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	ix := &Index{opts: opts, b: newBuilder(opts.TTL)}
+	ix := &Index{opts: opts, b: newBuilder(opts.TTL, opts.Reverse)}
 	s := &Snapshot{zone: opts.Zone, namespaces: map[string]struct{}{}}
 	s.static(opts)
 	s.bump(0, opts.Now())
@@ -145,7 +149,10 @@ func (ix *Index) Apply(changes ...Change) (skipped int, why error) {
 	for a, t := range ptrs {
 		if len(t) == 0 {
 			delete(ptrs, a)
-			ptrDeletes = append(ptrDeletes, a)
+			// An address outside the reverse ranges never had targets: deleting it would copy a shard for nothing.
+			if _, had := old.ptrs.get(a); had {
+				ptrDeletes = append(ptrDeletes, a)
+			}
 		}
 	}
 	next.ptrs = old.ptrs.with(ptrs, ptrDeletes)

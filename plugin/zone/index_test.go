@@ -13,7 +13,7 @@ import (
 // the DNS benchmark.
 func bigIndex(tb testing.TB, n int) *Index {
 	tb.Helper()
-	ix := New(Options{Zone: "clusterset.local.", TTL: 5})
+	ix := New(Options{Zone: "clusterset.local.", TTL: 5, Reverse: everyAddress})
 	ix.SetNamespaces([]string{"bench"})
 	var changes []Change
 	for i := range n {

@@ -1,6 +1,7 @@
 package zone
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -18,11 +19,15 @@ func addrs(s ...string) []netip.Addr {
 	return out
 }
 
-// fixture returns an index with one namespace "ns" and a service of each kind.
+// everyAddress are reverse ranges that hold every address: every address the zone answers has PTR records.
+var everyAddress = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}
+
+// fixture returns an index with one namespace "ns" and a service of each kind; every address has PTR records.
 func fixture(t testing.TB) *Index {
 	t.Helper()
 	now := time.Unix(1_700_000_000, 0)
-	ix := New(Options{Zone: "ClusterSet.Local", TTL: 5, NameServers: addrs("10.0.0.53"), Now: func() time.Time { return now }})
+	ix := New(Options{Zone: "ClusterSet.Local", TTL: 5, NameServers: addrs("10.0.0.53"), Now: func() time.Time { return now },
+		Reverse: everyAddress})
 	ix.SetNamespaces([]string{"ns", "empty-ns"})
 	sql := []Port{{Name: "sql", Protocol: "TCP", Port: 5432}}
 	ix.Apply(
@@ -220,6 +225,67 @@ func TestLookupPTR(t *testing.T) {
 	}
 }
 
+// TestPTROnlyInReverseRanges checks that only the addresses of the reverse ranges have PTR records, in queries,
+// transfers and the index's size alike, while every address still answers the forward names; and that without
+// ranges no address has one (review finding #17: a public address in an export got a PTR record in every member).
+func TestPTROnlyInReverseRanges(t *testing.T) {
+	private := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}
+	all := []string{"10.1.0.5", "203.0.113.7", "fd00::5", "2001:db8::7"}
+	for _, tt := range []struct {
+		name    string
+		reverse []netip.Prefix
+		ptr     []string // the addresses with a PTR record
+	}{
+		{"private ranges", private, []string{"10.1.0.5", "fd00::5"}},
+		{"a public range listed too", append(private, netip.MustParsePrefix("203.0.113.0/24")),
+			[]string{"10.1.0.5", "203.0.113.7", "fd00::5"}},
+		{"no range", nil, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ix := New(Options{Zone: "clusterset.local.", TTL: 5, Reverse: tt.reverse})
+			ix.SetNamespaces([]string{"ns"})
+			var eps []Endpoint
+			for i, a := range all {
+				eps = append(eps, Endpoint{Cluster: "east", Hostname: fmt.Sprintf("db-%d", i), Addresses: addrs(a), Ready: true})
+			}
+			ix.Apply(Change{Key: Key("ns", "db"), Service: &Service{Namespace: "ns", Name: "db", Type: Headless, Endpoints: eps}})
+			s := ix.Snapshot()
+			if r, _ := s.Lookup("db.ns.svc.clusterset.local.", dns.TypeANY); len(r.Answer) != len(all) {
+				t.Errorf("forward answer %v, want every address", r.Answer)
+			}
+			var got []string
+			for _, a := range all {
+				rev, _ := dns.ReverseAddr(a)
+				if len(s.LookupPTR(rev)) > 0 {
+					got = append(got, a)
+				}
+			}
+			if !slices.Equal(got, tt.ptr) {
+				t.Errorf("PTR records for %v, want %v", got, tt.ptr)
+			}
+			var transferred []string
+			for _, apex := range []string{"in-addr.arpa.", "ip6.arpa."} {
+				for _, rr := range collect(s.TransferReverse(apex, 0)) {
+					if p, ok := rr.(*dns.PTR); ok {
+						transferred = append(transferred, p.Hdr.Name)
+					}
+				}
+			}
+			if len(transferred) != len(tt.ptr) {
+				t.Errorf("reverse transfers hold %v, want the PTRs of %v", transferred, tt.ptr)
+			}
+			if _, _, n := s.Sizes(); n != len(tt.ptr) {
+				t.Errorf("%d addresses with PTR records, want %d", n, len(tt.ptr))
+			}
+			// The service goes, and its PTR records with it.
+			ix.Apply(Change{Key: Key("ns", "db")})
+			if _, _, n := ix.Snapshot().Sizes(); n != 0 {
+				t.Errorf("%d addresses with PTR records after the service went", n)
+			}
+		})
+	}
+}
+
 // TestReverseAddr checks that a reverse name parses back to the address dns.ReverseAddr wrote it for, and that
 // anything else is no address.
 func TestReverseAddr(t *testing.T) {
@@ -304,7 +370,7 @@ func TestLongClusterIDs(t *testing.T) {
 	if len(id) != 100 || len(fitsName)-1 != 253 || len(overName)-1 != 254 {
 		t.Fatalf("fixture: id of %d characters, names of %d and %d octets", len(id), len(fitsName)-1, len(overName)-1)
 	}
-	ix := New(Options{Zone: zone, TTL: 5})
+	ix := New(Options{Zone: zone, TTL: 5, Reverse: everyAddress})
 	ix.SetNamespaces([]string{"conf"})
 	http := []Port{{Name: "http", Protocol: "TCP", Port: 80}}
 	ix.Apply(Change{Key: Key("conf", svc), Service: &Service{Namespace: "conf", Name: svc, Type: Headless, Ports: http,

@@ -57,7 +57,7 @@ func TestHostileNamesAreNotBuilt(t *testing.T) {
 // TestUnpackableRecordIsSkipped checks that a record that does not pack is left out and counted, and that the
 // other records of its name are served: appendRR used to panic there, and the whole CoreDNS process with it.
 func TestUnpackableRecordIsSkipped(t *testing.T) {
-	b := newBuilder(5)
+	b := newBuilder(5, nil)
 	b.base = "web.ns.svc.clusterset.local."
 	b.srv("", "x."+strings.Repeat("b", 62)+"\\.y."+b.base, 80) // "b…b\.y" packs as one label of 64 octets
 	b.srv("", "ok."+b.base, 81)
