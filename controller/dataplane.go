@@ -41,36 +41,69 @@ const (
 // dataPlaneProbe measures, from this member's network position (its controller's pod), whether each other
 // member's endpoints can be reached: a TCP connection to a few of its ready endpoints at a time, taken in turn.
 // The cost grows with members, not endpoints: probesPerRound connections per member per round, whatever the
-// number of services. A connection accepted or refused both prove the path; only silence counts as a failure.
+// number of services. Only a completed connection is an answer (observation). It also brings back the services
+// of members whose endpoints pass the stale limit, which no event marks.
 type dataPlaneProbe struct {
-	self    string
-	broker  client.Reader // the broker cache
-	tracker *reach.Tracker
-	dial    func(ctx context.Context, addr string) error
-	enqueue *triggers
-	log     logr.Logger
+	self     string
+	broker   client.Reader // the broker cache
+	tracker  *reach.Tracker
+	liveness *broker.Liveness
+	// staleAfter is the reconciler's: Options.LeaseGrace + Options.StaleLimit, 0 for no limit.
+	staleAfter time.Duration
+	dial       func(ctx context.Context, addr string) error
+	enqueue    *triggers
+	log        logr.Logger
 
 	mu      sync.Mutex
 	targets map[string][]string // member -> host:port to probe, sorted
 	next    map[string]int      // member -> index in its targets of the next endpoint to probe
+	overdue map[string]bool     // members past the stale limit at the last round
 }
 
-func newDataPlaneProbe(self string, broker client.Reader, tracker *reach.Tracker, enqueue *triggers, log logr.Logger) *dataPlaneProbe {
-	return &dataPlaneProbe{self: self, broker: broker, tracker: tracker, dial: dialTCP, enqueue: enqueue,
-		log: log.WithName("dataplane"), next: map[string]int{}}
+func newDataPlaneProbe(self string, broker client.Reader, tracker *reach.Tracker, liveness *broker.Liveness,
+	staleAfter time.Duration, enqueue *triggers, log logr.Logger) *dataPlaneProbe {
+	return &dataPlaneProbe{self: self, broker: broker, tracker: tracker, liveness: liveness, staleAfter: staleAfter,
+		dial: dialTCP, enqueue: enqueue, log: log.WithName("dataplane"), next: map[string]int{}, overdue: map[string]bool{}}
 }
 
-// dialTCP connects to addr and closes the connection at once; a refusal also proves the path.
+// dialTCP connects to addr and resets the connection at once: a close would leave the connection in TIME_WAIT,
+// and with it an entry in the conntrack table of the controller's node, for 2 minutes, about 800 per other
+// member. A refusal is an error (it wraps syscall.ECONNREFUSED): see observation.
 func dialTCP(ctx context.Context, addr string) error {
 	d := net.Dialer{Timeout: probeTimeout}
 	c, err := d.DialContext(ctx, "tcp", addr)
-	if err == nil {
-		return c.Close()
+	if err != nil {
+		return err
 	}
-	if errors.Is(err, syscall.ECONNREFUSED) {
-		return nil
+	// The connection completed, which is the answer; how it closes is not.
+	_ = c.(*net.TCPConn).SetLinger(0)
+	_ = c.Close()
+	return nil
+}
+
+// observation turns one round of probes of a member into what the round tells of its data plane: ok when a
+// connection completed, and nothing (observed false) when none did but one was refused and the member's Lease is
+// not known to have lapsed. A refusal (a RST) proves a path to the address, not that the member's pods are behind
+// it: a reused or vacated pod address refuses too. While the member's Lease lives, it publishes its current
+// addresses, and a refusing one is no sign of a cut: counted as a failure, it would make every service of the
+// member fall back (a port that is not listening, a pod between ready and listening); counted as an answer, it
+// would hide a cut. Once the Lease lapsed, nothing refreshes the addresses any more, and a refusal counts as a
+// failure: a member whose old addresses only refuse is left, not kept stale.
+func observation(answered, refused, lapsed bool) (ok, observed bool) {
+	if !answered && refused && !lapsed {
+		return false, false
 	}
-	return err
+	return answered, true
+}
+
+// lapsed says whether member id's Lease is known to have lapsed.
+func (p *dataPlaneProbe) lapsed(id string) bool {
+	select {
+	case <-p.liveness.Observed():
+		return !p.liveness.Alive(id)
+	default:
+		return false // no Lease seen yet
+	}
 }
 
 // Start probes every round until ctx ends (a manager.Runnable, run on the elected leader: the decisions feed its
@@ -84,7 +117,9 @@ func (p *dataPlaneProbe) Start(ctx context.Context) error {
 		if err := p.refresh(ctx); err != nil {
 			p.log.Error(err, "reading the endpoints to probe")
 		}
-		p.probeRound(ctx, time.Now())
+		now := time.Now()
+		p.probeRound(ctx, now)
+		p.checkStaleLimit(ctx, now)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -101,7 +136,6 @@ func (p *dataPlaneProbe) refresh(ctx context.Context) error {
 	}
 	targets := probeTargets(p.self, list.Items)
 	p.mu.Lock()
-	old := p.targets
 	p.targets = targets
 	for id := range p.next {
 		if _, ok := targets[id]; !ok {
@@ -109,7 +143,9 @@ func (p *dataPlaneProbe) refresh(ctx context.Context) error {
 		}
 	}
 	p.mu.Unlock()
-	for id := range old {
+	// The tracker outlives this probe (it is kept across the process's runs), so the members to forget are those it
+	// knows, not only those this probe saw before: one that left between two runs would stay listed forever.
+	for id := range p.tracker.States() {
 		if _, ok := targets[id]; !ok && p.tracker.Forget(id) {
 			p.changed(ctx, id)
 		}
@@ -191,14 +227,18 @@ func (p *dataPlaneProbe) probeRound(ctx context.Context, now time.Time) {
 	p.mu.Unlock()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	answered := map[string]bool{}
+	answered, refused := map[string]bool{}, map[string]bool{}
 	for id, addrs := range picks {
 		for _, a := range addrs {
 			wg.Go(func() {
-				if p.dial(ctx, a) == nil {
-					mu.Lock()
+				err := p.dial(ctx, a)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
 					answered[id] = true
-					mu.Unlock()
+				case errors.Is(err, syscall.ECONNREFUSED):
+					refused[id] = true
 				}
 			})
 		}
@@ -208,8 +248,48 @@ func (p *dataPlaneProbe) probeRound(ctx context.Context, now time.Time) {
 		return
 	}
 	for id := range picks {
-		if p.tracker.Observe(id, answered[id], now) {
+		ok, observed := observation(answered[id], refused[id], p.lapsed(id))
+		if observed && p.tracker.Observe(id, ok, now) {
 			p.changed(ctx, id)
+		}
+	}
+}
+
+// checkStaleLimit brings back the services of the reachable members whose endpoints passed the stale limit since
+// the last round, or no longer do: time alone moves them, which no event marks.
+func (p *dataPlaneProbe) checkStaleLimit(ctx context.Context, now time.Time) {
+	select {
+	case <-p.liveness.Observed():
+	default:
+		return // no Lease seen yet: every member would look past the limit
+	}
+	members := p.liveness.Members(now)
+	changed := map[string]bool{}
+	p.mu.Lock()
+	for id := range p.overdue {
+		if _, ok := p.targets[id]; !ok {
+			delete(p.overdue, id)
+		}
+	}
+	for id := range p.targets {
+		if past := pastStaleLimit(members, id, p.staleAfter); past != p.overdue[id] {
+			p.overdue[id] = past
+			changed[id] = past
+		}
+	}
+	p.mu.Unlock()
+	for id, past := range changed {
+		if p.tracker.State(id) != reach.Reachable {
+			continue // left, or in use, whatever the limit
+		}
+		if past {
+			p.log.Info("member's control plane lost for longer than the stale limit: its endpoints are used only by "+
+				"services that no other exporter has ready endpoints for", "member", id)
+		} else {
+			p.log.Info("member no longer past the stale limit", "member", id)
+		}
+		if err := p.enqueue.cluster(ctx, id); err != nil && ctx.Err() == nil {
+			p.log.Error(err, "enqueueing the services of a member whose endpoints passed the stale limit", "member", id)
 		}
 	}
 }

@@ -4,19 +4,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/controller/broker"
+	"vksfleet.dev/fleet/controller/merge"
 	"vksfleet.dev/fleet/controller/reach"
 	"vksfleet.dev/fleet/mcs/names"
 )
@@ -70,8 +77,8 @@ func TestProbeRounds(t *testing.T) {
 	dead := map[string]bool{}
 	var asked []string
 	tracker := reach.New(probeDown, probeUp)
-	p := &dataPlaneProbe{self: "cluster-a", tracker: tracker, log: logr.Discard(), next: map[string]int{},
-		enqueue: newTriggers(newFakeCluster(t), newFakeCluster(t)),
+	p := &dataPlaneProbe{self: "cluster-a", tracker: tracker, liveness: broker.NewLiveness("cluster-a", time.Minute),
+		log: logr.Discard(), next: map[string]int{}, enqueue: newTriggers(newFakeCluster(t), newFakeCluster(t)),
 		targets: map[string][]string{"cluster-b": {"b1:80", "b2:80", "b3:80"}},
 		dial: func(_ context.Context, addr string) error {
 			mu.Lock()
@@ -151,8 +158,8 @@ func TestProbeRoundsInTurn(t *testing.T) {
 		}
 		var mu sync.Mutex
 		seen := map[string]bool{}
-		p := &dataPlaneProbe{self: "cluster-a", tracker: reach.New(probeDown, probeUp), log: logr.Discard(), next: map[string]int{},
-			enqueue: newTriggers(newFakeCluster(t), newFakeCluster(t)),
+		p := &dataPlaneProbe{self: "cluster-a", tracker: reach.New(probeDown, probeUp), liveness: broker.NewLiveness("cluster-a", time.Minute),
+			log: logr.Discard(), next: map[string]int{}, enqueue: newTriggers(newFakeCluster(t), newFakeCluster(t)),
 			targets: map[string][]string{"cluster-b": targets},
 			dial: func(_ context.Context, addr string) error {
 				mu.Lock()
@@ -165,6 +172,150 @@ func TestProbeRoundsInTurn(t *testing.T) {
 		}
 		if len(seen) != n {
 			t.Errorf("%d endpoints: %d probed in %d rounds, want all", n, len(seen), (n+probesPerRound-1)/probesPerRound)
+		}
+	}
+}
+
+// TestDialTCP: only a completed connection answers, a refusal is an error that says so, and the probe resets its
+// connection rather than closing it, which would leave it in TIME_WAIT, and in the node's conntrack table.
+func TestDialTCP(t *testing.T) {
+	ctx := context.Background()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan error, 1)
+	go func() {
+		c, err := l.Accept()
+		if err == nil {
+			_, err = c.Read(make([]byte, 1))
+			c.Close()
+		}
+		accepted <- err
+	}()
+	if err := dialTCP(ctx, l.Addr().String()); err != nil {
+		t.Errorf("a listening port: %v", err)
+	}
+	if err := <-accepted; !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("the server read %v after the probe, want a reset (no TIME_WAIT left behind)", err)
+	}
+
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := closed.Addr().String()
+	closed.Close()
+	if err := dialTCP(ctx, addr); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("a closed port: %v, want a refusal, which is no answer", err)
+	}
+}
+
+func TestObservation(t *testing.T) {
+	for _, tt := range []struct {
+		answered, refused, lapsed bool
+		ok, observed              bool
+	}{
+		{true, false, false, true, true},
+		{true, true, false, true, true},    // one completed connection is enough
+		{true, true, true, true, true},     // even for a lost member
+		{false, false, false, false, true}, // silence is a failure
+		{false, false, true, false, true},
+		{false, true, false, false, false}, // a refusal alone: no sign of a cut while the Lease lives
+		{false, true, true, false, true},   // but no sign of its pods either once it lapsed
+	} {
+		ok, observed := observation(tt.answered, tt.refused, tt.lapsed)
+		if ok != tt.ok || observed != tt.observed {
+			t.Errorf("observation(answered %v, refused %v, lapsed %v) = %v, %v; want %v, %v",
+				tt.answered, tt.refused, tt.lapsed, ok, observed, tt.ok, tt.observed)
+		}
+	}
+}
+
+// brokerLease is member id's broker Lease, renewed at renewed.
+func brokerLease(id string, renewed time.Time) coordinationv1.Lease {
+	return coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: names.BrokerNamespace(id), Name: names.LeaseName,
+			Annotations: map[string]string{names.AnnotationClusterID: id}},
+		Spec: coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: renewed}},
+	}
+}
+
+// TestProbeRoundsRefused: addresses that only refuse neither cut a member whose Lease lives nor keep in use one
+// whose Lease lapsed.
+func TestProbeRoundsRefused(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Unix(1000, 0)
+	liveness := broker.NewLiveness("cluster-a", time.Minute)
+	liveness.Observe([]coordinationv1.Lease{brokerLease("alive", t0), brokerLease("lost", t0)}, t0)
+	now := t0.Add(2 * time.Minute)
+	liveness.Observe([]coordinationv1.Lease{brokerLease("alive", now), brokerLease("lost", t0)}, now)
+	tracker := reach.New(probeDown, probeUp)
+	p := &dataPlaneProbe{self: "cluster-a", tracker: tracker, liveness: liveness, log: logr.Discard(), next: map[string]int{},
+		enqueue: newTriggers(newFakeCluster(t), newFakeCluster(t)),
+		targets: map[string][]string{"alive": {"a1:80"}, "lost": {"l1:80"}},
+		dial: func(context.Context, string) error {
+			return &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+		}}
+	for _, id := range []string{"alive", "lost"} {
+		tracker.Observe(id, true, t0)
+	}
+	for range probeDown + 1 {
+		p.probeRound(ctx, now)
+	}
+	if got := tracker.State("alive"); got != reach.Reachable {
+		t.Errorf("a live member whose addresses refuse is %v, want still reachable", got)
+	}
+	if got := tracker.State("lost"); got != reach.Unreachable {
+		t.Errorf("a lost member whose addresses refuse is %v, want unreachable", got)
+	}
+}
+
+// TestCheckStaleLimit: the services of a lost member whose endpoints answer are brought back once, when it
+// passes the stale limit, which no event marks.
+func TestCheckStaleLimit(t *testing.T) {
+	ctx := context.Background()
+	key := types.NamespacedName{Namespace: "team", Name: "web"}
+	rec, err := broker.Record(key, merge.Export{Cluster: "cluster-b", Slices: -1,
+		Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1000, 0)
+	liveness := broker.NewLiveness("cluster-a", time.Minute)
+	liveness.Observe([]coordinationv1.Lease{brokerLease("cluster-b", t0)}, t0)
+	liveness.Observe([]coordinationv1.Lease{brokerLease("cluster-b", t0)}, t0.Add(2*time.Minute))
+	tracker := reach.New(probeDown, probeUp)
+	tracker.Observe("cluster-b", true, t0)
+	p := &dataPlaneProbe{self: "cluster-a", tracker: tracker, liveness: liveness, staleAfter: 5 * time.Minute,
+		log: logr.Discard(), next: map[string]int{}, overdue: map[string]bool{},
+		enqueue: newTriggers(newFakeCluster(t), newFakeCluster(t, rec)),
+		targets: map[string][]string{"cluster-b": {"10.2.0.1:80"}}}
+	enqueued := func() (n int) {
+		for {
+			select {
+			case e := <-p.enqueue.ch:
+				if e.Object != key {
+					t.Errorf("enqueued %v, want %v", e.Object, key)
+				}
+				n++
+			default:
+				return n
+			}
+		}
+	}
+	for _, step := range []struct {
+		at   time.Duration
+		want int
+	}{
+		{4 * time.Minute, 0},
+		{5*time.Minute + time.Second, 1}, // past the limit
+		{6 * time.Minute, 0},             // once
+	} {
+		p.checkStaleLimit(ctx, t0.Add(step.at))
+		if got := enqueued(); got != step.want {
+			t.Errorf("at %v: %d services enqueued, want %d", step.at, got, step.want)
 		}
 	}
 }

@@ -3,7 +3,9 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -102,6 +104,71 @@ func TestApplyDerived(t *testing.T) {
 		}
 		if n := local.writes.Load(); n != c.writes {
 			t.Errorf("%s: %d writes, want %d", c.name, n, c.writes)
+		}
+	}
+}
+
+// TestDerivedKeepsItsVIP follows the exports through the merge, this cluster's families and applyDerived to a
+// stored derived Service: neither a family mismatch among the exports nor a change of the oldest exporter
+// deletes it, so its VIP stays.
+func TestDerivedKeepsItsVIP(t *testing.T) {
+	key := types.NamespacedName{Namespace: "ns", Name: "web"}
+	name := types.NamespacedName{Namespace: "ns", Name: names.DerivedServiceName("ns", "web")}
+	v4, v6 := corev1.IPv4Protocol, corev1.IPv6Protocol
+	fams := func(f ...corev1.IPFamily) []corev1.IPFamily { return f }
+	owner := imports.Owner(&mcsv1beta1.ServiceImport{ObjectMeta: objMeta("ns", "web")}, mcsv1beta1.SchemeGroupVersion.String())
+	export := func(cluster string, age int, families ...corev1.IPFamily) merge.Export {
+		return merge.Export{Cluster: cluster, Created: time.Unix(int64(age), 0), Spec: mcsv1beta1.ServiceImportSpec{
+			Type: mcsv1beta1.ClusterSetIP, IPFamilies: families,
+			Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}},
+		}}
+	}
+	// allocated is the derived Service of exports as the API server stores it, with one IP per family.
+	allocated := func(exports []merge.Export, served []corev1.IPFamily) *corev1.Service {
+		s := imports.DerivedService(key, imports.Served(merge.Merge(exports), served, nil), owner)
+		for _, f := range s.Spec.IPFamilies {
+			s.Spec.ClusterIPs = append(s.Spec.ClusterIPs, map[corev1.IPFamily]string{v4: "10.96.0.1", v6: "fd00::1"}[f])
+		}
+		s.Spec.ClusterIP = s.Spec.ClusterIPs[0]
+		return s
+	}
+	honest := []merge.Export{export("a", 1, v4), export("b", 2, v4)}
+	dual := []merge.Export{export("a", 1, v4, v6), export("b", 2, v6, v4)}
+	cases := []struct {
+		name          string
+		before, after []merge.Export
+		served        []corev1.IPFamily
+	}{
+		{"an IPv6-only exporter joins IPv4 ones", honest, append(slices.Clone(honest), export("c", 3, v6)), fams(v4)},
+		{"an exporter of a family no Service has joins", honest, append(slices.Clone(honest), export("c", 3, "IPv5")), fams(v4)},
+		{"a disjoint exporter claims to be the oldest", honest, append(slices.Clone(honest), export("c", 0, v6)), fams(v4)},
+		{"... in a dual-stack cluster", honest, append(slices.Clone(honest), export("c", 0, v6)), fams(v4, v6)},
+		{"the oldest exporter of another order leaves", dual, dual[1:], fams(v4, v6)},
+		{"the oldest exporter of another order leaves, families unknown", dual, dual[1:], nil},
+		{"an exporter of another order becomes the oldest", dual, []merge.Export{export("a", 3, v4, v6), dual[1]}, fams(v6, v4)},
+	}
+	for _, c := range cases {
+		ctx := context.Background()
+		stored := allocated(c.before, c.served)
+		vip := stored.Spec.ClusterIP
+		local := newFakeCluster(t, stored.DeepCopy())
+		r := testReconciler(local, nil)
+		for i := range 2 {
+			got, err := getOrNil(ctx, local, name, &corev1.Service{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := imports.DerivedService(key, imports.Served(merge.Merge(c.after), c.served, got), owner)
+			if _, err := r.applyDerived(ctx, got, want); err != nil {
+				t.Fatalf("%s: call %d: %v", c.name, i+1, err)
+			}
+		}
+		got, err := getOrNil(ctx, local, name, &corev1.Service{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got == nil || got.Spec.ClusterIP != vip || len(got.Spec.IPFamilies) == 0 || got.Spec.IPFamilies[0] != stored.Spec.IPFamilies[0] {
+			t.Errorf("%s: the derived Service with VIP %s became %v", c.name, vip, got)
 		}
 	}
 }

@@ -14,14 +14,15 @@ const ReasonClusterIDConflict = export.ReasonClusterIDConflict
 // duplicateID tracks whether another process renews this member's broker Lease: two clusters claim one cluster
 // id, as a cluster restored from another's etcd snapshot does (it keeps the kube-system UID, the default id). They
 // share one broker namespace, and each would delete the other's records as stale; while the conflict lasts,
-// neither deletes anything there, and both say why.
+// neither deletes anything there, and both say why. It follows one process's renewals (its Renewer), over every
+// run of the manager: a run that starts after a join goes on from what the last one's renewals showed.
 type duplicateID struct {
 	id    string
 	grace time.Duration
 
 	mu          sync.Mutex
-	renewals    int  // renewals observed in this run
-	clean       bool // the last renewal, not this run's first, found no other holder's change
+	renewals    int  // renewals observed by this process
+	clean       bool // the last renewal, not this process's first, found no other holder's change
 	streak      int  // renewals in a row that found another holder's change
 	lastForeign time.Time
 	active      bool
@@ -34,7 +35,7 @@ func (d *duplicateID) observe(created, foreign bool, now time.Time) (changed boo
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.renewals++
-	// A run's first renewal of a Lease it found cannot tell: it has written nothing yet that another could have
+	// A process's first renewal of a Lease it found cannot tell: it has written nothing yet that another could have
 	// changed. One that had to create the Lease knows that no other process held it.
 	d.clean = created || (!foreign && d.renewals >= 2)
 	if foreign {
@@ -66,8 +67,8 @@ func (d *duplicateID) Active() bool {
 
 // mayDelete says whether this member may delete its broker objects: only once its last renewal showed that no
 // other process had renewed the Lease since its previous one (or created it), and while no conflict lasts.
-// Another cluster that claims the id, already there at this run's start, shows at its second renewal at the
-// latest, before anything is deleted.
+// Another cluster that claims the id, already there at this process's start, shows at its second renewal at the
+// latest, before anything is deleted; one that starts later shows at the next renewal, in whichever run.
 func (d *duplicateID) mayDelete() bool {
 	if d == nil {
 		return true

@@ -48,6 +48,9 @@ func (r *reconciler) gather(ctx context.Context, key types.NamespacedName, own *
 	}
 	exporting := map[string]bool{}
 	for i := range records.Items {
+		if own != nil {
+			r.ownPrecedence(&exports[0], &records.Items[i])
+		}
 		e, ok := r.admitRecord(key, &records.Items[i])
 		if !ok || e.Cluster == r.id {
 			continue
@@ -60,10 +63,18 @@ func (r *reconciler) gather(ctx context.Context, key types.NamespacedName, own *
 		return nil, nil, err
 	}
 	perCluster := map[string]int{}
+	uses := map[string]memberUse{}
+	use := func(c string) memberUse {
+		u, ok := uses[c]
+		if !ok {
+			u = r.useOf(c)
+			uses[c] = u
+		}
+		return u
+	}
 	for _, s := range slices.Items {
 		c := broker.ClusterOf(&s)
-		use := r.useOf(c)
-		if !exporting[c] || s.Namespace != names.BrokerNamespace(c) || use == skipEndpoints {
+		if !exporting[c] || s.Namespace != names.BrokerNamespace(c) || use(c) == skipEndpoints {
 			continue
 		}
 		if perCluster[c]++; perCluster[c] > admit.MaxSlicesPerExport {
@@ -72,18 +83,22 @@ func (r *reconciler) gather(ctx context.Context, key types.NamespacedName, own *
 			continue
 		}
 		if s, ok := r.admitSlice(key, c, &s); ok {
-			if use == unreadyEndpoints {
-				s = unready(s)
-			}
 			sources = append(sources, imports.Source{Cluster: c, Slice: s})
 		}
 	}
+	// The endpoints to fall back on are not ready while another exporter has a ready endpoint, and stay as
+	// published while none has: the probe moves traffic between exporters, never to nothing.
+	sources, open := withVerdicts(sources, use)
+	r.reportFailOpen(key, open)
 	return exports, sources, nil
 }
 
 // admitRecord reads a broker export record, or refuses it: a broken record, an invalid cluster id, a record outside
-// the namespace of the id it claims (a cluster only writes in its own), or ports no Service could have. Exported
-// labels and annotations that could not travel are left out.
+// the namespace of the id it claims (a cluster only writes in its own), a service no member may import here (an
+// invalid name, a denied namespace) or a spec no Service could have (admit.Record). A refused record takes no part
+// in the import, so an import it alone made is withdrawn as after an unexport. A region that is no label value,
+// and exported labels and annotations that could not travel, are left out. The export ranks by the time
+// broker.ParseRecord bounds by the record's creation.
 func (r *reconciler) admitRecord(key types.NamespacedName, rec *mcsv1beta1.ServiceImport) (merge.Export, bool) {
 	e, err := broker.ParseRecord(rec)
 	if err != nil {
@@ -97,16 +112,20 @@ func (r *reconciler) admitRecord(key types.NamespacedName, rec *mcsv1beta1.Servi
 	if rec.Namespace != names.BrokerNamespace(e.Cluster) {
 		return e, false
 	}
-	if p := admit.Ports(e.Spec.Ports); p != nil {
-		r.refuse(key, e.Cluster, *p)
-		return e, false
-	}
-	var problems []admit.Problem
-	e.Labels, e.Annotations, problems = admit.Metadata(e.Labels, e.Annotations)
+	e, problems, ok := admit.Record(key, e, r.deniedImport)
 	for _, p := range problems {
 		r.refuse(key, e.Cluster, p)
 	}
-	return e, true
+	return e, ok
+}
+
+// ownPrecedence ranks this member's own export, which the import takes from the local truth, as every other member
+// ranks it from its record (broker.Precedence), so that all agree on which export wins; until the record is in
+// the broker cache it ranks by its ServiceExport.
+func (r *reconciler) ownPrecedence(own *merge.Export, rec *mcsv1beta1.ServiceImport) {
+	if rec.Namespace == names.BrokerNamespace(r.id) && broker.ClusterOf(rec) == r.id {
+		own.Created = broker.Precedence(own.Created, rec.CreationTimestamp.Time)
+	}
 }
 
 // admitSlice returns what this member takes of a cluster's exported slice (admit.Slice), counting what it drops.
@@ -185,7 +204,7 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 		return 0, err
 	}
 	exported := merged.Spec.IPFamilies
-	merged = imports.Served(merged, served)
+	merged = imports.Served(merged, served, got.derived)
 	si := got.si
 	if si == nil {
 		// The ServiceImport comes first: it owns the derived Service and the slices.
@@ -238,7 +257,7 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 	if held != nil {
 		held.ObservedGeneration = si.Generation
 	}
-	stale, unreachable := r.memberConditions(exports, time.Now())
+	stale, unreachable := r.memberConditions(exports, sources, time.Now())
 	return requeue, r.importStatus(ctx, si, want, *ready, clusterLocalCond, held, stale, unreachable)
 }
 

@@ -10,6 +10,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/controller/admit"
 	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/controller/imports"
 	"vksfleet.dev/fleet/controller/merge"
@@ -61,7 +63,19 @@ func TestGatherRefusesHostileBrokerData(t *testing.T) {
 		rec("b", func(e *merge.Export) {
 			e.Annotations = map[string]string{names.AnnotationLocality: `{"dnsClusters":["b"]}`, "example.com/ok": "1"}
 			e.Labels = map[string]string{"team": "payments team", "tier": "gold"}
+			e.Region = "region 1"
 		}),
+		// Spec fields no Service could have: each record is refused whole, with its reason.
+		rec("e", func(e *merge.Export) { e.Spec.IPFamilies = []corev1.IPFamily{"IPv6", "x"} }),
+		rec("f", func(e *merge.Export) {
+			e.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+			e.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](0)}}
+		}),
+		rec("g", func(e *merge.Export) { e.Spec.TrafficDistribution = ptr.To("Anywhere") }),
+		rec("h", func(e *merge.Export) {
+			e.Spec.InternalTrafficPolicy = ptr.To[corev1.ServiceInternalTrafficPolicy]("Node")
+		}),
+		rec("i", func(e *merge.Export) { e.Spec.Type = "LoadBalancer" }),
 		slice("b", "b-1", ep("10.1.0.1"), ep("127.0.0.1")),
 		rec(crafted, nil), slice(crafted, "x-1", ep("10.9.0.1")),
 		rec("c", func(e *merge.Export) { e.Spec.Ports = []mcsv1beta1.ServicePort{{Port: 80}, {Port: 81}} }),
@@ -86,7 +100,20 @@ func TestGatherRefusesHostileBrokerData(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(exports) != 1 || exports[0].Cluster != "b" {
-		t.Fatalf("exports %+v, want b's alone (the crafted id, c's unnamed ports and d's forgery refused)", exports)
+		t.Fatalf("exports %+v, want b's alone (the crafted id, c's unnamed ports, d's forgery and e-i's specs refused)", exports)
+	}
+	if exports[0].Region != "" {
+		t.Errorf("region %q: a region that is no label value must be left out", exports[0].Region)
+	}
+	refused := map[[2]string]bool{}
+	for f := range r.refusals.last[key] {
+		refused[[2]string{f.from, f.problem.Reason}] = true
+	}
+	for cluster, reason := range map[string]string{"b": admit.ReasonRegion, "e": admit.ReasonIPFamilies, "f": admit.ReasonSessionAffinity,
+		"g": admit.ReasonTrafficDistribution, "h": admit.ReasonInternalTrafficPolicy, "i": admit.ReasonType} {
+		if !refused[[2]string{cluster, reason}] {
+			t.Errorf("%s's record: no refusal %s among %v", cluster, reason, refused)
+		}
 	}
 	if a := exports[0].Annotations; len(a) != 1 || a["example.com/ok"] != "1" {
 		t.Errorf("annotations %v: the reserved key must be dropped", a)
@@ -100,6 +127,152 @@ func TestGatherRefusesHostileBrokerData(t *testing.T) {
 	want := []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}}
 	if got := sources[0].Slice.Endpoints; len(got) != 1 || got[0].Addresses[0] != want[0].Addresses[0] || got[0].NodeName != nil || got[0].TargetRef != nil {
 		t.Errorf("endpoints %+v, want %+v: no loopback address, node name or target reference", got, want)
+	}
+}
+
+// TestImportRefusesServicesNoMemberMayImport: records for a service whose name or namespace the API server would
+// refuse, or in a namespace denied to imports, are refused, counted once, and make nothing here: no error that
+// retries forever, no write. An import made in a denied namespace before (by a release without the list) is
+// withdrawn whole.
+func TestImportRefusesServicesNoMemberMayImport(t *testing.T) {
+	ctx := context.Background()
+	record := func(key types.NamespacedName) client.Object {
+		r, err := broker.Record(key, merge.Export{Cluster: "b", Created: time.Now(), Slices: -1, Spec: mcsv1beta1.ServiceImportSpec{
+			Type: mcsv1beta1.ClusterSetIP, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+			Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	cases := []struct {
+		namespace, name string
+		denied          []string
+		want            string // the refusal's reason, "" for an import
+	}{
+		{"ns", "web", []string{"default"}, ""},
+		{"default", "web", nil, ""}, // the operator opened default to imports
+		{"default", "kubernetes", []string{"default"}, admit.ReasonNamespaceNotAllowed},
+		{"shared", "web", []string{"default", "shared"}, admit.ReasonNamespaceNotAllowed},
+		{"kube-system", "kube-dns", nil, admit.ReasonNamespaceNotAllowed},
+		{"kube-public", "web", []string{}, admit.ReasonNamespaceNotAllowed},
+		{"kube-node-lease", "web", nil, admit.ReasonNamespaceNotAllowed},
+		{"ns", "Web_1", nil, admit.ReasonServiceName},
+		{"ns", "web.1", nil, admit.ReasonServiceName},
+		{"ns", "1web", nil, admit.ReasonServiceName},
+		{"N_S", "web", nil, admit.ReasonServiceName},
+	}
+	for _, c := range cases {
+		key := types.NamespacedName{Namespace: c.namespace, Name: c.name}
+		local := newFakeCluster(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.namespace}})
+		r := testReconciler(local, newFakeCluster(t, record(key)))
+		r.deniedImport = c.denied
+		r.liveness = broker.NewLiveness("a", time.Minute)
+		r.withdrawals = newHold(0)
+		exports, sources, err := r.gather(ctx, key, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var reasons []string
+		for f := range r.refusals.last[key] {
+			reasons = append(reasons, f.problem.Reason)
+		}
+		if c.want == "" {
+			if len(exports) != 1 || len(reasons) > 0 {
+				t.Errorf("%s (denied %v): exports %+v, refusals %v; want b's export", key, c.denied, exports, reasons)
+			}
+			continue
+		}
+		if len(exports) != 0 || len(reasons) != 1 || reasons[0] != c.want {
+			t.Errorf("%s (denied %v): exports %+v, refusals %v; want none and one %s", key, c.denied, exports, reasons, c.want)
+		}
+		if _, err := r.importService(ctx, key, exports, merge.Merge(exports), sources, locality.Topology{}); err != nil {
+			t.Errorf("%s: importService() = %v, want nothing to do", key, err)
+		}
+		if n := local.writes.Load(); n != 0 {
+			t.Errorf("%s: %d writes, want none", key, n)
+		}
+	}
+
+	// An import in default from before: refused once default is denied to imports, it goes, all of it.
+	key := types.NamespacedName{Namespace: "default", Name: "web"}
+	local, brokerCluster := newFakeCluster(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "default"}}), newFakeCluster(t, record(key))
+	r := testReconciler(local, brokerCluster)
+	r.liveness = broker.NewLiveness("a", time.Minute)
+	r.trust, r.withdrawals = broker.NewTrust(time.Minute), newHold(0)
+	if err := brokerCluster.Create(ctx, broker.Sentinel("a")); err != nil {
+		t.Fatal(err)
+	}
+	r.trust.Vouch()
+	r.trust.Observe(true, time.Now())
+	importOnce := func() {
+		t.Helper()
+		exports, sources, err := r.gather(ctx, key, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.importService(ctx, key, exports, merge.Merge(exports), sources, locality.Topology{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	importOnce()
+	derivedKey := types.NamespacedName{Namespace: "default", Name: names.DerivedServiceName("default", "web")}
+	if err := local.Get(ctx, derivedKey, &corev1.Service{}); err != nil {
+		t.Fatalf("the import from before the upgrade was not made: %v", err)
+	}
+	r.deniedImport = []string{"default"}
+	importOnce()
+	if err := local.Get(ctx, key, &mcsv1beta1.ServiceImport{}); !apierrors.IsNotFound(err) {
+		t.Errorf("ServiceImport %s: %v, want it gone", key, err)
+	}
+	if err := local.Get(ctx, derivedKey, &corev1.Service{}); !apierrors.IsNotFound(err) {
+		t.Errorf("derived Service %s: %v, want it gone", derivedKey, err)
+	}
+}
+
+// TestGatherRanksByRecords: a forged export time does not win the merge against a record created before it, and
+// this member ranks its own export as the others do, by its record.
+func TestGatherRanksByRecords(t *testing.T) {
+	key := types.NamespacedName{Namespace: "ns", Name: "web"}
+	t0 := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
+	spec := func(typ mcsv1beta1.ServiceImportType) mcsv1beta1.ServiceImportSpec {
+		return mcsv1beta1.ServiceImportSpec{Type: typ, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+			Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}
+	}
+	record := func(cluster string, exported, recorded time.Time, typ mcsv1beta1.ServiceImportType) client.Object {
+		r, err := broker.Record(key, merge.Export{Cluster: cluster, Created: exported, Slices: -1, Spec: spec(typ)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.CreationTimestamp = metav1.NewTime(recorded)
+		return r
+	}
+	for _, c := range []struct {
+		name    string
+		records []client.Object
+		own     *merge.Export
+		want    mcsv1beta1.ServiceImportType
+	}{
+		{"a forged 1970 after an honest record", []client.Object{
+			record("b", t0, t0, mcsv1beta1.ClusterSetIP),
+			record("0-forger", time.Unix(0, 0), t0.Add(time.Minute), mcsv1beta1.Headless),
+		}, nil, mcsv1beta1.ClusterSetIP},
+		// This member's ServiceExport is a day old, but it published it after b: every member, this one included,
+		// takes b's.
+		{"this member's own old export, published late", []client.Object{
+			record("b", t0, t0, mcsv1beta1.ClusterSetIP),
+			record("a", t0.Add(-24*time.Hour), t0.Add(time.Hour), mcsv1beta1.Headless),
+		}, &merge.Export{Cluster: "a", Created: t0.Add(-24 * time.Hour), Slices: -1, Spec: spec(mcsv1beta1.Headless)}, mcsv1beta1.ClusterSetIP},
+	} {
+		r := testReconciler(newFakeCluster(t), newFakeCluster(t, c.records...))
+		r.liveness = broker.NewLiveness("a", time.Minute)
+		exports, _, err := r.gather(context.Background(), key, c.own, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := merge.Merge(exports).Spec.Type; len(exports) != 2 || got != c.want {
+			t.Errorf("%s: %d exports merge to type %s, want 2 and %s", c.name, len(exports), got, c.want)
+		}
 	}
 }
 
@@ -300,15 +473,15 @@ func TestGatherUnderTwoSignals(t *testing.T) {
 		if !probe {
 			continue
 		}
-		exports, _, _ := r.gather(context.Background(), key, nil, nil)
-		stale, unreachable := r.memberConditions(exports, now)
+		exports, sources, _ := r.gather(context.Background(), key, nil, nil)
+		stale, unreachable := r.memberConditions(exports, sources, now)
 		if stale == nil || !strings.Contains(stale.Message, "stale (") || strings.Contains(stale.Message, "gone") {
 			t.Errorf("Stale condition %+v, want stale alone", stale)
 		}
 		if unreachable == nil || !strings.Contains(unreachable.Message, "cut (") || !strings.Contains(unreachable.Message, "gone (") {
 			t.Errorf("Unreachable condition %+v, want cut and gone", unreachable)
 		}
-		again, _ := r.memberConditions(exports, now.Add(time.Minute))
+		again, _ := r.memberConditions(exports, sources, now.Add(time.Minute))
 		if again.Message != stale.Message {
 			t.Errorf("the Stale message changes with time (a status write each reconcile):\n%s\n%s", stale.Message, again.Message)
 		}

@@ -64,6 +64,13 @@ var (
 		Name: "mcs_controller_locality_failovers_total",
 		Help: "Times a node zone or the headless DNS of an import moved to a farther tier.",
 	}, []string{"cluster_id"})
+	failedOpenTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mcs_controller_member_failed_open_total",
+		Help: "Times an import of observer_cluster_id started using a member's endpoints as published only because no " +
+			"other exporter of the service had a ready endpoint (fail open): its probes judge the member unreachable, or " +
+			"its control plane has been lost for longer than --stale-limit. The imports failing open now are " +
+			"mcs_controller_service_imports{reason=\"FailedOpen\"}.",
+	}, []string{"observer_cluster_id", "cluster_id"})
 	reconcileErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "mcs_controller_reconcile_errors_total",
 		Help: "Failures of service reconciles, each joined failure once, by the API server it came from (local or " +
@@ -84,7 +91,7 @@ func init() {
 	}
 	buildInfo.WithLabelValues(b.Version, revision, b.GoVersion).Set(1)
 	metrics.Registry.MustRegister(writesTotal, brokerReachable, brokerViewTrusted, clusterIDConflict, localityTier,
-		localityEndpoints, refusedTotal, failoversTotal, reconcileErrors, buildInfo, states)
+		localityEndpoints, refusedTotal, failoversTotal, failedOpenTotal, reconcileErrors, buildInfo, states)
 }
 
 // recordLocality publishes an import's plan in the locality gauges.

@@ -40,6 +40,12 @@ type Options struct {
 	// NamespaceNotAllowed), whether or not the deploy manifests' admission policy is installed; nil means
 	// export.DefaultDeniedNamespaces, and an empty non-nil list refuses none.
 	DeniedExportNamespaces []string
+	// DeniedImportNamespaces are the namespaces no other cluster's export is imported into: their records are
+	// refused (admit.ReasonNamespaceNotAllowed) and an import there, made before, is deleted. nil means the
+	// namespaces of DeniedExportNamespaces, so that a namespace opened to exports is opened to imports too; an
+	// empty non-nil list refuses none but admit.AlwaysDeniedNamespaces (kube-system, kube-public,
+	// kube-node-lease), which take no import whatever the setting.
+	DeniedImportNamespaces []string
 	// ClusterLocalServices reflects every import into the member's own cluster.local, for members whose DNS
 	// cannot serve clusterset.local: a selector-less headless Service named names.ClusterLocalServiceName
 	// ("<svc>-clusterset") whose EndpointSlices stock DNS answers (see imports.ClusterLocal). A Service of that
@@ -52,11 +58,16 @@ type Options struct {
 	// DataPlaneProbe measures from this member whether each other member's endpoints answer (a few TCP
 	// connections per member every 300 ms, see dataPlaneProbe), and decides with that and the Lease: endpoints
 	// that do not answer from here are imported not ready within about a second, though the exporter's Lease
-	// lives (and withdrawn once it lapses too); a member whose Lease lapsed while its endpoints answer keeps them
-	// in use, marked Stale. It needs the
-	// controller on the member's pod network (the Deployment), with routes to the other members' pods. Off, the
-	// Lease alone decides, as a controller outside the pod network must.
+	// lives, unless no other exporter of the service has a ready endpoint (and withdrawn once it lapses too); a
+	// member whose Lease lapsed while its endpoints answer keeps them in use, marked Stale, for StaleLimit. It
+	// needs the controller on the member's pod network (the Deployment), with routes to the other members' pods.
+	// Off, the Lease alone decides, as a controller outside the pod network must.
 	DataPlaneProbe bool
+	// StaleLimit bounds how long, past its Lease grace, a member whose control plane is lost keeps its endpoints
+	// in use because they still answer the data-plane probe: after it they are used only while no other exporter
+	// of the service has a ready endpoint. Nothing refreshes a lost member's addresses, which its cluster may
+	// hand to other pods meanwhile. Default DefaultStaleLimit.
+	StaleLimit time.Duration
 	// LeaderElection makes replicas elect one active controller through a Lease in LeaderElectionNamespace.
 	LeaderElection          bool
 	LeaderElectionNamespace string
@@ -85,6 +96,9 @@ const (
 	DefaultLeaseGrace = memberlease.DefaultGrace
 	// DefaultWorkers is the default Options.Workers.
 	DefaultWorkers = 16
+	// DefaultStaleLimit is the default Options.StaleLimit: longer than a controller's restarts take, up to the
+	// kubelet's 5-minute crash-loop backoff, so that a routine control-plane outage moves no traffic.
+	DefaultStaleLimit = 10 * time.Minute
 )
 
 // minLeaseGrace is the shortest Options.LeaseGrace: a broker Lease records its duration in whole seconds.
@@ -98,8 +112,14 @@ func (o Options) withDefaults() Options {
 	if o.Workers == 0 {
 		o.Workers = DefaultWorkers
 	}
+	if o.StaleLimit == 0 {
+		o.StaleLimit = DefaultStaleLimit
+	}
 	if o.DeniedExportNamespaces == nil {
 		o.DeniedExportNamespaces = export.DefaultDeniedNamespaces
+	}
+	if o.DeniedImportNamespaces == nil {
+		o.DeniedImportNamespaces = o.DeniedExportNamespaces
 	}
 	if o.Logger == nil {
 		log := ctrl.Log.WithName("mcs-controller")
@@ -109,9 +129,9 @@ func (o Options) withDefaults() Options {
 }
 
 // Validate reports every setting of o that is out of range, each error naming the cmd/controller flag and the
-// option field. A zero LeaseGrace or Workers is out of range too: Run gives those their defaults before it
-// validates, and the flags state the defaults, so that a zero on the command line is a mistake. Local and Broker
-// are not checked here, as a command line has them only once it has read the kubeconfigs.
+// option field. A zero LeaseGrace, Workers or StaleLimit is out of range too: Run gives those their defaults
+// before it validates, and the flags state the defaults, so that a zero on the command line is a mistake. Local
+// and Broker are not checked here, as a command line has them only once it has read the kubeconfigs.
 func (o Options) Validate() error {
 	var errs []error
 	if o.ClusterID != "" {
@@ -125,9 +145,17 @@ func (o Options) Validate() error {
 	if o.Workers <= 0 {
 		errs = append(errs, fmt.Errorf("--workers (Options.Workers): %d must be positive", o.Workers))
 	}
+	if o.StaleLimit <= 0 {
+		errs = append(errs, fmt.Errorf("--stale-limit (Options.StaleLimit): %v must be positive", o.StaleLimit))
+	}
 	for _, ns := range o.DeniedExportNamespaces {
 		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("--denied-export-namespaces (Options.DeniedExportNamespaces): %q: %s", ns, strings.Join(msgs, "; ")))
+		}
+	}
+	for _, ns := range o.DeniedImportNamespaces {
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--denied-import-namespaces (Options.DeniedImportNamespaces): %q: %s", ns, strings.Join(msgs, "; ")))
 		}
 	}
 	if o.DNSAddress != "" {

@@ -39,6 +39,27 @@ func TestOptionsWithDefaults(t *testing.T) {
 	}
 }
 
+// TestOptionsDeniedImportNamespaces: unset, the import side refuses the namespaces the export side refuses, so that
+// a namespace an operator opened to exports before the setting existed stays open to imports.
+func TestOptionsDeniedImportNamespaces(t *testing.T) {
+	cases := []struct {
+		name string
+		in   Options
+		want []string
+	}{
+		{"zero takes the export default", Options{}, export.DefaultDeniedNamespaces},
+		{"unset follows the export list", Options{DeniedExportNamespaces: []string{"kube-system"}}, []string{"kube-system"}},
+		{"set stays", Options{DeniedImportNamespaces: []string{"shared"}}, []string{"shared"}},
+		{"empty stays empty", Options{DeniedImportNamespaces: []string{}}, []string{}},
+	}
+	for _, c := range cases {
+		got := c.in.withDefaults().DeniedImportNamespaces
+		if !slices.Equal(got, c.want) || got == nil {
+			t.Errorf("%s: withDefaults().DeniedImportNamespaces = %#v, want %#v", c.name, got, c.want)
+		}
+	}
+}
+
 func TestOptionsValidate(t *testing.T) {
 	valid := Options{}.withDefaults()
 	cases := []struct {
@@ -55,11 +76,14 @@ func TestOptionsValidate(t *testing.T) {
 		{"zero grace", func(o *Options) { o.LeaseGrace = 0 }, []string{"--lease-grace (Options.LeaseGrace): 0s is shorter than 1s"}},
 		{"zero workers", func(o *Options) { o.Workers = 0 }, []string{"--workers (Options.Workers): 0 must be positive"}},
 		{"negative workers", func(o *Options) { o.Workers = -1 }, []string{"--workers (Options.Workers): -1 must be positive"}},
+		{"zero stale limit", func(o *Options) { o.StaleLimit = 0 }, []string{"--stale-limit (Options.StaleLimit): 0s must be positive"}},
 		{"no denied namespaces", func(o *Options) { o.DeniedExportNamespaces = nil }, nil},
 		{"DNS address", func(o *Options) { o.DNSAddress = "kube-dns.kube-system.svc.cluster.local.:53" }, nil},
 		{"DNS address without a port", func(o *Options) { o.DNSAddress = "10.96.0.10" }, []string{"--dns-address (Options.DNSAddress): \"10.96.0.10\" is not host:port"}},
 		{"bad denied namespace", func(o *Options) { o.DeniedExportNamespaces = []string{"default", "Not_A_Namespace"} },
 			[]string{`--denied-export-namespaces (Options.DeniedExportNamespaces): "Not_A_Namespace": `}},
+		{"bad denied import namespace", func(o *Options) { o.DeniedImportNamespaces = []string{"default", "Not_A_Namespace"} },
+			[]string{`--denied-import-namespaces (Options.DeniedImportNamespaces): "Not_A_Namespace": `}},
 		{"every mistake", func(o *Options) { o.ClusterID, o.LeaseGrace, o.Workers = "Bad_ID", 0, 0 },
 			[]string{"--cluster-id", "--lease-grace", "--workers"}},
 	}

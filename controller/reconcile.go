@@ -38,6 +38,9 @@ type reconciler struct {
 	local    client.Client // cached reads
 	broker   client.Client // cached reads of the controller's broker objects
 	denied   []string      // namespaces never exported from
+	// deniedImport are the namespaces no other cluster's export is imported into, besides
+	// admit.AlwaysDeniedNamespaces (Options.DeniedImportNamespaces).
+	deniedImport []string
 	// clusterLocal reflects imports into cluster.local (Options.ClusterLocalServices).
 	clusterLocal bool
 	// localHost and brokerHost name the API servers in errors.
@@ -62,6 +65,13 @@ type reconciler struct {
 	reach  *reach.Tracker
 	events events.EventRecorder
 	log    logr.Logger
+	// staleAfter is how long after its last renewal a lost member's endpoints that still answer are only fallen
+	// back on (Options.LeaseGrace + Options.StaleLimit; 0, in tests, never); failOpens keeps which exporters each
+	// service uses only because no other has a ready endpoint, so that each start is reported once.
+	staleAfter time.Duration
+	failOpens  failOpenLog
+	// topologySeen is the topology the last node or region event found, so that only a change enqueues every service.
+	topologySeen topologySeen
 }
 
 // Reconcile brings one service's export and import up to date. Races with the caches are expected: a create of

@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"slices"
 	"time"
@@ -43,7 +44,8 @@ import (
 const LeaderElectionID = "mcs-controller.vksfleet.dev"
 
 // Run runs the controller until ctx ends. It returns at once with an error when the options are bad, the cluster
-// id is invalid or a cluster cannot be reached at start; ending ctx, even while it starts, is no error.
+// id is invalid or the member cluster cannot be reached at start; while the broker cannot be reached, at start or
+// at the start of any later run, it waits and retries (brokerRetry). Ending ctx, even while it starts, is no error.
 func Run(ctx context.Context, opts Options) (err error) {
 	defer func() {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
@@ -58,9 +60,9 @@ func Run(ctx context.Context, opts Options) (err error) {
 		return fmt.Errorf("controller: %w", err)
 	}
 	log := *opts.Logger
-	a, err := detectAPIs(opts.Local, opts.Broker)
-	if err != nil {
-		return err
+	var a apis
+	if a.localGV, a.local, err = detectAPI(opts.Local); err != nil {
+		return fmt.Errorf("controller: local cluster: %w", err)
 	}
 	id, clusterSet, err := resolveID(ctx, opts)
 	if err != nil {
@@ -69,37 +71,56 @@ func Run(ctx context.Context, opts Options) (err error) {
 	log = log.WithValues("cluster", id, "clusterSet", clusterSet)
 	opts.Local, opts.Broker = countWrites(opts.Local, id, "local"), countWrites(opts.Broker, id, "broker")
 
-	direct, err := client.New(opts.Broker, client.Options{Scheme: a.broker})
-	if err != nil {
-		return fmt.Errorf("controller: broker: %w", err)
-	}
-	scopes := newScopeReader(direct, id, log)
-	reset := false
+	kept := newDecisions(id, opts)
+	retry := &brokerRetry{id: id, log: log, after: time.After, serve: func(ready func(*http.Request) error) (func(), error) {
+		return ServeProbes(opts.HealthProbeBindAddress, ready)
+	}}
+	var scopes *scopeReader
 	for {
-		err := runManager(ctx, opts, id, a, scopes, log)
-		switch {
-		case errors.Is(err, errScopeChanged):
-			// Nothing is lost: the imports stay as they are while the next run's caches fill.
-		case errors.Is(err, errBrokerReset):
-			// The broker lost this member's Lease, with its data: the watches of a broker whose etcd was wiped
-			// resume from resource versions it no longer has and may never deliver again, so the caches start
-			// afresh. The new run starts untrusting the broker's view, which keeps every import until the members
-			// have republished.
-			log.Info("the broker lost its data: restarting with fresh caches")
-			reset = true
-		case reset && err != nil && ctx.Err() == nil:
-			// A broker back from a reset may not serve the mcs-api CRDs yet: the run retries until it does.
-			log.Error(err, "restarting after the broker lost its data")
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(time.Second):
+		var scope brokerScope
+		err := retry.do(ctx, func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, brokerStepTimeout)
+			defer cancel()
+			if scopes == nil {
+				direct, err := detectBroker(opts.Broker, &a)
+				if err != nil {
+					return err
+				}
+				scopes = newScopeReader(direct, id, log)
 			}
-		default:
+			scope, err = scopes.read(ctx)
+			return unavailable(err)
+		})
+		if err != nil {
+			return fmt.Errorf("controller: broker: %w", err)
+		}
+		err = runManager(ctx, opts, id, a, scope, scopes, kept, log)
+		if ctx.Err() != nil {
 			return err
+		}
+		switch afterRun(err) {
+		case runStop, runFail:
+			return err
+		case runAgain:
+			retry.ran()
+			if errors.Is(err, errBrokerReset) {
+				// The broker lost this member's Lease, with its data: the watches of a broker whose etcd was wiped
+				// resume from resource versions it no longer has and may never deliver again, so the caches start
+				// afresh. The new run starts untrusting the broker's view, which keeps every import until the
+				// members have republished; a broker back from a reset that does not serve the mcs-api CRDs yet
+				// fails the new run's start, which is retried.
+				log.Info("the broker lost its data: restarting with fresh caches")
+			}
+			// A scope change loses nothing: the imports stay as they are while the next run's caches fill.
+		case runRetry:
+			retry.failed(err)
 		}
 	}
 }
+
+// brokerStepTimeout bounds each request of a run's start to the broker: a broker that accepts connections but
+// does not answer must not stall the retries.
+const brokerStepTimeout = 10 * time.Second
 
 // apis are the mcs-api versions the member and the broker serve, and the schemes that encode them.
 type apis struct {
@@ -107,24 +128,37 @@ type apis struct {
 	local, broker     *runtime.Scheme
 }
 
-// detectAPIs asks the member and the broker which mcs-api version each serves.
-func detectAPIs(local, broker *rest.Config) (apis, error) {
-	var a apis
-	var err error
-	if a.localGV, a.local, err = detectAPI(local); err != nil {
-		return a, fmt.Errorf("controller: local cluster: %w", err)
+// detectBroker asks the broker which mcs-api version it serves, into a, and returns an uncached client of it. A
+// failed request is marked errBrokerUnavailable; a configuration no client can be made of is not.
+func detectBroker(cfg *rest.Config, a *apis) (client.Client, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Timeout = brokerStepTimeout
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
 	}
-	if a.brokerGV, a.broker, err = detectAPI(broker); err != nil {
-		return a, fmt.Errorf("controller: broker: %w", err)
+	gv, scheme, err := detect(dc)
+	if err != nil {
+		return nil, unavailable(err)
 	}
-	return a, nil
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	a.brokerGV, a.broker = gv, scheme
+	return direct, nil
 }
 
+// detectAPI asks the cluster cfg reaches which mcs-api version it serves.
 func detectAPI(cfg *rest.Config) (schema.GroupVersion, *runtime.Scheme, error) {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return schema.GroupVersion{}, nil, err
 	}
+	return detect(dc)
+}
+
+func detect(dc discovery.DiscoveryInterface) (schema.GroupVersion, *runtime.Scheme, error) {
 	gv, err := mcsversion.Detect(dc)
 	if err != nil {
 		return gv, nil, err
@@ -152,12 +186,55 @@ func resolveID(ctx context.Context, opts Options) (id, clusterSet string, err er
 // errBrokerReset ends a run of the manager when the broker lost this member's Lease.
 var errBrokerReset = errors.New("the broker lost this member's Lease")
 
-// runManager runs the controller's manager until ctx ends or the broker is found reset.
-func runManager(ctx context.Context, opts Options, id string, a apis, scopes *scopeReader, log logr.Logger) error {
-	scope, err := scopes.read(ctx)
-	if err != nil {
-		return fmt.Errorf("controller: broker: %w", err)
+// decisions are what this process decides about the members, kept from one run of the manager to the next: a run
+// ends at every join or leave anywhere in the clusterset, and its caches with it, but whether a member is alive,
+// whether its endpoints answer from here, and whether another cluster claims this member's id are about the
+// members, not about a view of them. Started afresh, a run would import a member cut off from here ready again
+// until two probe rounds fail, revive for a grace a dead member whose clock runs ahead, and hold back every
+// deletion until its second renewal. Trust in the broker's view stays per run: it is about the view.
+type decisions struct {
+	liveness  *broker.Liveness
+	reach     *reach.Tracker // nil without the data-plane probe
+	duplicate *duplicateID
+	// renewer is this process's holder of the Lease: its last write tells the next run's first renewal whether
+	// another holder renewed since, as within a run.
+	renewer *broker.Renewer
+}
+
+func newDecisions(id string, opts Options) *decisions {
+	d := &decisions{
+		liveness:  broker.NewLiveness(id, opts.LeaseGrace),
+		duplicate: &duplicateID{id: id, grace: opts.LeaseGrace},
+		renewer:   &broker.Renewer{ClusterID: id, Holder: holderIdentity(id)},
 	}
+	if opts.DataPlaneProbe {
+		d.reach = reach.New(probeDown, probeUp)
+		d.renewer.Unreachable = func() []string {
+			var ids []string
+			for member, state := range d.reach.States() {
+				if state == reach.Unreachable {
+					ids = append(ids, member)
+				}
+			}
+			slices.Sort(ids)
+			return ids
+		}
+	}
+	if opts.BrokerCredentials != nil {
+		d.renewer.Credential = opts.BrokerCredentials.ID
+	}
+	return d
+}
+
+// newRun readies the decisions for a run with a new broker cache: liveness decisions wait for its first look at
+// the Leases, which may show members the last cache did not.
+func (d *decisions) newRun() { d.liveness.Reobserve() }
+
+// runManager runs the controller's manager on the broker scope until ctx ends, the scope changes or the broker is
+// found reset.
+func runManager(ctx context.Context, opts Options, id string, a apis, scope brokerScope, scopes *scopeReader, kept *decisions,
+	log logr.Logger) error {
+	kept.newRun()
 	mgr, brokerCluster, brokerDirect, err := newClusters(ctx, opts, a, scope, log)
 	if err != nil {
 		return err
@@ -171,16 +248,19 @@ func runManager(ctx context.Context, opts Options, id string, a apis, scopes *sc
 		local:        mgr.GetClient(),
 		broker:       brokerCluster.GetClient(),
 		denied:       opts.DeniedExportNamespaces,
+		deniedImport: opts.DeniedImportNamespaces,
 		clusterLocal: opts.ClusterLocalServices,
 		localHost:    opts.Local.Host,
 		brokerHost:   opts.Broker.Host,
 		trust:        broker.NewTrust(opts.LeaseGrace),
 		brokerDirect: brokerDirect,
-		duplicate:    &duplicateID{id: id, grace: opts.LeaseGrace},
+		duplicate:    kept.duplicate,
 		withdrawals:  newHold(withdrawalHold),
 		readyWaits:   newHold(readyHold),
 		races:        workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay),
-		liveness:     broker.NewLiveness(id, opts.LeaseGrace),
+		liveness:     kept.liveness,
+		reach:        kept.reach,
+		staleAfter:   opts.LeaseGrace + opts.StaleLimit,
 		events:       mgr.GetEventRecorder(names.ManagedBy),
 		log:          log,
 	}
@@ -188,30 +268,15 @@ func runManager(ctx context.Context, opts Options, id string, a apis, scopes *sc
 		r.dns = newDNSProbe(opts.DNSAddress)
 	}
 	enqueue := newTriggers(r.local, r.broker)
-	if opts.DataPlaneProbe {
-		r.reach = reach.New(probeDown, probeUp)
-		if err := mgr.Add(newDataPlaneProbe(id, brokerCluster.GetCache(), r.reach, enqueue, log)); err != nil {
+	if r.reach != nil {
+		if err := mgr.Add(newDataPlaneProbe(id, brokerCluster.GetCache(), r.reach, r.liveness, r.staleAfter, enqueue, log)); err != nil {
 			return err
 		}
 	}
 	if err := r.setup(mgr, brokerCluster, enqueue, opts.Workers); err != nil {
 		return err
 	}
-	renewer := &broker.Renewer{ClusterID: id, Holder: holderIdentity(id)}
-	if r.reach != nil {
-		renewer.Unreachable = func() []string {
-			var ids []string
-			for member, state := range r.reach.States() {
-				if state == reach.Unreachable {
-					ids = append(ids, member)
-				}
-			}
-			slices.Sort(ids)
-			return ids
-		}
-	}
 	if opts.BrokerCredentials != nil {
-		renewer.Credential = opts.BrokerCredentials.ID
 		if err := mgr.AddReadyzCheck("broker-credentials", opts.BrokerCredentials.Check); err != nil {
 			return err
 		}
@@ -222,7 +287,7 @@ func runManager(ctx context.Context, opts Options, id string, a apis, scopes *sc
 	}
 	hb := &heartbeat{id: id, grace: opts.LeaseGrace, client: brokerDirect, cache: brokerCluster.GetCache(),
 		liveness: r.liveness, trust: r.trust, local: r.local, enqueue: enqueue, events: &memberEvents{rec: r.events, liveness: r.liveness}, log: log,
-		renewer: renewer, duplicate: r.duplicate}
+		renewer: kept.renewer, duplicate: r.duplicate}
 	if err := mgr.Add(manager.RunnableFunc(hb.run)); err != nil {
 		return err
 	}
@@ -233,15 +298,36 @@ func runManager(ctx context.Context, opts Options, id string, a apis, scopes *sc
 	if err := mgr.AddReadyzCheck("broker", hb.ready); err != nil {
 		return err
 	}
-	log.Info("starting", "leaseGrace", opts.LeaseGrace, "deniedExportNamespaces", opts.DeniedExportNamespaces, "brokerNamespace", names.BrokerNamespace(id), "brokerScope", scope.String(),
+	log.Info("starting", "leaseGrace", opts.LeaseGrace, "deniedExportNamespaces", opts.DeniedExportNamespaces,
+		"deniedImportNamespaces", opts.DeniedImportNamespaces, "brokerNamespace", names.BrokerNamespace(id), "brokerScope", scope.String(),
 		"localAPI", a.localGV, "brokerAPI", a.brokerGV, "clusterLocalServices", opts.ClusterLocalServices, "dnsAddress", opts.DNSAddress)
 	return mgr.Start(ctx)
 }
 
 // newClusters builds the clients of one run of the manager, none started: the member's manager, the broker's
 // cluster, whose cache the manager starts and which sees only the objects of broker.Selector, and an uncached
-// broker client. Both caches carry the indexes that the reconciler looks objects up by.
+// broker client. Both caches carry the indexes that the reconciler looks objects up by. The broker's come first:
+// a run whose start fails for want of the broker is retried, and the manager binds the health probe address as
+// it is made, which the wait for the broker serves meanwhile.
 func newClusters(ctx context.Context, opts Options, a apis, scope brokerScope, log logr.Logger) (manager.Manager, cluster.Cluster, client.Client, error) {
+	brokerCluster, err := cluster.New(opts.Broker, func(o *cluster.Options) {
+		o.Scheme = a.broker
+		o.Logger = log.WithName("broker")
+		o.Cache = scope.cacheOptions()
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("controller: broker: %w", err)
+	}
+	brokerDirect, err := client.New(opts.Broker, client.Options{Scheme: a.broker})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("controller: broker: %w", err)
+	}
+	for _, obj := range []client.Object{&mcsv1beta1.ServiceImport{}, &discoveryv1.EndpointSlice{}} {
+		// Indexing looks the kind up on the broker, which may be away, or back from a reset without the CRDs.
+		if err := brokerCluster.GetFieldIndexer().IndexField(ctx, obj, serviceIndex, indexByService); err != nil {
+			return nil, nil, nil, fmt.Errorf("controller: indexing broker objects: %w", unavailable(err))
+		}
+	}
 	mgr, err := ctrl.NewManager(opts.Local, manager.Options{
 		Scheme:                  a.local,
 		Logger:                  log,
@@ -257,28 +343,11 @@ func newClusters(ctx context.Context, opts Options, a apis, scope brokerScope, l
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("controller: local manager: %w", err)
 	}
-	brokerCluster, err := cluster.New(opts.Broker, func(o *cluster.Options) {
-		o.Scheme = a.broker
-		o.Logger = log.WithName("broker")
-		o.Cache = scope.cacheOptions()
-	})
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("controller: broker: %w", err)
-	}
-	brokerDirect, err := client.New(opts.Broker, client.Options{Scheme: a.broker})
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("controller: broker: %w", err)
-	}
 	if err := mgr.Add(brokerCluster); err != nil {
 		return nil, nil, nil, err
 	}
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &discoveryv1.EndpointSlice{}, localSliceIndex, indexLocalSlice); err != nil {
 		return nil, nil, nil, fmt.Errorf("controller: indexing local slices: %w", err)
-	}
-	for _, obj := range []client.Object{&mcsv1beta1.ServiceImport{}, &discoveryv1.EndpointSlice{}} {
-		if err := brokerCluster.GetFieldIndexer().IndexField(ctx, obj, serviceIndex, indexByService); err != nil {
-			return nil, nil, nil, fmt.Errorf("controller: indexing broker objects: %w", err)
-		}
 	}
 	return mgr, brokerCluster, brokerDirect, nil
 }

@@ -103,6 +103,12 @@ const (
 	readyRetry      = 50 * time.Millisecond
 	readyRecheck    = time.Second
 	maxReadyRecheck = 30 * time.Second
+	// missingSlicesWait is how long an import waits for the EndpointSlices its exporters' records count before
+	// its status stops saying Pending. An exporter writes a record's slices in the reconcile that writes the
+	// record, and retries a failed write within maxRetryDelay, as long as the default lease grace: slices missing
+	// for longer are not on their way. This member refused them (admit), or the record counts wrong, by mistake
+	// or malice, and one exporter must not keep everyone's import Pending.
+	missingSlicesWait = maxRetryDelay
 )
 
 // ready returns the Ready condition to write on the stored import si, given the desired import want and its
@@ -110,8 +116,9 @@ const (
 // imported yet (see imports.Missing), and then, with a DNS server to ask, until the server answers the import (a
 // headless import, until it has a ready endpoint to answer):
 // no condition is returned (nothing to write) while the hold lasts, then Pending saying what is awaited,
-// rechecked until it comes. An import already Ready at its generation is not asked about again: later endpoint
-// changes do not make it unready, as they do not for the slices. The DNS server is never asked here: r.dns asks
+// rechecked until it comes; slices still missing after missingSlicesWait turn it False/EndpointSlicesMissing
+// instead, naming the exporters, rechecked alike (they may come yet). An import already Ready at its generation is
+// not asked about again: later endpoint changes do not make it unready, as they do not for the slices. The DNS server is never asked here: r.dns asks
 // it beside the workers, and brings the import back when its answer changes.
 func (r *reconciler) ready(si, want *mcsv1beta1.ServiceImport, exported []corev1.IPFamily,
 	slices []discoveryv1.EndpointSlice, missing string) (*metav1.Condition, time.Duration) {
@@ -157,7 +164,13 @@ func (r *reconciler) ready(si, want *mcsv1beta1.ServiceImport, exported []corev1
 		}
 		return nil, min(wait, readyRetry)
 	}
+	waited := r.readyWaits.elapsed(key, time.Now())
 	c.Status, c.Reason, c.Message = metav1.ConditionFalse, string(mcsv1beta1.ServiceImportReasonPending), waiting
+	if missing != "" && waited >= missingSlicesWait {
+		c.Reason = imports.ReasonEndpointSlicesMissing
+		c.Message = fmt.Sprintf("Waited %v for %s: their records count slices that did not come, which this member "+
+			"refused (mcs_controller_refused_total) or the exporters did not write.", missingSlicesWait, missing)
+	}
 	// Rechecks grow with the wait, half of it each time: a few seconds at first, then every 30 s at most.
-	return &c, min(max(readyRecheck, r.readyWaits.elapsed(key, time.Now())/2), maxReadyRecheck)
+	return &c, min(max(readyRecheck, waited/2), maxReadyRecheck)
 }

@@ -7,14 +7,17 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/controller/export"
+	"vksfleet.dev/fleet/controller/imports"
 	"vksfleet.dev/fleet/controller/merge"
 )
 
@@ -85,6 +88,45 @@ func TestExportStatus(t *testing.T) {
 		ready := meta.FindStatusCondition(got.Status.Conditions, string(mcsv1beta1.ServiceExportConditionReady))
 		if ready == nil || !strings.Contains(ready.Message, c.readyMsg) || ready.ObservedGeneration != se.Generation {
 			t.Errorf("%s: Ready = %+v, want generation %d and a message with %q", c.name, ready, se.Generation, c.readyMsg)
+		}
+	}
+}
+
+// TestReadyMissingSlices: an import waits for the slices its exporters' records count, Pending, but not forever:
+// past missingSlicesWait it says which exporter's slices did not come, and it turns Ready once they do.
+func TestReadyMissingSlices(t *testing.T) {
+	key := types.NamespacedName{Namespace: "ns", Name: "web"}
+	want := &mcsv1beta1.ServiceImport{ObjectMeta: objMeta("ns", "web"), Spec: mcsv1beta1.ServiceImportSpec{
+		Type: mcsv1beta1.ClusterSetIP, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}, IPs: []string{"10.0.0.1"}}}
+	const missing = "the endpoints of b (0 of 2 EndpointSlices)"
+	cases := []struct {
+		name    string
+		waited  time.Duration
+		missing string
+		reason  string
+		msg     string // in the condition's message
+	}{
+		{"within the hold: nothing written", readyHold / 2, missing, "", ""},
+		{"after the hold", readyHold, missing, string(mcsv1beta1.ServiceImportReasonPending), "Waiting for " + missing + "."},
+		{"just before the wait ends", missingSlicesWait - time.Second, missing, string(mcsv1beta1.ServiceImportReasonPending), missing},
+		{"after the wait", missingSlicesWait, missing, imports.ReasonEndpointSlicesMissing, fmt.Sprintf("Waited %v for %s:", missingSlicesWait, missing)},
+		{"long after the wait", 10 * time.Hour, missing, imports.ReasonEndpointSlicesMissing, missing},
+		{"the slices came after the wait", 10 * time.Hour, "", string(mcsv1beta1.ServiceImportReasonReady), "programmed"},
+	}
+	for _, c := range cases {
+		r := testReconciler(nil, nil)
+		r.readyWaits.since[key] = time.Now().Add(-c.waited)
+		si := &mcsv1beta1.ServiceImport{ObjectMeta: objMeta("ns", "web")}
+		si.Generation = 2
+		got, requeue := r.ready(si, want, want.Spec.IPFamilies, nil, c.missing)
+		switch {
+		case c.reason == "" && (got != nil || requeue <= 0):
+			t.Errorf("%s: condition %+v, requeue %v; want none, and a requeue", c.name, got, requeue)
+		case c.reason != "" && (got == nil || got.Reason != c.reason || !strings.Contains(got.Message, c.msg) ||
+			(got.Status == metav1.ConditionTrue) != (c.reason == string(mcsv1beta1.ServiceImportReasonReady))):
+			t.Errorf("%s: condition %+v, want reason %s with a message containing %q", c.name, got, c.reason, c.msg)
+		case c.missing != "" && c.reason != "" && (requeue < readyRecheck || requeue > maxReadyRecheck):
+			t.Errorf("%s: requeue %v, want a recheck within [%v, %v]: the slices may come yet", c.name, requeue, readyRecheck, maxReadyRecheck)
 		}
 	}
 }

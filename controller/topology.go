@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -50,7 +51,8 @@ func (r *reconciler) topology(ctx context.Context) (locality.Topology, error) {
 }
 
 // zoneChanged passes the node events that can move this member's zones: nodes coming and going or changing
-// zone. Node status updates, which are most events, pass none.
+// zone. Node status updates, which are most events, pass none; of the others, mapTopology acts only on those that
+// did move them.
 var zoneChanged = predicate.Funcs{
 	CreateFunc: func(event.CreateEvent) bool { return true },
 	DeleteFunc: func(event.DeleteEvent) bool { return true },
@@ -63,9 +65,36 @@ var zoneChanged = predicate.Funcs{
 // regionChanged passes the events of the region ClusterProperty.
 var regionChanged = predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == aboutv1alpha1.RegionName })
 
-// mapTopology maps a topology change to every service this member imports or exports: imports are re-hinted,
-// and exports republish the region.
+// topologySeen is the topology that the last node or region event found. Most node events that pass zoneChanged
+// (an autoscaler adding or removing a node, a spot node reclaimed) leave this member's zones and region as they
+// were, and each would otherwise bring every service back, each of which reads every node again.
+type topologySeen struct {
+	mu  sync.Mutex
+	top *locality.Topology
+}
+
+// changed records top and says whether its region or zones differ from the last recorded (always, the first
+// time). Two events racing may record an older topology last: the next event then enqueues once more, and no
+// change is missed, as every event reads the cache after its change.
+func (s *topologySeen) changed(top locality.Topology) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.top != nil && s.top.Region == top.Region && slices.Equal(s.top.Zones, top.Zones) {
+		return false
+	}
+	s.top = &top
+	return true
+}
+
+// mapTopology maps a change of this member's topology to every service this member imports or exports: imports
+// are re-hinted, and exports republish the region. An event that changed neither the zones nor the region maps
+// to none.
 func (r *reconciler) mapTopology(ctx context.Context, _ client.Object) []reconcile.Request {
+	if top, err := r.topology(ctx); err != nil {
+		r.log.Error(err, "reading this member's topology after a node or region event: reconciling every service")
+	} else if !r.topologySeen.changed(top) {
+		return nil
+	}
 	seen := map[reconcile.Request]bool{}
 	var reqs []reconcile.Request
 	add := func(ns, name string) {

@@ -8,8 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -71,6 +69,8 @@ func parseFlags(args []string, out io.Writer) (flags, error) {
 		"host:port of this cluster's DNS server for clusterset.local; a ServiceImport is Ready only once it answers the import. Empty: Ready does not wait for DNS")
 	fs.BoolVar(&f.opts.DataPlaneProbe, "probe-data-plane", false,
 		"probe from this pod whether each other member's endpoints answer, and stop using those that do not within about a second; keep a member's endpoints, marked Stale, when only its Lease lapsed. Needs the controller on the pod network")
+	fs.DurationVar(&f.opts.StaleLimit, "stale-limit", controller.DefaultStaleLimit,
+		"with --probe-data-plane: how long past its Lease grace a member whose control plane is lost keeps its endpoints in use while they answer; after it they are used only while no other exporter has ready endpoints")
 	fs.BoolVar(&f.opts.LeaderElection, "leader-elect", false, "elect one active replica through a Lease in the member cluster")
 	fs.StringVar(&f.opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease; default the pod's namespace")
 	fs.StringVar(&f.opts.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address serving /healthz and /readyz; 0 disables")
@@ -80,16 +80,18 @@ func parseFlags(args []string, out io.Writer) (flags, error) {
 	logsapi.AddGoFlags(f.logging, fs)
 	denied := fs.String("denied-export-namespaces", strings.Join(export.DefaultDeniedNamespaces, ","),
 		"comma-separated namespaces whose ServiceExports are refused (Valid=False, NamespaceNotAllowed); empty refuses none")
+	deniedImport := fs.String("denied-import-namespaces", "",
+		"comma-separated namespaces no other cluster's export is imported into (its records refused, an earlier import deleted); unset: those of --denied-export-namespaces. kube-system, kube-public and kube-node-lease take no import whatever it says")
 	if err := fs.Parse(args); err != nil {
 		return f, err
 	}
-	// Empty but not nil: an empty flag refuses no namespace, where nil would mean the default list.
-	f.opts.DeniedExportNamespaces = []string{}
-	for ns := range strings.SplitSeq(*denied, ",") {
-		if ns = strings.TrimSpace(ns); ns != "" {
-			f.opts.DeniedExportNamespaces = append(f.opts.DeniedExportNamespaces, ns)
+	f.opts.DeniedExportNamespaces = namespaceList(*denied)
+	// Unset, the import side follows the export side (nil); set, even to nothing, it is what it says.
+	fs.Visit(func(set *flag.Flag) {
+		if set.Name == "denied-import-namespaces" {
+			f.opts.DeniedImportNamespaces = namespaceList(*deniedImport)
 		}
-	}
+	})
 	var errs []error
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments: %q", fs.Args()))
@@ -121,6 +123,18 @@ func parseFlags(args []string, out io.Writer) (flags, error) {
 	}
 	errs = append(errs, f.opts.Validate())
 	return f, errors.Join(errs...)
+}
+
+// namespaceList reads a comma-separated list of namespaces. It is empty but not nil for none: an empty flag refuses
+// no namespace, where nil would mean the default list.
+func namespaceList(list string) []string {
+	out := []string{}
+	for ns := range strings.SplitSeq(list, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			out = append(out, ns)
+		}
+	}
+	return out
 }
 
 func main() {
@@ -187,26 +201,11 @@ const filePollInterval = 2 * time.Second
 // /readyz (failing, with the reason) on the health probe address, so that a Deployment applied before its
 // Secret waits, not ready, rather than crash-looping; the manager serves both once the controller starts.
 func waitForCredentials(ctx context.Context, keeper *brokercreds.Keeper, healthAddr string) (*brokercreds.Transport, error) {
-	if healthAddr == "" || healthAddr == "0" {
-		return keeper.First(ctx)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		if err := keeper.Check(r); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprint(w, "ok")
-	})
-	ln, err := net.Listen("tcp", healthAddr)
+	stop, err := controller.ServeProbes(healthAddr, keeper.Check)
 	if err != nil {
-		return nil, fmt.Errorf("--health-probe-bind-address: %w", err)
+		return nil, err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	// Serve returns only once Close below ends it, with http.ErrServerClosed.
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	defer stop()
 	return keeper.First(ctx)
 }
 

@@ -36,6 +36,14 @@ func TestParseFlags(t *testing.T) {
 			return f.opts.DeniedExportNamespaces != nil && len(f.opts.DeniedExportNamespaces) == 0
 		}},
 		{[]string{"--broker-kubeconfig=/b", "--denied-export-namespaces=default,Not_A_Namespace"}, "--denied-export-namespaces", nil},
+		{[]string{"--broker-kubeconfig=/b"}, "", func(f flags) bool { return f.opts.DeniedImportNamespaces == nil }},
+		{[]string{"--broker-kubeconfig=/b", "--denied-import-namespaces= default, shared-tools"}, "", func(f flags) bool {
+			return slices.Equal(f.opts.DeniedImportNamespaces, []string{"default", "shared-tools"})
+		}},
+		{[]string{"--broker-kubeconfig=/b", "--denied-import-namespaces="}, "", func(f flags) bool {
+			return f.opts.DeniedImportNamespaces != nil && len(f.opts.DeniedImportNamespaces) == 0
+		}},
+		{[]string{"--broker-kubeconfig=/b", "--denied-import-namespaces=Not_A_Namespace"}, "--denied-import-namespaces", nil},
 		{[]string{"--broker-secret=mcs-system/broker", "--cluster-id=east.prod", "--lease-grace=5s"}, "", func(f flags) bool {
 			return f.brokerSecret == types.NamespacedName{Namespace: "mcs-system", Name: "broker"} && f.opts.ClusterID == "east.prod" &&
 				f.opts.LeaseGrace == 5*time.Second

@@ -14,10 +14,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/controller/merge"
 	"vksfleet.dev/fleet/mcs/clusterid"
 	"vksfleet.dev/fleet/mcs/names"
 )
@@ -48,7 +50,24 @@ const (
 	ReasonEndpoint      = "InvalidEndpoint"
 	ReasonAddressType   = "InvalidAddressType"
 	ReasonTooManySlices = "TooManySlices"
+	// ReasonServiceName and ReasonNamespaceNotAllowed refuse a record for a service that no member may import: a
+	// name the API server would refuse, or a namespace in the importer's denied list (AlwaysDeniedNamespaces and
+	// the controller's --denied-import-namespaces).
+	ReasonServiceName         = "InvalidServiceName"
+	ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
+	// The reasons of a record field the Service API would refuse (Spec).
+	ReasonType                  = "InvalidServiceType"
+	ReasonIPFamilies            = "InvalidIPFamilies"
+	ReasonSessionAffinity       = "InvalidSessionAffinity"
+	ReasonInternalTrafficPolicy = "InvalidInternalTrafficPolicy"
+	ReasonTrafficDistribution   = "InvalidTrafficDistribution"
+	// ReasonRegion drops a record's region that is no label value (Region).
+	ReasonRegion = "InvalidRegion"
 )
+
+// AlwaysDeniedNamespaces are the namespaces no import lands in, whatever the operator configures: every cluster has
+// them, they hold the control plane's own Services, and an import there would let any member answer for them.
+var AlwaysDeniedNamespaces = []string{"kube-system", "kube-public", "kube-node-lease"}
 
 // Problem is one refused value, with the reason and what was wrong.
 type Problem struct {
@@ -155,6 +174,126 @@ func Ports(ports []mcsv1beta1.ServicePort) *Problem {
 			return bad("port %q (%s/%d) is listed twice", p.Name, pp.proto, p.Port)
 		}
 		seenNames[p.Name], seenPorts[pp] = true, true
+	}
+	return nil
+}
+
+// Record checks the export record another cluster published for the service key, once broker.ParseRecord has
+// read it and its cluster id and namespace are checked. A record is refused whole (ok false) for a service no
+// member may import here (Service, with denied the importer's configured namespaces) or for a spec the Service
+// API would refuse (Spec): merged in, a single bad field would be every member's derived Service, refused by its
+// API server or deleted. A region that is no label value and exported labels and annotations that could not
+// travel are left out (Region, Metadata), with a problem each; the rest of the export still counts.
+func Record(key types.NamespacedName, e merge.Export, denied []string) (merge.Export, []Problem, bool) {
+	if p := Service(key, denied); p != nil {
+		return e, []Problem{*p}, false
+	}
+	if p := Spec(e.Spec); p != nil {
+		return e, []Problem{*p}, false
+	}
+	var problems []Problem
+	if p := Region(e.Region); p != nil {
+		problems = append(problems, *p)
+		e.Region = ""
+	}
+	var dropped []Problem
+	e.Labels, e.Annotations, dropped = Metadata(e.Labels, e.Annotations)
+	return e, append(problems, dropped...), true
+}
+
+// Service checks the service a broker object names (broker.ServiceOf reads it from label values, which allow
+// upper case, "_" and "."): its name must be what the API server accepts as a Service's (a DNS-1035 label) and
+// its namespace a namespace's (a DNS-1123 label), else every member would retry a create it refuses, forever.
+// Imports never land in AlwaysDeniedNamespaces, nor in denied.
+func Service(key types.NamespacedName, denied []string) *Problem {
+	if msgs := validation.IsDNS1123Label(key.Namespace); len(msgs) > 0 {
+		return &Problem{ReasonServiceName, fmt.Sprintf("namespace %q: %s", key.Namespace, strings.Join(msgs, "; "))}
+	}
+	if msgs := validation.IsDNS1035Label(key.Name); len(msgs) > 0 {
+		return &Problem{ReasonServiceName, fmt.Sprintf("service name %q: %s", key.Name, strings.Join(msgs, "; "))}
+	}
+	if slices.Contains(AlwaysDeniedNamespaces, key.Namespace) || slices.Contains(denied, key.Namespace) {
+		return &Problem{ReasonNamespaceNotAllowed, fmt.Sprintf(
+			"namespace %s takes no imports (kube-system, kube-public, kube-node-lease and --denied-import-namespaces)", key.Namespace)}
+	}
+	return nil
+}
+
+// serviceTypes, sessionAffinities, internalTrafficPolicies and trafficDistributions are the values the
+// ServiceImport and Service APIs accept. trafficDistribution's are k8s.io/api core/v1's (PreferSameZone and
+// PreferSameNode need the PreferSameTrafficDistribution gate, on by default since Kubernetes 1.34): only the
+// ServiceImport, a CRD, carries it, never the derived Service, so that no member's API server refuses an import
+// for a value its release does not know.
+var (
+	serviceTypes            = []mcsv1beta1.ServiceImportType{mcsv1beta1.ClusterSetIP, mcsv1beta1.Headless}
+	sessionAffinities       = []corev1.ServiceAffinity{"", corev1.ServiceAffinityNone, corev1.ServiceAffinityClientIP}
+	internalTrafficPolicies = []corev1.ServiceInternalTrafficPolicy{corev1.ServiceInternalTrafficPolicyCluster, corev1.ServiceInternalTrafficPolicyLocal}
+	trafficDistributions    = []string{corev1.ServiceTrafficDistributionPreferClose, corev1.ServiceTrafficDistributionPreferSameZone,
+		corev1.ServiceTrafficDistributionPreferSameNode}
+)
+
+// maxClientIPTimeout is core/v1 validation's bound on sessionAffinityConfig.clientIP.timeoutSeconds (a day).
+const maxClientIPTimeout = 86400
+
+// Spec checks an export record's spec against the rules the ServiceImport CRD and the Service API apply to the
+// same fields: the type (ClusterSetIP or Headless), the ports (Ports), at most two distinct IP families, each IPv4
+// or IPv6 (none is allowed: the field is optional), a session affinity of None or ClientIP (or unset) whose
+// config, only with ClientIP, has a timeout of 1 to 86400 s when set, and an internal traffic policy and traffic
+// distribution among those Kubernetes accepts, when set. An honest exporter's record always passes: its fields
+// come from a Service its own API server accepted.
+func Spec(s mcsv1beta1.ServiceImportSpec) *Problem {
+	if !slices.Contains(serviceTypes, s.Type) {
+		return &Problem{ReasonType, fmt.Sprintf("type %q is neither %s nor %s", s.Type, mcsv1beta1.ClusterSetIP, mcsv1beta1.Headless)}
+	}
+	if p := Ports(s.Ports); p != nil {
+		return p
+	}
+	if len(s.IPFamilies) > 2 {
+		return &Problem{ReasonIPFamilies, fmt.Sprintf("%d IP families, more than 2", len(s.IPFamilies))}
+	}
+	for i, f := range s.IPFamilies {
+		switch {
+		case f != corev1.IPv4Protocol && f != corev1.IPv6Protocol:
+			return &Problem{ReasonIPFamilies, fmt.Sprintf("IP family %q is neither %s nor %s", f, corev1.IPv4Protocol, corev1.IPv6Protocol)}
+		case slices.Contains(s.IPFamilies[:i], f):
+			return &Problem{ReasonIPFamilies, fmt.Sprintf("IP family %s is listed twice", f)}
+		}
+	}
+	if p := sessionAffinity(s.SessionAffinity, s.SessionAffinityConfig); p != nil {
+		return p
+	}
+	if p := s.InternalTrafficPolicy; p != nil && !slices.Contains(internalTrafficPolicies, *p) {
+		return &Problem{ReasonInternalTrafficPolicy, fmt.Sprintf("internal traffic policy %q is neither %s nor %s",
+			*p, corev1.ServiceInternalTrafficPolicyCluster, corev1.ServiceInternalTrafficPolicyLocal)}
+	}
+	if d := s.TrafficDistribution; d != nil && !slices.Contains(trafficDistributions, *d) {
+		return &Problem{ReasonTrafficDistribution, fmt.Sprintf("traffic distribution %q is none of %s", *d, strings.Join(trafficDistributions, ", "))}
+	}
+	return nil
+}
+
+// sessionAffinity checks a session affinity and its config as core/v1 validation does, but that a ClientIP
+// affinity may come without a config or timeout: the derived Service then gets the API server's default.
+func sessionAffinity(a corev1.ServiceAffinity, c *corev1.SessionAffinityConfig) *Problem {
+	switch {
+	case !slices.Contains(sessionAffinities, a):
+		return &Problem{ReasonSessionAffinity, fmt.Sprintf("session affinity %q is neither %s nor %s", a, corev1.ServiceAffinityNone, corev1.ServiceAffinityClientIP)}
+	case c != nil && a != corev1.ServiceAffinityClientIP:
+		return &Problem{ReasonSessionAffinity, fmt.Sprintf("a session affinity config comes with session affinity %q, not %s", a, corev1.ServiceAffinityClientIP)}
+	case c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil &&
+		(*c.ClientIP.TimeoutSeconds < 1 || *c.ClientIP.TimeoutSeconds > maxClientIPTimeout):
+		return &Problem{ReasonSessionAffinity, fmt.Sprintf("session affinity timeout %d s is not within 1 to %d s", *c.ClientIP.TimeoutSeconds, maxClientIPTimeout)}
+	}
+	return nil
+}
+
+// Region checks the region an export record claims for its cluster ("" for unknown), which importers compare with
+// their own (the ClusterProperty region.topology.k8s.io) to rank endpoints: it must be a label value, as a
+// node's topology.kubernetes.io/region is. The exporter writes it itself, since nothing records a member's
+// region at join; a valid one is taken as written.
+func Region(region string) *Problem {
+	if msgs := validation.IsValidLabelValue(region); len(msgs) > 0 {
+		return &Problem{ReasonRegion, fmt.Sprintf("region %q is left out: %s", region, strings.Join(msgs, "; "))}
 	}
 	return nil
 }

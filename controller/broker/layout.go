@@ -3,8 +3,8 @@
 // records, and writes in it:
 //   - per exported service, an export record: a ServiceImport named names.RecordName whose spec is the export
 //     (type, ports, IP families, session affinity, traffic policies) and whose annotations carry the ServiceExport
-//     creationTimestamp, the exported labels and annotations (JSON), the full cluster id, the cluster's region
-//     and whether the export drains;
+//     creationTimestamp (which the record's own bounds, see Precedence), the exported labels and annotations
+//     (JSON), the full cluster id, the cluster's region and whether the export drains;
 //   - the service's endpoints as EndpointSlices (names.BrokerSliceName, at most 100 endpoints each);
 //   - a Lease named names.LeaseName, renewed while the member's controller runs.
 //
@@ -93,7 +93,34 @@ func Record(svc types.NamespacedName, e merge.Export) (*mcsv1beta1.ServiceImport
 	}, nil
 }
 
-// ParseRecord reads an export back from its broker object.
+// PrecedenceAllowance is how much older than its broker record an export may rank (Precedence). It covers the
+// whole seconds both times are kept in, the delay of a publish that waits in a busy controller's queue or for its
+// client rate limit, and the usual skew between the member's clock and the broker's; it is all a member can gain
+// by claiming an older export than it has.
+const PrecedenceAllowance = 5 * time.Second
+
+// Precedence is the time an export ranks by in the merge (merge.Export.Created, oldest first): its ServiceExport's
+// creationTimestamp, exported, as the member claims it, but no earlier than PrecedenceAllowance before the broker
+// record's creationTimestamp, recorded, which the broker's API server sets and no member can write. A member that
+// claims 1970 or 0001-01-01 so ranks as if it had exported PrecedenceAllowance before it created its record, and
+// loses, whatever it claims, to every record created earlier than that. The cost is an honest export older than its record: one published
+// late (its controller was down or the broker unreachable when the ServiceExport appeared), by a member that
+// joins with existing ServiceExports, or published again on a broker that lost its records, ranks by its record,
+// as if exported then. That changes only which of several disagreeing exports wins (and every exporter shows
+// that Conflict); it withdraws nothing, and a member that joins late no longer takes over the services others
+// already export. A zero recorded time (an object no API server stored) bounds nothing.
+func Precedence(exported, recorded time.Time) time.Time {
+	if recorded.IsZero() {
+		return exported
+	}
+	if floor := recorded.Add(-PrecedenceAllowance); exported.Before(floor) {
+		return floor
+	}
+	return exported
+}
+
+// ParseRecord reads an export back from its broker object. Its Created is the export's Precedence: the
+// export-created annotation bounded by the record's creationTimestamp.
 func ParseRecord(si *mcsv1beta1.ServiceImport) (merge.Export, error) {
 	ann := si.GetAnnotations()
 	e := merge.Export{
@@ -107,7 +134,7 @@ func ParseRecord(si *mcsv1beta1.ServiceImport) (merge.Export, error) {
 	if err != nil {
 		return e, fmt.Errorf("broker record %s/%s: bad %s: %w", si.Namespace, si.Name, names.AnnotationExportCreated, err)
 	}
-	e.Created = created
+	e.Created = Precedence(created, si.CreationTimestamp.Time)
 	e.Slices = -1
 	if v, ok := ann[names.AnnotationSlices]; ok {
 		if e.Slices, err = strconv.Atoi(v); err != nil || e.Slices < 0 {

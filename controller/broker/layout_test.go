@@ -81,6 +81,75 @@ func TestParseRecordErrors(t *testing.T) {
 	}
 }
 
+// TestPrecedence: an export ranks by the time its member claims, but never earlier than PrecedenceAllowance before
+// its broker record was created, a time the broker sets.
+func TestPrecedence(t *testing.T) {
+	recorded := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
+	cases := []struct {
+		name               string
+		exported, recorded time.Time
+		want               time.Time
+	}{
+		{"published at once", recorded, recorded, recorded},
+		{"published within the allowance", recorded.Add(-3 * time.Second), recorded, recorded.Add(-3 * time.Second)},
+		{"claimed before the record", recorded.Add(-time.Hour), recorded, recorded.Add(-PrecedenceAllowance)},
+		{"claimed 1970", time.Unix(0, 0), recorded, recorded.Add(-PrecedenceAllowance)},
+		{"claimed year 1", time.Time{}, recorded, recorded.Add(-PrecedenceAllowance)},
+		{"claimed after the record", recorded.Add(time.Minute), recorded, recorded.Add(time.Minute)},
+		{"no recorded time", time.Unix(0, 0), time.Time{}, time.Unix(0, 0)},
+	}
+	for _, c := range cases {
+		if got := Precedence(c.exported, c.recorded); !got.Equal(c.want) {
+			t.Errorf("%s: Precedence(%s, %s) = %s, want %s", c.name, c.exported, c.recorded, got, c.want)
+		}
+	}
+}
+
+// TestForgedAgeLoses: a record that claims an export older than everyone's, created on the broker after an honest
+// record, loses the merge to it; an honest export published late, and one published again on a broker that lost
+// its records, rank by their records.
+func TestForgedAgeLoses(t *testing.T) {
+	svc := types.NamespacedName{Namespace: "ns", Name: "web"}
+	honestAt := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
+	spec := func(typ mcsv1beta1.ServiceImportType) mcsv1beta1.ServiceImportSpec {
+		return mcsv1beta1.ServiceImportSpec{Type: typ, Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}
+	}
+	// record is what the broker stores of cluster's export, claimed to be of exported, created at recorded.
+	record := func(cluster string, exported, recorded time.Time, typ mcsv1beta1.ServiceImportType) merge.Export {
+		rec, err := Record(svc, merge.Export{Cluster: cluster, Created: exported, Spec: spec(typ), Slices: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.CreationTimestamp = metav1.NewTime(recorded)
+		e, err := ParseRecord(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	cases := []struct {
+		name   string
+		others []merge.Export
+		want   mcsv1beta1.ServiceImportType
+	}{
+		{"a forged 1970 record a minute after the honest one", []merge.Export{
+			record("0-forger", time.Unix(0, 0), honestAt.Add(time.Minute), mcsv1beta1.Headless)}, mcsv1beta1.ClusterSetIP},
+		{"a forged year-1 record just past the allowance", []merge.Export{
+			record("0-forger", time.Time{}, honestAt.Add(PrecedenceAllowance+time.Second), mcsv1beta1.Headless)}, mcsv1beta1.ClusterSetIP},
+		{"an older honest export still wins", []merge.Export{
+			record("c", honestAt.Add(-time.Hour), honestAt.Add(-time.Hour), mcsv1beta1.Headless)}, mcsv1beta1.Headless},
+		// Its ServiceExport is a day old, but its record came after the honest one: it ranks by its record.
+		{"an old export published late, or again on a broker that lost its records", []merge.Export{
+			record("c", honestAt.Add(-24*time.Hour), honestAt.Add(time.Hour), mcsv1beta1.Headless)}, mcsv1beta1.ClusterSetIP},
+	}
+	for _, c := range cases {
+		honest := record("b", honestAt, honestAt, mcsv1beta1.ClusterSetIP)
+		if got := merge.Merge(append(c.others, honest)).Spec.Type; got != c.want {
+			t.Errorf("%s: the merge takes type %s, want %s", c.name, got, c.want)
+		}
+	}
+}
+
 // TestSliceKeepsTriggerTime: a broker slice carries its source slice's change time, and no other annotation.
 func TestSliceKeepsTriggerTime(t *testing.T) {
 	src := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "web-abc", Annotations: map[string]string{

@@ -130,14 +130,19 @@ func UnreachableFrom(lease *coordinationv1.Lease) []string {
 }
 
 // Liveness decides which members are alive: those whose Lease this observer saw renewed within the grace, on
-// its own clock, as the node lifecycle controller judges kubelets. The renewer's clock is read once, at the first
-// look at a Lease (clamped to the observer's now); after that only a change of the renew time counts, and when it
-// was seen, so that no clock skew withdraws a live member or keeps a dead one. While this member cannot renew its
-// own Lease the broker is unreachable and what it shows is stale, so decisions are frozen rather than withdrawing
-// everyone's endpoints, and every member gets a fresh grace when the broker is back.
+// its own clock, as the node lifecycle controller judges kubelets. Each member is judged by its own grace, the
+// leaseDurationSeconds its controller writes (memberlease.GraceOf), since it renews by that grace: an observer with
+// a shorter one would find it dead between renewals. The renewer's clock is read once, at the first look at a
+// Lease, and only when its renew time is not ahead of the observer's: a renew time ahead (a renewer's clock running
+// fast) proves nothing until it changes, or a dead member would be alive again for a grace at every observer's
+// start. After the first look only a change of the renew time counts, and when it was seen, so that no clock skew
+// withdraws a live member or keeps a dead one. While this member cannot renew its own Lease the broker is
+// unreachable and what it shows is stale, so decisions are frozen rather than withdrawing everyone's endpoints, and
+// every member alive then gets a fresh grace when the broker is back. A Liveness outlives the broker caches it
+// observes (Reobserve): what it decided is about the members, not about a view of them.
 type Liveness struct {
 	self  string
-	grace time.Duration
+	grace time.Duration // of a Lease that records none
 
 	mu       sync.Mutex
 	seen     map[string]renewal
@@ -145,23 +150,49 @@ type Liveness struct {
 	healthy  bool
 	regained bool
 	observed chan struct{}
-	once     sync.Once
+	looked   bool // observed is closed
 }
 
-// renewal is a member's last renew time as written and when this observer saw it change.
+// renewal is a member's last renew time as written, when this observer saw it change, and the grace the member
+// is judged by. A renew time ahead of the observer's clock at the first look is unconfirmed: seenAt is that look,
+// and the member is not alive until the renew time changes.
 type renewal struct {
-	renewTime time.Time
-	seenAt    time.Time
+	renewTime   time.Time
+	seenAt      time.Time
+	grace       time.Duration
+	unconfirmed bool
 }
 
-// NewLiveness tracks liveness as seen by member self, which is always alive to itself.
+// futureSlack is how far ahead of the observer's clock a renew time at the first look may be and still count, as
+// seen now: clocks kept by NTP are far closer, and a member that died that recently would be alive for a grace to
+// an observer that had watched it all along.
+const futureSlack = time.Second
+
+// NewLiveness tracks liveness as seen by member self, which is always alive to itself; grace is the grace of a
+// Lease that records none (a controller's Lease always does).
 func NewLiveness(self string, grace time.Duration) *Liveness {
 	return &Liveness{self: self, grace: grace, seen: map[string]renewal{}, alive: map[string]bool{}, healthy: true,
 		observed: make(chan struct{})}
 }
 
-// Observed is closed once Observe has run: liveness is unknown before.
-func (l *Liveness) Observed() <-chan struct{} { return l.observed }
+// Observed is closed once Observe has run since the Liveness was made or Reobserve called: liveness is unknown
+// before.
+func (l *Liveness) Observed() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.observed
+}
+
+// Reobserve opens Observed again until the next Observe: the Leases will come from another view (a new broker
+// cache), which may hold members the last one did not, and whose first look decisions wait for. What was seen of
+// every member is kept.
+func (l *Liveness) Reobserve() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.looked {
+		l.observed, l.looked = make(chan struct{}), false
+	}
+}
 
 // Alive says whether the member's endpoints should be imported. A member without a Lease is not alive.
 func (l *Liveness) Alive(clusterID string) bool {
@@ -176,7 +207,8 @@ func (l *Liveness) Alive(clusterID string) bool {
 // Member is what an observer knows of another member.
 type Member struct {
 	Alive bool
-	// Age is how long ago the observer saw the member's Lease renewed, on its own clock.
+	// Age is how long ago the observer saw the member's Lease renewed, on its own clock; for a renew time ahead of
+	// that clock at the first look and unchanged since, how long ago that look was.
 	Age time.Duration
 }
 
@@ -219,17 +251,23 @@ func LeaseOf(lease *coordinationv1.Lease) string {
 // Observe recomputes liveness from the members' Leases at time now, on this observer's clock, and returns the
 // members whose liveness changed. While unhealthy it changes nothing.
 func (l *Liveness) Observe(leases []coordinationv1.Lease, now time.Time) []string {
-	defer l.once.Do(func() { close(l.observed) })
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if !l.looked {
+		defer close(l.observed)
+		l.looked = true
+	}
 	if !l.healthy {
 		return nil
 	}
 	if l.regained {
-		// Renewals made while the broker was out of reach may not be in the cache yet.
+		// Renewals made while the broker was out of reach may not be in the cache yet. A member dead before is
+		// not given a grace: a renewal it made would show as a change.
 		for id, r := range l.seen {
-			r.seenAt = now
-			l.seen[id] = r
+			if l.alive[id] {
+				r.seenAt = now
+				l.seen[id] = r
+			}
 		}
 		l.regained = false
 	}
@@ -244,15 +282,19 @@ func (l *Liveness) Observe(leases []coordinationv1.Lease, now time.Time) []strin
 		r, known := l.seen[id]
 		switch {
 		case !known:
-			r = renewal{renewTime: renewed, seenAt: minTime(renewed, now)}
+			r = firstLook(renewed, now)
 		case !r.renewTime.Equal(renewed):
 			r = renewal{renewTime: renewed, seenAt: now}
+		}
+		r.grace = l.grace
+		if lease.Spec.LeaseDurationSeconds != nil {
+			r.grace = memberlease.GraceOf(lease)
 		}
 		seen[id] = r
 	}
 	next := map[string]bool{}
 	for id, r := range seen {
-		next[id] = memberlease.Fresh(now.Sub(r.seenAt), l.grace)
+		next[id] = !r.unconfirmed && memberlease.Fresh(now.Sub(r.seenAt), r.grace)
 	}
 	var changed []string
 	for id, alive := range next {
@@ -269,9 +311,14 @@ func (l *Liveness) Observe(leases []coordinationv1.Lease, now time.Time) []strin
 	return changed
 }
 
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
+// firstLook is what the first look at a member's Lease at now tells from the renew time it finds: when it was
+// renewed, on the observer's clock, if it is not ahead of it.
+func firstLook(renewed, now time.Time) renewal {
+	if renewed.After(now.Add(futureSlack)) {
+		return renewal{renewTime: renewed, seenAt: now, unconfirmed: true}
 	}
-	return b
+	if renewed.Before(now) {
+		return renewal{renewTime: renewed, seenAt: renewed}
+	}
+	return renewal{renewTime: renewed, seenAt: now}
 }

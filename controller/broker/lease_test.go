@@ -10,9 +10,11 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"vksfleet.dev/fleet/mcs/memberlease"
 	"vksfleet.dev/fleet/mcs/names"
 )
 
@@ -99,14 +101,15 @@ func TestLivenessCountsOnlyAMembersOwnLease(t *testing.T) {
 func TestLivenessIgnoresClockSkew(t *testing.T) {
 	const grace = 10 * time.Second
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for _, skew := range []time.Duration{-time.Hour, -11 * time.Second, 0, 11 * time.Second, time.Hour} {
+	for _, skew := range []time.Duration{-time.Hour, -11 * time.Second, 0, futureSlack, 11 * time.Second, time.Hour} {
 		l := NewLiveness("a", grace)
 		// Member b renews every 3 s by a clock skew away from the observer's, then dies at 30 s.
 		for at := time.Duration(0); at <= 30*time.Second; at += time.Second {
 			renewed := t0.Add(at/(3*time.Second)*(3*time.Second) + skew)
 			l.Observe([]coordinationv1.Lease{lease("b", renewed)}, t0.Add(at))
-			// A renewer behind by more than the grace counts from its first renewal this observer sees.
-			if settled := skew > -grace || at >= 3*time.Second; settled && !l.Alive("b") {
+			// A renewer behind by more than the grace, or ahead by more than the slack, counts from its first
+			// renewal this observer sees.
+			if settled := (skew > -grace && skew <= futureSlack) || at >= 3*time.Second; settled && !l.Alive("b") {
 				t.Errorf("skew %v: a live member is dead at %v", skew, at)
 			}
 		}
@@ -117,6 +120,136 @@ func TestLivenessIgnoresClockSkew(t *testing.T) {
 				t.Errorf("skew %v: at %v alive = %v", skew, at, l.Alive("b"))
 			}
 		}
+	}
+}
+
+// A member that died with its clock ahead leaves a renew time in the future: an observer that starts after it died
+// must not take it as a renewal seen now, which would import the dead member's endpoints for a grace.
+func TestLivenessFirstLookAhead(t *testing.T) {
+	const grace = 10 * time.Second
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name      string
+		ahead     time.Duration
+		wantAlive bool
+	}{
+		{"an hour ahead", time.Hour, false},
+		{"just past the slack", futureSlack + time.Millisecond, false},
+		{"within the slack: NTP-close clocks", futureSlack, true},
+		{"not ahead", 0, true},
+	} {
+		l := NewLiveness("a", grace)
+		for at := time.Duration(0); at <= 2*grace; at += time.Second {
+			l.Observe([]coordinationv1.Lease{lease("b", t0.Add(tc.ahead))}, t0.Add(at))
+			if want := tc.wantAlive && at <= grace; l.Alive("b") != want {
+				t.Errorf("%s: at %v alive = %v, want %v", tc.name, at, l.Alive("b"), want)
+			}
+		}
+		// Once the renew time changes, the member renews, whatever its clock says.
+		now := t0.Add(2*grace + time.Second)
+		l.Observe([]coordinationv1.Lease{lease("b", t0.Add(tc.ahead+time.Second))}, now)
+		if !l.Alive("b") {
+			t.Errorf("%s: a renewal seen at %v does not count", tc.name, now)
+		}
+		if age := l.Members(now)["b"].Age; age != 0 {
+			t.Errorf("%s: age %v just after a renewal was seen", tc.name, age)
+		}
+	}
+}
+
+// leaseOfGrace is lease with the grace its renewer writes.
+func leaseOfGrace(id string, renewed time.Time, grace time.Duration) coordinationv1.Lease {
+	l := lease(id, renewed)
+	l.Spec.LeaseDurationSeconds = ptr.To(memberlease.DurationSeconds(grace))
+	return l
+}
+
+// Each member is judged by the grace its own Lease records, which it renews by (a third of it), not by the
+// observer's: a member with a longer grace is not dead between its renewals, one with a shorter is dead sooner,
+// and a Lease that records none is judged by the observer's.
+func TestLivenessJudgesEachByItsGrace(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	l := NewLiveness("a", 30*time.Second)
+	graces := map[string]time.Duration{"slow": 90 * time.Second, "fast": 10 * time.Second, "none": 0}
+	renewals := map[string]time.Duration{"slow": 30 * time.Second, "fast": 10 * time.Second / 3, "none": 10 * time.Second}
+	leases := func(now time.Duration, stopped time.Duration) []coordinationv1.Lease {
+		var ls []coordinationv1.Lease
+		for id, every := range renewals {
+			at := min(now, stopped) / every * every
+			if graces[id] == 0 {
+				ls = append(ls, lease(id, t0.Add(at)))
+			} else {
+				ls = append(ls, leaseOfGrace(id, t0.Add(at), graces[id]))
+			}
+		}
+		return ls
+	}
+	// Every member renews for 3 minutes: all stay alive, though the slow one renews after the observer's grace.
+	for at := time.Duration(0); at <= 3*time.Minute; at += time.Second {
+		l.Observe(leases(at, time.Hour), t0.Add(at))
+		for id := range renewals {
+			if !l.Alive(id) {
+				t.Fatalf("%s is dead at %v while it renews", id, at)
+			}
+		}
+	}
+	// Then all stop: each is dead once its own grace has passed since its last renewal, seen at 3 min.
+	stop := 3 * time.Minute
+	for at := stop + time.Second; at <= stop+2*time.Minute; at += time.Second {
+		l.Observe(leases(at, stop), t0.Add(at))
+		for id, grace := range graces {
+			if grace == 0 {
+				grace = 30 * time.Second
+			}
+			if want := at-stop <= grace; l.Alive(id) != want {
+				t.Errorf("%s (grace %v) at %v after its last renewal: alive %v, want %v", id, grace, at-stop, l.Alive(id), want)
+			}
+		}
+	}
+}
+
+// When the broker is back after this member could not reach it, a member alive before gets a fresh grace (its
+// renewals may not be in the view yet), and a member dead before stays dead until a renewal shows.
+func TestLivenessRegainedRevivesNoDeadMember(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	l := NewLiveness("a", 10*time.Second)
+	l.Observe([]coordinationv1.Lease{lease("b", t0), lease("dead", t0.Add(-time.Hour))}, t0)
+	l.SetHealthy(false)
+	l.Observe([]coordinationv1.Lease{lease("b", t0), lease("dead", t0.Add(-time.Hour))}, t0.Add(time.Minute))
+	l.SetHealthy(true)
+	l.Observe([]coordinationv1.Lease{lease("b", t0), lease("dead", t0.Add(-time.Hour))}, t0.Add(2*time.Minute))
+	if !l.Alive("b") || l.Alive("dead") {
+		t.Errorf("after the broker came back: b alive %v (want true), dead alive %v (want false)", l.Alive("b"), l.Alive("dead"))
+	}
+}
+
+// A Liveness kept across broker caches keeps what it saw: a member dead in the last view is not alive again at the
+// first look of the next one, and decisions wait for that look.
+func TestLivenessReobserve(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	l := NewLiveness("a", 10*time.Second)
+	ahead := lease("b", t0.Add(time.Hour)) // dead, its clock an hour ahead: alive once renewed, then dead
+	l.Observe([]coordinationv1.Lease{ahead}, t0)
+	ahead.Spec.RenewTime = &metav1.MicroTime{Time: t0.Add(time.Hour + time.Second)}
+	l.Observe([]coordinationv1.Lease{ahead}, t0.Add(time.Second))
+	l.Observe([]coordinationv1.Lease{ahead}, t0.Add(20*time.Second))
+	if l.Alive("b") {
+		t.Fatal("b alive a grace after its last renewal")
+	}
+	l.Reobserve()
+	select {
+	case <-l.Observed():
+		t.Fatal("observed after Reobserve, before Observe")
+	default:
+	}
+	l.Observe([]coordinationv1.Lease{ahead}, t0.Add(21*time.Second))
+	select {
+	case <-l.Observed():
+	default:
+		t.Fatal("not observed after Observe")
+	}
+	if l.Alive("b") {
+		t.Error("the next view's first look revives b")
 	}
 }
 

@@ -142,7 +142,8 @@ func TestPreviousReleaseRecords(t *testing.T) {
 }
 
 // admitRecord reads a record as the import does (controller's admitRecord): parsed, with a valid cluster id, in
-// that id's namespace, with valid ports, its exported metadata whole.
+// that id's namespace, admitted whole (admit.Record: its service, spec and region valid), its exported metadata
+// whole.
 func admitRecord(t *testing.T, rec *mcsv1beta1.ServiceImport) merge.Export {
 	t.Helper()
 	e, err := broker.ParseRecord(rec)
@@ -155,12 +156,10 @@ func admitRecord(t *testing.T, rec *mcsv1beta1.ServiceImport) merge.Export {
 	if rec.Namespace != names.BrokerNamespace(e.Cluster) {
 		t.Fatalf("record in %s, not in its cluster's namespace %s", rec.Namespace, names.BrokerNamespace(e.Cluster))
 	}
-	if p := admit.Ports(e.Spec.Ports); p != nil {
-		t.Fatalf("ports refused: %+v", *p)
-	}
-	var problems []admit.Problem
-	if e.Labels, e.Annotations, problems = admit.Metadata(e.Labels, e.Annotations); len(problems) > 0 {
-		t.Fatalf("exported metadata refused: %+v", problems)
+	svc, _ := broker.ServiceOf(rec)
+	e, problems, ok := admit.Record(svc, e, nil)
+	if !ok || len(problems) > 0 {
+		t.Fatalf("admit.Record refused it (%v): %+v", ok, problems)
 	}
 	return e
 }

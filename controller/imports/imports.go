@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/controller/admit"
 	"vksfleet.dev/fleet/controller/merge"
 	"vksfleet.dev/fleet/mcs/names"
 )
@@ -61,14 +62,33 @@ func ServiceImport(svc types.NamespacedName, m merge.Result, derived *corev1.Ser
 }
 
 // Served narrows a ClusterSetIP import to the IP families this cluster allocates ClusterIPs from (its service
-// CIDRs), keeping the merged order: the derived Service cannot hold a VIP of any other family. served nil means
-// unknown, and narrows nothing. Headless imports carry pod addresses, which no service CIDR limits.
-func Served(m merge.Result, served []corev1.IPFamily) merge.Result {
-	if served == nil || m.Spec.Type != mcsv1beta1.ClusterSetIP {
+// CIDRs), in this cluster's order, its primary family first: the derived Service cannot hold a VIP of any other
+// family, and no exporter's order decides which family is primary here. served nil means unknown, and narrows
+// nothing. Headless imports carry pod addresses, which no service CIDR limits.
+//
+// derived is the derived Service as stored (nil when there is none): its VIP stays for the life of the import.
+// Its primary family, which the API server never changes, stays first while the import has it. While the exports
+// conflict on IP families (an IPFamilyConflict) it stays even when the families they share leave it out, or leave
+// none: a family mismatch, by mistake or by a hostile member, never deletes an existing ClusterSetIP.
+func Served(m merge.Result, served []corev1.IPFamily, derived *corev1.Service) merge.Result {
+	if m.Spec.Type != mcsv1beta1.ClusterSetIP {
 		return m
 	}
 	m.Spec = *m.Spec.DeepCopy()
-	m.Spec.IPFamilies = slices.DeleteFunc(m.Spec.IPFamilies, func(f corev1.IPFamily) bool { return !slices.Contains(served, f) })
+	if served != nil {
+		exported := m.Spec.IPFamilies
+		m.Spec.IPFamilies = slices.DeleteFunc(slices.Clone(served), func(f corev1.IPFamily) bool { return !slices.Contains(exported, f) })
+	}
+	if derived != nil && len(derived.Spec.IPFamilies) > 0 {
+		primary := derived.Spec.IPFamilies[0]
+		conflict := slices.ContainsFunc(m.Conflicts, func(c merge.Conflict) bool {
+			return c.Reason == mcsv1beta1.ServiceExportReasonIPFamilyConflict
+		})
+		if slices.Contains(m.Spec.IPFamilies, primary) || (conflict && (served == nil || slices.Contains(served, primary))) {
+			others := slices.DeleteFunc(m.Spec.IPFamilies, func(f corev1.IPFamily) bool { return f == primary })
+			m.Spec.IPFamilies = append([]corev1.IPFamily{primary}, others...)
+		}
+	}
 	if len(m.Spec.IPFamilies) == 0 {
 		m.Spec.IPFamilies = nil
 	}
@@ -314,10 +334,16 @@ func Owner(si *mcsv1beta1.ServiceImport, apiVersion string) []metav1.OwnerRefere
 	}}
 }
 
+// ReasonEndpointSlicesMissing is the reason of a Ready condition that is False because the EndpointSlices an
+// exporter's record counts (see Missing) did not come within the time they take, rather than Pending: they may
+// never come.
+const ReasonEndpointSlicesMissing = "EndpointSlicesMissing"
+
 // Missing says which live exporters' EndpointSlices are not all among sources yet, or returns "" when none is
 // missing: a record arrives on its own, its slices a moment later, and an import that is Ready in between would
 // answer without them (a headless name NXDOMAIN). self, this cluster, publishes from the local truth and is never
-// missing; an exporter whose record does not count its slices (Slices -1), or that is not alive, is not waited for.
+// missing; an exporter whose record does not count its slices (Slices -1), or that is not alive, is not waited for,
+// and neither is one that counts more than admit.MaxSlicesPerExport: no member takes more, so that count is wrong.
 func Missing(exports []merge.Export, sources []Source, self string, alive func(cluster string) bool) string {
 	have := map[string]int{}
 	for _, s := range sources {
@@ -325,7 +351,8 @@ func Missing(exports []merge.Export, sources []Source, self string, alive func(c
 	}
 	var missing []string
 	for _, e := range exports {
-		if e.Cluster == self || e.Slices < 0 || !alive(e.Cluster) || have[e.Cluster] >= e.Slices {
+		if e.Cluster == self || e.Slices < 0 || e.Slices > admit.MaxSlicesPerExport || !alive(e.Cluster) ||
+			have[e.Cluster] >= e.Slices {
 			continue
 		}
 		missing = append(missing, fmt.Sprintf("%s (%d of %d EndpointSlices)", e.Cluster, have[e.Cluster], e.Slices))

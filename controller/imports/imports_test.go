@@ -1,7 +1,9 @@
 package imports
 
 import (
+	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/controller/admit"
 	"vksfleet.dev/fleet/controller/merge"
 	"vksfleet.dev/fleet/mcs/names"
 )
@@ -58,7 +61,7 @@ func TestServiceImportAndReady(t *testing.T) {
 		{"headless ignores the service CIDRs", merged(headless), []corev1.IPFamily{v6}, nil, []corev1.IPFamily{v4, v6}, nil, "Ready"},
 	}
 	for _, c := range cases {
-		si := ServiceImport(key, Served(c.m, c.served), c.derived)
+		si := ServiceImport(key, Served(c.m, c.served, c.derived), c.derived)
 		if !reflect.DeepEqual(si.Spec.IPs, c.wantIPs) || !reflect.DeepEqual(si.Spec.IPFamilies, c.wantFamilies) {
 			t.Errorf("%s: ips = %v, families %v; want %v, %v", c.name, si.Spec.IPs, si.Spec.IPFamilies, c.wantIPs, c.wantFamilies)
 		}
@@ -76,9 +79,62 @@ func TestServiceImportAndReady(t *testing.T) {
 			t.Errorf("%s: Ready = %+v, want reason %s", c.name, r, c.wantReason)
 		}
 	}
-	if m := merged(nil); !reflect.DeepEqual(Served(m, []corev1.IPFamily{v6}).Spec.IPFamilies, []corev1.IPFamily{v6}) ||
+	if m := merged(nil); !reflect.DeepEqual(Served(m, []corev1.IPFamily{v6}, nil).Spec.IPFamilies, []corev1.IPFamily{v6}) ||
 		!reflect.DeepEqual(m.Spec.IPFamilies, []corev1.IPFamily{v4, v6}) {
 		t.Errorf("Served must narrow a copy: the merged families became %v", m.Spec.IPFamilies)
+	}
+}
+
+func TestServed(t *testing.T) {
+	v4, v6 := corev1.IPv4Protocol, corev1.IPv6Protocol
+	fams := func(f ...corev1.IPFamily) []corev1.IPFamily { return f }
+	exported := func(f ...corev1.IPFamily) merge.Result {
+		return merged(func(m *merge.Result) { m.Spec.IPFamilies = f })
+	}
+	conflicting := func(f ...corev1.IPFamily) merge.Result {
+		m := exported(f...)
+		m.Conflicts = []merge.Conflict{{Reason: mcsv1beta1.ServiceExportReasonIPFamilyConflict, Message: "Conflicting IP families."}}
+		return m
+	}
+	stored := func(f ...corev1.IPFamily) *corev1.Service {
+		return &corev1.Service{Spec: corev1.ServiceSpec{IPFamilies: f}}
+	}
+	cases := []struct {
+		name    string
+		m       merge.Result
+		served  []corev1.IPFamily
+		derived *corev1.Service
+		want    []corev1.IPFamily
+	}{
+		{"unknown families narrow nothing", exported(v4, v6), nil, nil, fams(v4, v6)},
+		{"an IPv6-primary cluster puts IPv6 first", exported(v4, v6), fams(v6, v4), nil, fams(v6, v4)},
+		{"an IPv4-primary cluster puts IPv4 first", exported(v4, v6), fams(v4, v6), nil, fams(v4, v6)},
+		{"an IPv6-only cluster narrows", exported(v4, v6), fams(v6), nil, fams(v6)},
+		{"a cluster serving none of them", exported(v6), fams(v4), nil, nil},
+		// A derived Service made primary-first by another rule (an older controller's, another ServiceCIDR order)
+		// keeps its VIP.
+		{"the stored primary family stays first", exported(v4, v6), fams(v4, v6), stored(v6, v4), fams(v6, v4)},
+		{"the stored primary family stays first, families unknown", exported(v4, v6), nil, stored(v6), fams(v6, v4)},
+		{"the exports agree on other families: the stored one goes", exported(v6), fams(v4, v6), stored(v4), fams(v6)},
+		{"the exports agree on a family not served: nothing", exported(v6), fams(v4), stored(v4), nil},
+		// A family mismatch never deletes a ClusterSetIP: a disjoint export, or a hostile one, took the families.
+		{"a family conflict keeps the stored primary family", conflicting(v6), fams(v4, v6), stored(v4), fams(v4, v6)},
+		{"a family conflict leaving none served keeps it", conflicting(v6), fams(v4), stored(v4), fams(v4)},
+		{"a family conflict leaving no family keeps it", conflicting(), fams(v4), stored(v4), fams(v4)},
+		{"a family conflict does not keep a family no longer served", conflicting(v6), fams(v6), stored(v4), fams(v6)},
+		{"no stored Service, nothing to keep", conflicting(v6), fams(v4), nil, nil},
+		{"headless: untouched", merged(func(m *merge.Result) { m.Spec.Type = mcsv1beta1.Headless; m.Spec.IPFamilies = fams(v6, v4) }),
+			fams(v4), stored(v4), fams(v6, v4)},
+	}
+	for _, c := range cases {
+		before := slices.Clone(c.m.Spec.IPFamilies)
+		got := Served(c.m, c.served, c.derived)
+		if !reflect.DeepEqual(got.Spec.IPFamilies, c.want) {
+			t.Errorf("%s: families %v, want %v", c.name, got.Spec.IPFamilies, c.want)
+		}
+		if !slices.Equal(c.m.Spec.IPFamilies, before) {
+			t.Errorf("%s: Served changed the merged families to %v", c.name, c.m.Spec.IPFamilies)
+		}
 	}
 }
 
@@ -276,6 +332,10 @@ func TestMissing(t *testing.T) {
 		{"this cluster is never waited for", []merge.Export{exp("a", 3)}, nil, ""},
 		{"a record that does not count", []merge.Export{exp("b", -1)}, nil, ""},
 		{"a member whose lease expired", []merge.Export{exp("dead", 1)}, nil, ""},
+		// No member takes more slices of one service than admit.MaxSlicesPerExport: a larger count is wrong or forged.
+		{"a count no member takes", []merge.Export{exp("b", admit.MaxSlicesPerExport+1), exp("c", 1_000_000)}, []Source{src("b")}, ""},
+		{"the largest count a member takes", []merge.Export{exp("b", admit.MaxSlicesPerExport)}, []Source{src("b")},
+			fmt.Sprintf("the endpoints of b (1 of %d EndpointSlices)", admit.MaxSlicesPerExport)},
 	}
 	for _, c := range cases {
 		if got := Missing(c.exports, c.sources, "a", alive); got != c.want {

@@ -93,15 +93,16 @@ func Merge(exports []Export) Result {
 	res.Clusters = slices.Compact(res.Clusters)
 
 	var merged []mergedPort
-	for _, e := range sorted {
-		merged = mergePorts(merged, e)
+	matched := make([][]int, len(sorted))
+	for i, e := range sorted {
+		merged, matched[i] = mergePorts(merged, e)
 	}
 	named := namePorts(merged)
 	for _, m := range named {
 		res.Spec.Ports = append(res.Spec.Ports, m.port)
 	}
-	res.SlicePorts = slicePorts(sorted, merged, named)
-	families, famDisagree := intersectFamilies(sorted)
+	res.SlicePorts = slicePorts(sorted, matched, merged, named)
+	families, famDisagree, disjoint := intersectFamilies(sorted)
 	res.Spec.IPFamilies = families
 
 	n := len(sorted)
@@ -134,9 +135,13 @@ func Merge(exports []Export) Result {
 	add(mcsv1beta1.ServiceExportReasonTrafficDistributionConflict, "traffic distribution", quotePtr(w.Spec.TrafficDistribution),
 		count(sorted, func(e Export) bool { return deref(e.Spec.TrafficDistribution) != deref(w.Spec.TrafficDistribution) }))
 	if famDisagree > 0 {
+		but := ""
+		if len(disjoint) > 0 {
+			but = fmt.Sprintf(" but those in %s, which share none of them", strings.Join(firstFew(disjoint), ", "))
+		}
 		res.Conflicts = append(res.Conflicts, Conflict{Reason: mcsv1beta1.ServiceExportReasonIPFamilyConflict, Message: fmt.Sprintf(
-			"Conflicting IP families. Using %s, the families every service export has. %d/%d clusters disagree.",
-			jsonOf(families), famDisagree, n)})
+			"Conflicting IP families. Using %s, the families every service export has%s. %d/%d clusters disagree.",
+			jsonOf(families), but, famDisagree, n)})
 	}
 	return res
 }
@@ -204,15 +209,21 @@ type mergedPort struct {
 }
 
 // mergePorts adds e's ports to the merged ones: a port matching a merged port by name, else by protocol and port,
-// is the same port, and the merged one stays even when they differ; one that matches neither is added.
-func mergePorts(merged []mergedPort, e Export) []mergedPort {
-	for _, p := range e.Spec.Ports {
+// is the same port, and the merged one stays even when they differ; one that matches neither is added. It also
+// returns, for each of e's ports, the index of the merged port it is. That match holds for good: a younger export
+// that later adds a port of the name does not make the port another (slicePorts).
+func mergePorts(merged []mergedPort, e Export) ([]mergedPort, []int) {
+	matched := make([]int, len(e.Spec.Ports))
+	for j, p := range e.Spec.Ports {
 		p = normalise(p)
-		if match(merged, p) < 0 {
+		i := match(merged, p)
+		if i < 0 {
+			i = len(merged)
 			merged = append(merged, mergedPort{port: p, from: e.Cluster})
 		}
+		matched[j] = i
 	}
-	return merged
+	return merged, matched
 }
 
 // match returns the index of the merged port that p is: the one of its name, else the one of its protocol and
@@ -250,18 +261,20 @@ func namePorts(merged []mergedPort) []mergedPort {
 	return named
 }
 
-// slicePorts works out, per export, how its ports become the named union's (Result.SlicePorts): a port that
-// matched a union port of the same number and protocol takes the union's name where it differs; one that matched
-// by name a union port of another number or protocol (from an older export: a PortConflict) is withheld. Maps
-// without entries are nil.
-func slicePorts(sorted []Export, merged, named []mergedPort) SlicePorts {
+// slicePorts works out, per export, how its ports become the named union's (Result.SlicePorts), from the union
+// port each matched when mergePorts met it (matched, per sorted export and port): a port that matched a union port
+// of the same number and protocol takes the union's name where it differs; one that matched by name a union port
+// of another number or protocol (from an older export: a PortConflict) is withheld. Matching again against the
+// whole union would not do: a port that merged by number into an older export's port of another name would then
+// match by name a port a younger export brought in, and be withheld although the union serves it. Maps without
+// entries are nil.
+func slicePorts(sorted []Export, matched [][]int, merged, named []mergedPort) SlicePorts {
 	var sp SlicePorts
-	for _, e := range sorted {
-		for _, p := range e.Spec.Ports {
+	for k, e := range sorted {
+		for j, p := range e.Spec.Ports {
 			p = normalise(p)
-			i := match(merged, p)
+			i := matched[k][j]
 			switch {
-			case i < 0:
 			case merged[i].port.Port != p.Port || merged[i].port.Protocol != p.Protocol:
 				if sp.Withheld == nil {
 					sp.Withheld = map[string][]string{}
@@ -281,9 +294,17 @@ func slicePorts(sorted []Export, merged, named []mergedPort) SlicePorts {
 	return sp
 }
 
-// maxListedPorts bounds the ports a PortConflict message names, so that a service with many ports keeps a
-// readable condition.
-const maxListedPorts = 4
+// maxListed bounds the ports or clusters a Conflict message names, so that a service with many keeps a readable
+// condition.
+const maxListed = 4
+
+// firstFew returns the first maxListed items, and how many more there are.
+func firstFew(items []string) []string {
+	if extra := len(items) - maxListed; extra > 0 {
+		return append(items[:maxListed:maxListed], fmt.Sprintf("and %d more", extra))
+	}
+	return items
+}
 
 // portDifference describes the ports of the union that not every export has exactly (v1beta1 PortConflict: "the
 // ports are not identical in all the constituent Services"), each with the oldest export it came from, and
@@ -305,10 +326,7 @@ func portDifference(sorted []Export, merged []mergedPort) (string, int) {
 	disagree := count(sorted, func(e Export) bool {
 		return slices.ContainsFunc(merged, func(m mergedPort) bool { return !has(e, m.port) })
 	})
-	if extra := len(partial) - maxListedPorts; extra > 0 {
-		partial = append(partial[:maxListedPorts], fmt.Sprintf("and %d more", extra))
-	}
-	return strings.Join(partial, ", "), disagree
+	return strings.Join(firstFew(partial), ", "), disagree
 }
 
 // normalise fills in the protocol's default, so that an unset protocol and TCP compare equal.
@@ -331,28 +349,39 @@ func describePort(p mcsv1beta1.ServicePort) string {
 	return s
 }
 
-// intersectFamilies returns the IP families every export has, in the oldest export's order, and how many exports
-// have a family outside that intersection. Exports that publish no families (unknown) are left out.
-func intersectFamilies(sorted []Export) ([]corev1.IPFamily, int) {
-	var known []Export
-	for _, e := range sorted {
-		if len(e.Spec.IPFamilies) > 0 {
-			known = append(known, e)
-		}
-	}
-	if len(known) == 0 {
-		return nil, 0
-	}
+// ipFamilies are the IP families a Service may have, in the order the merge lists them: an order of no export's,
+// so that which export is the oldest does not decide a derived Service's primary family (imports.Served puts the
+// importing cluster's own first).
+var ipFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+
+// intersectFamilies returns the IP families the exports share, in ipFamilies' order, how many exports have a
+// family outside them, and the clusters whose exports share none of them. The exports narrow the families oldest
+// first; one that shares none of the families of those before it (only another family, or none a Service may
+// have) is left out rather than leaving none: a disjoint export, by mistake or malice, never takes the families,
+// and so the ClusterSetIP, of the others. Exports that publish no families (unknown) are left out of all three.
+func intersectFamilies(sorted []Export) ([]corev1.IPFamily, int, []string) {
 	var families []corev1.IPFamily
-	for _, f := range known[0].Spec.IPFamilies {
-		if !slices.Contains(families, f) && all(known, func(e Export) bool { return slices.Contains(e.Spec.IPFamilies, f) }) {
-			families = append(families, f)
+	var disjoint []string
+	first := true
+	for _, e := range sorted {
+		if len(e.Spec.IPFamilies) == 0 {
+			continue
 		}
+		shared := ipFamilies
+		if !first {
+			shared = families
+		}
+		shared = slices.DeleteFunc(slices.Clone(shared), func(f corev1.IPFamily) bool { return !slices.Contains(e.Spec.IPFamilies, f) })
+		if len(shared) == 0 {
+			disjoint = append(disjoint, fmt.Sprintf("%q", e.Cluster))
+			continue
+		}
+		families, first = shared, false
 	}
-	disagree := count(known, func(e Export) bool {
+	disagree := count(sorted, func(e Export) bool {
 		return slices.ContainsFunc(e.Spec.IPFamilies, func(f corev1.IPFamily) bool { return !slices.Contains(families, f) })
 	})
-	return families, disagree
+	return families, disagree, disjoint
 }
 
 func count(exports []Export, differs func(Export) bool) int {

@@ -279,9 +279,16 @@ func TestMerge(t *testing.T) {
 			wantClusters: []string{"c1", "c2"},
 		},
 		{
-			name:         "dual-stack everywhere",
+			// The oldest export's order would move the primary family, and the VIP, whenever the oldest exporter changes.
+			name:         "dual-stack everywhere: IPv4 first, whatever the oldest export's order",
 			exports:      []Export{exp("c1", 0, families(v6, v4)), exp("c2", 1, families(v4, v6))},
-			wantSpec:     func(s *mcsv1beta1.ServiceImportSpec) { s.IPFamilies = []corev1.IPFamily{v6, v4} },
+			wantSpec:     func(s *mcsv1beta1.ServiceImportSpec) { s.IPFamilies = []corev1.IPFamily{v4, v6} },
+			wantClusters: []string{"c1", "c2"},
+		},
+		{
+			name:         "dual-stack everywhere, the other export the oldest",
+			exports:      []Export{exp("c1", 1, families(v6, v4)), exp("c2", 0, families(v4, v6))},
+			wantSpec:     func(s *mcsv1beta1.ServiceImportSpec) { s.IPFamilies = []corev1.IPFamily{v4, v6} },
 			wantClusters: []string{"c1", "c2"},
 		},
 		{
@@ -293,12 +300,57 @@ func TestMerge(t *testing.T) {
 			wantClusters: []string{"c1", "c2", "c3"},
 		},
 		{
-			name:     "disjoint IP families leave none",
-			exports:  []Export{exp("c1", 0, families(v4)), exp("c2", 1, families(v6))},
+			name:    "an export sharing no family with the older ones is left out, not the families",
+			exports: []Export{exp("c1", 0, families(v4)), exp("c3", 2, families(v6)), exp("c2", 1, families(v4))},
+			want: []Conflict{{mcsv1beta1.ServiceExportReasonIPFamilyConflict,
+				`Conflicting IP families. Using ["IPv4"], the families every service export has but those in "c3", ` +
+					`which share none of them. 1/3 clusters disagree.`}},
+			wantClusters: []string{"c1", "c2", "c3"},
+		},
+		{
+			name:     "disjoint families: the oldest export's stay",
+			exports:  []Export{exp("c1", 0, families(v6)), exp("c2", 1, families(v4))},
+			wantSpec: func(s *mcsv1beta1.ServiceImportSpec) { s.IPFamilies = []corev1.IPFamily{v6} },
+			want: []Conflict{{mcsv1beta1.ServiceExportReasonIPFamilyConflict,
+				`Conflicting IP families. Using ["IPv6"], the families every service export has but those in "c2", ` +
+					`which share none of them. 1/2 clusters disagree.`}},
+			wantClusters: []string{"c1", "c2"},
+		},
+		{
+			name: "disjoint from the families the older ones narrowed to",
+			exports: []Export{exp("c1", 0, families(v4, v6)), exp("c2", 1, families(v6)), exp("c3", 2, families(v4)),
+				exp("c4", 3, families(v6, v4))},
+			wantSpec: func(s *mcsv1beta1.ServiceImportSpec) { s.IPFamilies = []corev1.IPFamily{v6} },
+			want: []Conflict{{mcsv1beta1.ServiceExportReasonIPFamilyConflict,
+				`Conflicting IP families. Using ["IPv6"], the families every service export has but those in "c3", ` +
+					`which share none of them. 3/4 clusters disagree.`}},
+			wantClusters: []string{"c1", "c2", "c3", "c4"},
+		},
+		{
+			name:    "a family no Service may have is none, even the oldest export's",
+			exports: []Export{exp("c1", 0, families("IPv5")), exp("c2", 1, families("x", v4)), exp("c3", 2)},
+			want: []Conflict{{mcsv1beta1.ServiceExportReasonIPFamilyConflict,
+				`Conflicting IP families. Using ["IPv4"], the families every service export has but those in "c1", ` +
+					`which share none of them. 2/3 clusters disagree.`}},
+			wantClusters: []string{"c1", "c2", "c3"},
+		},
+		{
+			name:     "no family a Service may have at all",
+			exports:  []Export{exp("c1", 0, families("x"))},
 			wantSpec: func(s *mcsv1beta1.ServiceImportSpec) { s.IPFamilies = nil },
 			want: []Conflict{{mcsv1beta1.ServiceExportReasonIPFamilyConflict,
-				`Conflicting IP families. Using none, the families every service export has. 2/2 clusters disagree.`}},
-			wantClusters: []string{"c1", "c2"},
+				`Conflicting IP families. Using none, the families every service export has but those in "c1", ` +
+					`which share none of them. 1/1 clusters disagree.`}},
+			wantClusters: []string{"c1"},
+		},
+		{
+			name: "many disjoint exports: the first few named",
+			exports: []Export{exp("c0", 0), exp("c1", 1, families(v6)), exp("c2", 2, families(v6)), exp("c3", 3, families(v6)),
+				exp("c4", 4, families(v6)), exp("c5", 5, families(v6))},
+			want: []Conflict{{mcsv1beta1.ServiceExportReasonIPFamilyConflict,
+				`Conflicting IP families. Using ["IPv4"], the families every service export has but those in "c1", "c2", ` +
+					`"c3", "c4", and 1 more, which share none of them. 5/6 clusters disagree.`}},
+			wantClusters: []string{"c0", "c1", "c2", "c3", "c4", "c5"},
 		},
 		{
 			name:         "an export without families is ignored for the intersection",
@@ -318,9 +370,9 @@ func TestMerge(t *testing.T) {
 				{mcsv1beta1.ServiceExportReasonTypeConflict,
 					`Conflicting type. Using "ClusterSetIP" from oldest service export in "c1". 1/2 clusters disagree.`},
 				{mcsv1beta1.ServiceExportReasonIPFamilyConflict,
-					`Conflicting IP families. Using none, the families every service export has. 2/2 clusters disagree.`},
+					`Conflicting IP families. Using ["IPv4"], the families every service export has but those in "c2", ` +
+						`which share none of them. 1/2 clusters disagree.`},
 			},
-			wantSpec:     func(s *mcsv1beta1.ServiceImportSpec) { s.IPFamilies = nil },
 			wantClusters: []string{"c1", "c2"},
 		},
 	}
@@ -416,6 +468,40 @@ func TestMergePortNames(t *testing.T) {
 		exports:   []Export{exp("a", 0, ports(port("dns", udp, 53), port("web", tcp, 80))), exp("b", 1, ports(port("dns", tcp, 53), port("web", tcp, 80)))},
 		wantPorts: []mcsv1beta1.ServicePort{port("dns", udp, 53), port("web", tcp, 80)},
 		wantHeld:  map[string][]string{"b": {"dns"}},
+	}, {
+		// b's port merged into a's by number before c brought in a port of b's name: b still serves the union's
+		// port 80, and only a port of the union's name and another number or protocol is withheld.
+		name: "a younger export's port of the name does not withhold a port that merged by number",
+		exports: []Export{
+			exp("a", 0), exp("b", 1, ports(port("web", tcp, 80))), exp("c", 2, ports(port("web", tcp, 8080))),
+		},
+		wantPorts: []mcsv1beta1.ServicePort{port("http", tcp, 80), port("web", tcp, 8080)},
+		wantNames: map[string]map[string]string{"b": {"web": "http"}},
+	}, {
+		name: "... nor one that merged by number, when the younger port differs in protocol",
+		exports: []Export{
+			exp("a", 0), exp("b", 1, ports(port("web", tcp, 80))), exp("c", 2, ports(port("web", udp, 80))),
+		},
+		wantPorts: []mcsv1beta1.ServicePort{port("http", tcp, 80), port("web", udp, 80)},
+		wantNames: map[string]map[string]string{"b": {"web": "http"}},
+	}, {
+		// d comes after c's "web": its "web" is c's by name, as mergePorts met it, whatever b's became.
+		name: "... while an export younger than that port's is matched by name",
+		exports: []Export{
+			exp("a", 0), exp("b", 1, ports(port("web", tcp, 80))), exp("c", 2, ports(port("web", tcp, 8080))),
+			exp("d", 3, ports(port("web", tcp, 80))),
+		},
+		wantPorts: []mcsv1beta1.ServicePort{port("http", tcp, 80), port("web", tcp, 8080)},
+		wantNames: map[string]map[string]string{"b": {"web": "http"}},
+		wantHeld:  map[string][]string{"d": {"web"}},
+	}, {
+		name: "a port of the union's name with another number is withheld, its other port renamed",
+		exports: []Export{
+			exp("a", 0), exp("b", 1, ports(port("web", tcp, 80), port("http", tcp, 8080))), exp("c", 2, ports(port("web", tcp, 9090))),
+		},
+		wantPorts: []mcsv1beta1.ServicePort{port("http", tcp, 80), port("web", tcp, 9090)},
+		wantNames: map[string]map[string]string{"b": {"web": "http"}},
+		wantHeld:  map[string][]string{"b": {"http"}},
 	}, {
 		name:      "different names for one port are no reason to withhold it",
 		exports:   []Export{exp("a", 0, ports(port("tcp", tcp, 42))), exp("b", 1, ports(port("tcp2", tcp, 4242)))},

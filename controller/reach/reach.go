@@ -1,7 +1,9 @@
 // Package reach decides, from this member's own network position, whether each other member's endpoints can be
 // reached: the data-plane signal, kept apart from the control-plane one (the broker Lease). A member whose Lease
-// lapsed while its pods still answer keeps its endpoints in use; a member whose pods no longer answer from here
-// loses them here within seconds, whatever its Lease says, and other members decide for themselves.
+// lapsed while its pods still answer keeps its endpoints in use, for a bounded time; a member whose pods no longer
+// answer from here loses them here within seconds to any other exporter, whatever its Lease says, and other
+// members decide for themselves. Either signal alone may be wrong, so alone it only moves traffic between
+// exporters: it never takes away the last endpoints of a service (Fallback).
 //
 // The decision is a plain state machine over probe rounds, with hysteresis: one lost round moves nothing, a
 // member turns unreachable after Down failed rounds in a row and reachable again after Up good ones.
@@ -18,7 +20,8 @@ type State int
 const (
 	// Unknown: not probed yet, or nothing of the member's to probe. Decisions fall back to its Lease.
 	Unknown State = iota
-	// Reachable: its endpoints answered (a connection, or a refusal, which also proves the path) lately.
+	// Reachable: a connection to one of its endpoints completed lately. A refusal is no answer: a reused or vacated
+	// pod address refuses too.
 	Reachable
 	// Unreachable: Down rounds in a row got no answer from any endpoint probed.
 	Unreachable
@@ -141,18 +144,27 @@ const (
 	// UseStale: the member's control plane is lost (its Lease lapsed) but its endpoints answer: they stay in use,
 	// as last published, and the import says they are stale.
 	UseStale
-	// Leave: the endpoints are not used from this member: they do not answer from here, or the member is gone
-	// and nothing proves its endpoints still serve.
+	// Fallback: one signal speaks against the endpoints but not both: the member's Lease lives but its endpoints
+	// do not answer from here, or its control plane has been lost for longer than the stale limit though they
+	// answer. They are imported not ready while another exporter of the service has a ready endpoint, and used as
+	// published while none has (fail open, as Envoy's panic threshold): a verdict that may be wrong moves traffic
+	// between exporters, and never leaves a service without endpoints on its own.
+	Fallback
+	// Leave: the endpoints are not used from this member: the member is gone (its Lease lapsed) and nothing proves
+	// its endpoints still serve: they do not answer from here, or were never probed. Two signals agree.
 	Leave
 )
 
-// Decide combines the two signals for one member: alive is its Lease, state what this member's probes found.
-func Decide(alive bool, state State) Decision {
+// Decide combines the two signals for one member: alive is its Lease, overdue whether it lapsed longer than the
+// stale limit ago, state what this member's probes found.
+func Decide(alive, overdue bool, state State) Decision {
 	switch {
-	case state == Unreachable:
-		return Leave
+	case alive && state == Unreachable:
+		return Fallback
 	case alive:
 		return Use
+	case state == Reachable && overdue:
+		return Fallback
 	case state == Reachable:
 		return UseStale
 	}

@@ -64,19 +64,22 @@ func TestTrackerSinceAndForget(t *testing.T) {
 
 func TestDecide(t *testing.T) {
 	for _, tt := range []struct {
-		alive bool
-		state State
-		want  Decision
+		alive, overdue bool
+		state          State
+		want           Decision
 	}{
-		{true, Unknown, Use},
-		{true, Reachable, Use},
-		{true, Unreachable, Leave},
-		{false, Reachable, UseStale},
-		{false, Unknown, Leave},
-		{false, Unreachable, Leave},
+		{true, false, Unknown, Use},
+		{true, false, Reachable, Use},
+		{true, false, Unreachable, Fallback}, // the probe alone: moves traffic, never takes the last endpoints
+		{false, false, Reachable, UseStale},
+		{false, true, Reachable, Fallback}, // stale past the limit: only while no other exporter has a ready endpoint
+		{false, false, Unknown, Leave},
+		{false, true, Unknown, Leave},
+		{false, false, Unreachable, Leave}, // both signals agree
+		{false, true, Unreachable, Leave},
 	} {
-		if got := Decide(tt.alive, tt.state); got != tt.want {
-			t.Errorf("Decide(alive %v, %v) = %v, want %v", tt.alive, tt.state, got, tt.want)
+		if got := Decide(tt.alive, tt.overdue, tt.state); got != tt.want {
+			t.Errorf("Decide(alive %v, overdue %v, %v) = %v, want %v", tt.alive, tt.overdue, tt.state, got, tt.want)
 		}
 	}
 }
