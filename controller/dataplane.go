@@ -51,7 +51,9 @@ type dataPlaneProbe struct {
 	// staleAfter is the reconciler's: Options.LeaseGrace + Options.StaleLimit, 0 for no limit.
 	staleAfter time.Duration
 	dial       func(ctx context.Context, addr string) error
-	enqueue    *triggers
+	// since measures how long a round took (time.Since when nil): see lateRound.
+	since   func(time.Time) time.Duration
+	enqueue *triggers
 	log        logr.Logger
 
 	mu      sync.Mutex
@@ -212,6 +214,7 @@ func tcpPort(ports []discoveryv1.EndpointPort) int32 {
 // next ones in turn, and records the round's outcome per member. A member with fewer endpoints has some probed
 // twice: separate connections, lost independently.
 func (p *dataPlaneProbe) probeRound(ctx context.Context, now time.Time) {
+	start := time.Now()
 	p.mu.Lock()
 	picks := map[string][]string{}
 	for id, addrs := range p.targets {
@@ -247,13 +250,33 @@ func (p *dataPlaneProbe) probeRound(ctx context.Context, now time.Time) {
 	if ctx.Err() != nil {
 		return
 	}
+	since := time.Since
+	if p.since != nil {
+		since = p.since
+	}
+	late := lateRound(since(start))
+	if late {
+		p.log.Info("a probe round ran late: its failures count neither way", "took", since(start).Round(time.Millisecond))
+	}
 	for id := range picks {
 		ok, observed := observation(answered[id], refused[id], p.lapsed(id))
+		if late && !ok {
+			observed = false
+		}
 		if observed && p.tracker.Observe(id, ok, now) {
 			p.changed(ctx, id)
 		}
 	}
 }
+
+// lateAfter is how long a round of probes, each bounded by probeTimeout and run at once, may take before it counts
+// as late: a process starved of CPU or frozen (a stalled node, a throttled container) cannot read the answers its
+// probes got in time, and its silence would pass for a cut of every member at once.
+const lateAfter = probeTimeout + 200*time.Millisecond
+
+// lateRound says whether a round that took took ran late: its failures then say nothing of the members, and only
+// the connections it completed count (a completed connection is an answer whenever it is read).
+func lateRound(took time.Duration) bool { return took > lateAfter }
 
 // checkStaleLimit brings back the services of the reachable members whose endpoints passed the stale limit since
 // the last round, or no longer do: time alone moves them, which no event marks.

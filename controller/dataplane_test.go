@@ -319,3 +319,43 @@ func TestCheckStaleLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestProbeRoundsLate: a round that took longer than its probes can (a starved or frozen controller) counts
+// neither way for the members it could not reach, however many such rounds come; one completed connection in it
+// still counts.
+func TestProbeRoundsLate(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Unix(1000, 0)
+	tracker := reach.New(probeDown, probeUp)
+	for _, id := range []string{"silent", "answers"} {
+		tracker.Observe(id, true, t0)
+	}
+	tracker.Observe("answers", false, t0)
+	took := 2 * time.Second
+	p := &dataPlaneProbe{self: "cluster-a", tracker: tracker, liveness: broker.NewLiveness("cluster-a", time.Minute),
+		log: logr.Discard(), next: map[string]int{}, enqueue: newTriggers(newFakeCluster(t), newFakeCluster(t)),
+		targets: map[string][]string{"silent": {"s1:80"}, "answers": {"a1:80"}},
+		since:   func(time.Time) time.Duration { return took },
+		dial: func(_ context.Context, addr string) error {
+			if addr == "a1:80" {
+				return nil
+			}
+			return os.ErrDeadlineExceeded
+		}}
+	for range probeDown + 1 {
+		p.probeRound(ctx, t0)
+	}
+	if got := tracker.State("silent"); got != reach.Reachable {
+		t.Errorf("a member silent only in late rounds is %v, want still reachable", got)
+	}
+	if tracker.Suspected("answers") {
+		t.Errorf("a member that answered in a late round is still suspected")
+	}
+	took = probeTimeout
+	for range probeDown {
+		p.probeRound(ctx, t0)
+	}
+	if got := tracker.State("silent"); got != reach.Unreachable {
+		t.Errorf("a member silent in rounds on time is %v, want unreachable", got)
+	}
+}
