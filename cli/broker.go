@@ -22,8 +22,10 @@ func (o *options) brokerCommand() *cobra.Command {
 		Short: "Install the CRDs and roles members need on the broker (any API server), and write the broker-info file join reads",
 		Long: `init applies build/deploy/broker (the mcs-api CRDs, the members' reader and writer roles, and the joiner identity)
 to the API server of --context, and writes the broker-info file: the broker's URL and CA, the clusterset's name and
-the joiner's token. The file is a credential: join, unjoin and rotate use it to give members their identity on the
-broker, and take it away. Running init again changes nothing on the broker and writes a new token.`,
+the joiner's token. The file is a credential: join, unjoin, rotate and evict use it to give members their
+identity on the broker, and take it away. Admission policies confine the joiner to the members' namespaces and
+credentials (the broker must run Kubernetes 1.30 or later). Running init again changes nothing on the broker and
+writes a new token; with --rotate-joiner it also revokes every joiner token written before.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.ClusterSet == "" {
@@ -48,8 +50,35 @@ broker, and take it away. Running init again changes nothing on the broker and w
 	f.StringVar(&opts.ClusterSet, "clusterset", "", "the clusterset's name")
 	f.StringVar(&opts.Server, "server", "", "the broker's URL as members reach it; default the kubeconfig's")
 	f.DurationVar(&opts.TokenExpiration, "token-expiration", 7*24*time.Hour, "how long the joiner's token lasts (run init again for a new one)")
+	f.BoolVar(&opts.RotateJoiner, "rotate-joiner", false, "revoke every joiner token written before, in any broker-info file")
 	f.StringVarP(&file, "broker-info", "f", defaultBrokerInfo, "the broker-info file to write")
-	cmd.AddCommand(initCmd)
+	cmd.AddCommand(initCmd, o.evictCommand())
+	return cmd
+}
+
+func (o *options) evictCommand() *cobra.Command {
+	var file string
+	var wait time.Duration
+	cmd := &cobra.Command{
+		Use:   "evict CLUSTER-ID --broker-info FILE",
+		Short: "Take a member out of the clusterset from the broker alone, for a member that is gone or not trusted",
+		Long: `evict revokes the member's broker credentials (it deletes the ServiceAccounts of its broker namespace, which
+invalidates every token of them at once), deletes the bindings that let it read the other members' namespaces and
+its entry in the member directory, and then its broker namespace with its records, EndpointSlices and Lease: the
+other members withdraw its endpoints. It needs only the broker-info file, not the member. Only a new join brings
+the member back. Run unjoin on the member, if it can be reached, to remove what the controller installed there.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			info, err := install.ReadBrokerInfo(file)
+			if err != nil {
+				return err
+			}
+			return install.Evict(cmd.Context(), info, args[0], wait, o.streams.Out)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&file, "broker-info", "f", defaultBrokerInfo, "the file `kubectl mcs broker init` wrote")
+	f.DurationVar(&wait, "wait", 2*time.Minute, "how long to wait for the broker namespace to go")
 	return cmd
 }
 

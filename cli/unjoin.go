@@ -15,6 +15,10 @@ func (o *options) unjoinCommand() *cobra.Command {
 	cmd := o.memberCommand(&cobra.Command{
 		Use:   "unjoin --broker-info FILE [--context MEMBER]",
 		Short: "Take the cluster of --context out of the clusterset, on the member and the broker, and say what is left",
+		Long: `unjoin stops the member's controller, then takes the member out of the broker as ` + "`kubectl mcs broker evict`" + ` does
+(its credentials, read grants, directory entry and broker namespace), deletes what the controller imported into the
+member and the controller's own objects, and says what it leaves. It needs the member: for one that is gone or not
+trusted, run ` + "`kubectl mcs broker evict CLUSTER-ID`" + ` instead.`,
 	}, func(ctx context.Context, cfg *rest.Config, info install.BrokerInfo) error {
 		return install.Unjoin(ctx, cfg, info, opts, o.streams.Out)
 	})

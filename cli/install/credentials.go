@@ -2,11 +2,14 @@ package install
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -23,25 +26,63 @@ const (
 	brokerSecret        = "broker-kubeconfig"
 )
 
-// credentialPrefix starts the name of each Secret on the broker that a member's token is bound to: deleting it
-// revokes the token (and the tokens the controller renews from it, which stay bound to it).
-const credentialPrefix = "credential-"
+// A member's credential on the broker is one ServiceAccount and one Secret of the same name, credentialPrefix and
+// a random suffix, in its broker namespace: its tokens are bound to the Secret, and deleting the ServiceAccount
+// revokes every token of it, whoever asked for it. The broker's policy (build/deploy/broker/joiner-policy.yaml)
+// holds both the joiner and the credential's own renewals to this, and its literals must stay these.
+const (
+	credentialPrefix = "credential-"
+	// maxCredentialLifetime is the longest a credential's token may last.
+	maxCredentialLifetime = 7 * 24 * time.Hour
+	// minCredentialLifetime is the shortest TokenRequest the API server grants.
+	minCredentialLifetime = 10 * time.Minute
+)
 
-// MemberServiceAccount is the member's ServiceAccount on the broker: build/deploy/member's "member" with the
-// overlay's suffix, the cluster id.
+// MemberServiceAccount is build/deploy/member's static ServiceAccount of the member, with the overlay's suffix,
+// the cluster id: the identity of an operator who installs without kubectl mcs. Join and rotate give members
+// credentials of their own instead.
 func MemberServiceAccount(id string) string { return "member-" + id }
 
-// mintCredential creates a Secret in the member's broker namespace and a token of the member's ServiceAccount
-// bound to it, and returns the member's broker kubeconfig and the Secret's name.
+// checkLifetime says why a credential cannot last that long.
+func checkLifetime(d time.Duration) error {
+	if d < minCredentialLifetime || d > maxCredentialLifetime {
+		return fmt.Errorf("a broker token lasts from %v to %v (the broker's policy refuses more), not %v: the controller renews it before it expires",
+			minCredentialLifetime, maxCredentialLifetime, d)
+	}
+	return nil
+}
+
+// MintCredential gives the member id a new credential on the broker, as join and rotate do, with the joiner's
+// token of info, and returns the member's broker kubeconfig and the credential's name.
+func MintCredential(ctx context.Context, info BrokerInfo, id string, expiration time.Duration) ([]byte, string, error) {
+	b, err := newClient(info.Config(), "broker")
+	if err != nil {
+		return nil, "", err
+	}
+	return mintCredential(ctx, b, info, id, expiration)
+}
+
+// mintCredential creates a credential in the member's broker namespace, its Secret first for its generated name,
+// and a token of it bound to the Secret, and returns the member's broker kubeconfig and the credential's name.
+// The ServiceAccount writes and reads as the member through the bindings to its namespace's group (grants.go).
 func mintCredential(ctx context.Context, broker client.Client, info BrokerInfo, id string, expiration time.Duration) ([]byte, string, error) {
-	anchor := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{
-		Namespace: names.BrokerNamespace(id), GenerateName: credentialPrefix,
-		Labels: map[string]string{names.LabelManagedBy: "kubectl-mcs"},
-	}}
-	if err := broker.Create(ctx, anchor); err != nil {
+	if err := checkLifetime(expiration); err != nil {
+		return nil, "", err
+	}
+	anchor := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: names.BrokerNamespace(id), GenerateName: credentialPrefix,
+			Labels: map[string]string{names.LabelManagedBy: fieldOwner},
+		},
+		Type: corev1.SecretTypeOpaque,
+	}
+	if err := createCounted(ctx, broker, anchor); err != nil {
 		return nil, "", fmt.Errorf("creating the Secret the token is bound to: %w", err)
 	}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: anchor.Namespace, Name: MemberServiceAccount(id)}}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: anchor.Namespace, Name: anchor.Name, Labels: anchor.Labels}}
+	if err := broker.Create(ctx, sa); err != nil {
+		return nil, "", fmt.Errorf("creating the credential's ServiceAccount: %w", err)
+	}
 	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
 		ExpirationSeconds: ptr.To(int64(expiration / time.Second)),
 		BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Secret", APIVersion: "v1", Name: anchor.Name, UID: anchor.UID},
@@ -51,6 +92,43 @@ func mintCredential(ctx context.Context, broker client.Client, info BrokerInfo, 
 	}
 	kubeconfig, err := MemberKubeconfig(info, req.Status.Token)
 	return kubeconfig, anchor.Name, err
+}
+
+// createCounted creates o in a member's broker namespace, whose ResourceQuota counts it: in a namespace just made,
+// quota admission refuses every such write until the broker's quota controller has computed the usage, which
+// takes it moments.
+func createCounted(ctx context.Context, c client.Client, o client.Object) error {
+	var err error
+	for range 50 {
+		if err = c.Create(ctx, o); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "status unknown for quota") {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return err
+}
+
+// revokeCredential deletes a credential of the member's namespace ns: its ServiceAccount, which revokes all of
+// its tokens, and the Secret they are bound to. A credential of an earlier release is the static ServiceAccount,
+// bound to a credential-* Secret (join's, rotate's) or to one an administrator made, which the joiner may not
+// delete: it revokes nothing more, and is left to them. It returns the Secret it deleted, if any.
+func revokeCredential(ctx context.Context, b client.Client, ns, serviceAccount, secret string) (string, error) {
+	objs := []client.Object{&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: serviceAccount}}}
+	if strings.HasPrefix(secret, credentialPrefix) {
+		objs = append(objs, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: secret}})
+	} else {
+		secret = ""
+	}
+	for _, o := range objs {
+		if err := b.Delete(ctx, o); client.IgnoreNotFound(err) != nil {
+			return "", fmt.Errorf("deleting %T %s/%s: %w", o, ns, o.GetName(), err)
+		}
+	}
+	return secret, nil
 }
 
 // MemberKubeconfig is the kubeconfig a member's controller reaches the broker with.

@@ -19,10 +19,17 @@ import (
 // The roles build/deploy/broker defines, and the prefixes of the RoleBindings that grant them to one member.
 const (
 	readerRole             = "mcs-broker-reader"
+	writerRole             = "mcs-broker-writer"
 	directoryRole          = "mcs-broker-directory"
 	readerBindingPrefix    = "mcs-reader-"
+	writerBindingPrefix    = "mcs-writer-"
 	directoryBindingPrefix = "mcs-directory-"
 )
+
+// writerBinding lets the member id write its own broker namespace.
+func writerBinding(id string) *rbacv1.RoleBinding {
+	return memberBinding(names.BrokerNamespace(id), writerBindingPrefix+id, writerRole, id)
+}
 
 // readerBinding lets the member reader read the broker namespace of the member owner.
 func readerBinding(reader, owner string) *rbacv1.RoleBinding {
@@ -34,16 +41,20 @@ func directoryBinding(id string) *rbacv1.RoleBinding {
 	return memberBinding(broker.DirectoryNamespace, directoryBindingPrefix+id, directoryRole, id)
 }
 
+// memberBinding grants role in namespace to the ServiceAccounts of the member id's broker namespace, as a group:
+// the member's credentials come and go there (rotate), and the broker's policy lets none but a credential's own
+// ServiceAccount ask for its tokens, so that the namespace's `default` never acts.
 func memberBinding(namespace, name, role, id string) *rbacv1.RoleBinding {
 	return &rbacv1.RoleBinding{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{names.LabelManagedBy: fieldOwner}},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
-		Subjects: []rbacv1.Subject{{
-			Kind: rbacv1.ServiceAccountKind, Namespace: names.BrokerNamespace(id), Name: MemberServiceAccount(id),
-		}},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: serviceAccountGroup(names.BrokerNamespace(id))}},
 	}
 }
+
+// serviceAccountGroup is the group the API server puts every ServiceAccount of namespace in.
+func serviceAccountGroup(namespace string) string { return "system:serviceaccounts:" + namespace }
 
 // GrantReads lets the member id and every member the directory lists read each other's broker namespace, and then
 // lists id in the directory, as join does after it applied the member's identity (build/deploy/member) with

@@ -11,7 +11,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -59,6 +58,9 @@ const minCredentialLeft = time.Hour
 // credentials, then the controller, the admission policy and DNS in the mode asked for. Running it again changes nothing: objects are
 // applied server-side, and credentials the broker still accepts are kept.
 func Join(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts JoinOptions, out io.Writer) (string, error) {
+	if err := checkLifetime(opts.TokenExpiration); err != nil {
+		return "", err
+	}
 	s := steps{out}
 	m, b, err := clients(memberCfg, info)
 	if err != nil {
@@ -94,8 +96,8 @@ func Join(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts Joi
 		if err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("namespace %s, ServiceAccount %s; reads and is read by %d other members; listed in the member directory",
-			names.BrokerNamespace(id), MemberServiceAccount(id), others), nil
+		return fmt.Sprintf("namespace %s, which it writes; reads and is read by %d other members; listed in the member directory",
+			names.BrokerNamespace(id), others), nil
 	})
 	if err != nil {
 		return "", err
@@ -118,7 +120,7 @@ func Join(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts Joi
 		if err := writeMemberKubeconfig(ctx, m, kubeconfig); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("wrote Secret %s/%s (%s before) with a token bound to %s/%s, for %v", controllerNamespace, brokerSecret, why, names.BrokerNamespace(id), anchor, opts.TokenExpiration), nil
+		return fmt.Sprintf("wrote Secret %s/%s (%s before) with a token of credential %s/%s, for %v", controllerNamespace, brokerSecret, why, names.BrokerNamespace(id), anchor, opts.TokenExpiration), nil
 	})
 	if err != nil {
 		return "", err
@@ -218,9 +220,10 @@ func forward(ctx context.Context, s steps, cfg *rest.Config, m client.Client, wa
 	return s.do("cluster DNS replicas reloaded", func() (string, error) { return waitReloaded(ctx, kube, m, before, wait) })
 }
 
-// BrokerIdentity gives the member id its identity on the broker, as join does: its broker namespace, its
-// ServiceAccount (MemberServiceAccount) and write access there, read access to every other member's namespace
-// and theirs to its own, and its entry in the member directory.
+// BrokerIdentity gives the member id its identity on the broker, as join does: its broker namespace (with
+// build/deploy/member's static ServiceAccount MemberServiceAccount), write access there and read access to every
+// other member's namespace and theirs to its own, for every ServiceAccount of its namespace, and its entry in the
+// member directory. Its credentials come from MintCredential.
 func BrokerIdentity(ctx context.Context, info BrokerInfo, id string) error {
 	b, err := newClient(info.Config(), "broker")
 	if err != nil {
@@ -230,27 +233,17 @@ func BrokerIdentity(ctx context.Context, info BrokerInfo, id string) error {
 	return err
 }
 
-// legacyReaderBinding is the ClusterRoleBinding that let a member read the whole broker before the directory: a
-// join takes it away.
-func legacyReaderBinding(id string) client.Object {
-	return &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: readerRole + "-" + id}}
-}
-
-// brokerIdentity applies the member's overlay of build/deploy/member on the broker, and grants reads. It returns
-// the number of other members.
+// brokerIdentity applies the member's overlay of build/deploy/member on the broker, and grants writes and reads.
+// It returns the number of other members.
 func brokerIdentity(ctx context.Context, b client.Client, id string) (int, error) {
 	overlay := member.Kustomization("../deploy/member", id, "-"+id)
 	if _, err := applyRendered(ctx, b, func() ([]byte, error) { return deploy.RenderOverlay(overlay) }); err != nil {
-		return 0, fmt.Errorf("%w (is the broker-info's token still valid? `kubectl mcs broker init` writes a new one)", err)
+		return 0, fmt.Errorf("%w (is the broker-info's token still valid, and has this release's `kubectl mcs broker init` run? it writes a new one)", err)
 	}
-	others, err := GrantReads(ctx, b, id)
-	if err != nil {
+	if err := applyTyped(ctx, b, writerBinding(id)); err != nil {
 		return 0, err
 	}
-	if err := b.Delete(ctx, legacyReaderBinding(id)); client.IgnoreNotFound(err) != nil {
-		return 0, fmt.Errorf("deleting the cluster-wide read binding of earlier releases: %w", err)
-	}
-	return others, nil
+	return GrantReads(ctx, b, id)
 }
 
 // resolveID returns the member's cluster id: the one asked for, written as its ClusterProperty (which must not

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -28,11 +26,17 @@ type RotateOptions struct {
 }
 
 // Rotate gives the member a new broker credential and revokes the old one once its controller runs with the new:
-// a token bound to a new Secret on the broker, written into the member's Secret, which the controller switches to
-// without a restart; when the member's broker Lease names the new credential, the Secret the old token was bound
-// to is deleted, which revokes it (and every token renewed from it). With CAOnly, the kubeconfig takes the
-// broker-info's server and CA bundle, and the token stays.
+// a token of a new credential (a ServiceAccount and the Secret its tokens are bound to, see mintCredential),
+// written into the member's Secret, which the controller switches to without a restart; when the member's broker
+// Lease names the new credential, the old token's ServiceAccount is deleted, which revokes every token of it: the
+// old one, its renewals, and any a thief asked for with it. With CAOnly, the kubeconfig takes the broker-info's
+// server and CA bundle, and the token stays.
 func Rotate(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts RotateOptions, out io.Writer) error {
+	if !opts.CAOnly {
+		if err := checkLifetime(opts.TokenExpiration); err != nil {
+			return err
+		}
+	}
 	s := steps{out}
 	m, b, err := clients(memberCfg, info)
 	if err != nil {
@@ -84,7 +88,7 @@ func Rotate(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts R
 		if err := writeMemberKubeconfig(ctx, m, kubeconfig); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("a token bound to %s/%s, for %v, in Secret %s/%s", names.BrokerNamespace(id), anchor, opts.TokenExpiration, controllerNamespace, brokerSecret), nil
+		return fmt.Sprintf("a token of credential %s/%s, for %v, in Secret %s/%s", names.BrokerNamespace(id), anchor, opts.TokenExpiration, controllerNamespace, brokerSecret), nil
 	})
 	if err != nil {
 		return err
@@ -106,13 +110,25 @@ func Rotate(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts R
 		return err
 	}
 	return s.do("old credential revoked", func() (string, error) {
-		if old.Claims == nil || old.Claims.BoundSecret == "" {
-			return fmt.Sprintf("not bound to a Secret (%s): it stays valid until it expires, or until you delete the ServiceAccount's other tokens' objects", old.ID()), nil
+		c := old.Claims
+		if c == nil || c.ServiceAccount == "" {
+			return fmt.Sprintf("not a ServiceAccount token (%s): it stays valid until it expires, or until you revoke it where it was issued", old.ID()), nil
 		}
-		anchor := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: names.BrokerNamespace(id), Name: old.Claims.BoundSecret}}
-		if err := b.Delete(ctx, anchor); client.IgnoreNotFound(err) != nil {
+		ns := names.BrokerNamespace(id)
+		if c.Namespace != ns {
+			return "", fmt.Errorf("the old token is of ServiceAccount %s/%s, outside the member's broker namespace %s: revoke it yourself", c.Namespace, c.ServiceAccount, ns)
+		}
+		deleted, err := revokeCredential(ctx, b, ns, c.ServiceAccount, c.BoundSecret)
+		if err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("deleted %s/%s, which its token was bound to", anchor.Namespace, anchor.Name), nil
+		did := fmt.Sprintf("deleted ServiceAccount %s/%s, which revokes every token of it", ns, c.ServiceAccount)
+		switch {
+		case deleted != "":
+			did += fmt.Sprintf(", and Secret %s/%s its token was bound to", ns, deleted)
+		case c.BoundSecret != "":
+			did += fmt.Sprintf("; Secret %s/%s, which its token was bound to and an administrator made, is left to them", ns, c.BoundSecret)
+		}
+		return did, nil
 	})
 }

@@ -1,6 +1,6 @@
 // Package install puts a clusterset's parts on clusters, as `kubectl mcs` does: the broker's roles and its
-// joiner identity (broker init), a member's identity, credentials and manifests (join), and the member's removal
-// (unjoin). Each step prints what it did, and a failure names the step.
+// joiner identity (broker init), a member's identity, credentials and manifests (join, rotate), and the member's
+// removal (unjoin, and evict from the broker alone). Each step prints what it did, and a failure names the step.
 package install
 
 import (

@@ -32,8 +32,8 @@ type UnjoinOptions struct {
 }
 
 // Unjoin takes the member out of the clusterset: it stops its controller, removes its identity and records from
-// the broker (other members then withdraw its endpoints), deletes what the controller imported into it, and the
-// controller's own objects; and it prints what it leaves, and why.
+// the broker as Evict does (other members then withdraw its endpoints), deletes what the controller imported into
+// it, and the controller's own objects; and it prints what it leaves, and why.
 func Unjoin(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts UnjoinOptions, out io.Writer) error {
 	s := steps{out}
 	m, b, err := clients(memberCfg, info)
@@ -73,23 +73,7 @@ func Unjoin(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts U
 	if err != nil {
 		return err
 	}
-	err = s.do("broker identity and records", func() (string, error) {
-		ns := names.BrokerNamespace(id)
-		if err := revokeReads(ctx, b, id); err != nil {
-			return "", err
-		}
-		for _, o := range []client.Object{legacyReaderBinding(id), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}} {
-			if err := b.Delete(ctx, o); client.IgnoreNotFound(err) != nil {
-				return "", fmt.Errorf("deleting %T %s: %w", o, o.GetName(), err)
-			}
-		}
-		err := waitGone(ctx, b, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, opts.Wait)
-		if err != nil {
-			err = fmt.Errorf("%w: the broker's namespace controller empties it, then removes it", err)
-		}
-		return fmt.Sprintf("namespace %s (its records, Lease, ServiceAccount and credentials), its directory entry and its read bindings deleted", ns), err
-	})
-	if err != nil {
+	if err := evict(ctx, s, b, id, opts.Wait); err != nil {
 		return err
 	}
 	err = s.do("imports in the member", func() (string, error) {

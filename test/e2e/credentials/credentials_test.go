@@ -2,8 +2,9 @@
 // controllers reach the broker as their own ServiceAccounts with tokens in a kubeconfig file: an operator's
 // rotation to a token bound to a new Secret is taken under the running controller, whose broker Lease then names
 // the new Secret, and deleting the old Secret (which revokes the old token) costs no Lease renewal, no import and
-// no DNS answer; a short token is renewed by the controller itself; and a controller started before its broker
-// Secret exists waits, not ready, and starts once the Secret appears.
+// no DNS answer; a short token is renewed by the controller itself; a controller started before its broker Secret
+// exists waits, not ready, and starts once the Secret appears; and `kubectl mcs rotate` revokes the old token and
+// every token asked for with it.
 package credentials
 
 import (
@@ -19,16 +20,20 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/cli/install"
 	"vksfleet.dev/fleet/mcs/brokercred"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/plugin/mcstest"
@@ -88,6 +93,8 @@ func TestCredentials(t *testing.T) {
 	t.Run("rotation", func(t *testing.T) { testRotation(t, f) })
 	t.Run("renewal", func(t *testing.T) { testRenewal(t, f, b, 9*time.Minute+40*time.Second, 1) })
 	t.Run("missing secret", func(t *testing.T) { testMissingSecret(t, f, a, b) })
+	// Last: it deletes a's static ServiceAccount, which the others mint their tokens of.
+	t.Run("kubectl mcs rotate", func(t *testing.T) { testRotateCommand(t, f, a, b) })
 }
 
 // TestLongRenewal lets the controller renew a 10-minute token twice on its default schedule (at 80% of its
@@ -314,17 +321,84 @@ func testMissingSecret(t *testing.T, f *framework.Fleet, m, exporter *framework.
 	})
 	t.Logf("%s: ready and importing %v after its broker Secret was created", m.Name, time.Since(created).Round(10*time.Millisecond))
 	waitForDNS(t, f, "meanwhile")
-	waitForRenewals(t, f, m, func() string {
-		s := &corev1.Secret{}
-		if err := m.Client.Get(ctx, framework.BrokerSecret, s); err != nil {
-			t.Fatal(err)
-		}
-		cred, err := brokercred.Parse(s.Data[brokercred.SecretKey])
+	waitForRenewals(t, f, m, func() string { return secretToken(t, m) }, bound, renewBefore, 1)
+}
+
+// testRotateCommand rotates m's credential twice with kubectl mcs rotate (m's controller reads its broker Secret,
+// as deployed): from the token of its static ServiceAccount that the fleet gave it to a credential of its own,
+// then to another. Before each, a thief of the token in use asks the broker for a token of its own with it,
+// lasting as long as the broker allows; after each, the old token and the thief's are refused (401), and the
+// controller works on: a new export of exporter is imported and answered, and every Lease is renewed on time.
+func testRotateCommand(t *testing.T, f *framework.Fleet, m, exporter *framework.Member) {
+	ctx := context.Background()
+	info, err := install.ReadBrokerInfo(f.BrokerInfoPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := watchFleet(t, f, "web")
+	for i := range 2 {
+		old := secretToken(t, m)
+		claims, err := brokercred.ParseToken(old)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return cred.Config.BearerToken
-	}, bound, renewBefore, 1)
+		stolen := stealToken(ctx, t, f, old, claims)
+		var out strings.Builder
+		rotated := time.Now()
+		if err := install.Rotate(ctx, m.Config, info, install.RotateOptions{TokenExpiration: time.Hour, Wait: wait}, &out); err != nil {
+			t.Fatalf("rotate %d: %v\n%s", i+1, err, out.String())
+		}
+		t.Logf("%s: rotate %d (from ServiceAccount %s) took %v:\n%s", m.Name, i+1, claims.ServiceAccount, time.Since(rotated).Round(10*time.Millisecond), out.String())
+		next, err := brokercred.ParseToken(secretToken(t, m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(next.ServiceAccount, "credential-") || next.BoundSecret != next.ServiceAccount {
+			t.Errorf("rotate %d: the new token is of ServiceAccount %s bound to Secret %s, want a credential bound to its own Secret", i+1, next.ServiceAccount, next.BoundSecret)
+		}
+		for what, tok := range map[string]string{"the old token": old, "the token the thief asked for with it": stolen} {
+			poll.T(t, wait, fmt.Sprintf("rotate %d: %s refused", i+1, what), func() error { return wantRevoked(ctx, f, tok) })
+		}
+	}
+	export(t, exporter, "after-rotate", "10.2.0.3")
+	waitForDNS(t, f, "after-rotate")
+	w.waitRenewals(t, 3)
+	w.check(t, renewInterval)
+}
+
+// stealToken asks the broker, with token (whose claims are given), for a token of the same ServiceAccount lasting
+// as long as the broker's policy lets it, as a thief would, and returns it: unbound where allowed, else bound to
+// the credential's own Secret.
+func stealToken(ctx context.Context, t *testing.T, f *framework.Fleet, token string, claims brokercred.Claims) string {
+	t.Helper()
+	kube, err := kubernetes.NewForConfig(&rest.Config{Host: f.Broker.Config.Host, BearerToken: token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: f.Broker.Config.CAData}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(7 * 24 * time.Hour / time.Second))}}
+	if strings.HasPrefix(claims.ServiceAccount, "credential-") {
+		req.Spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: "Secret", APIVersion: "v1", Name: claims.BoundSecret}
+	}
+	tok, err := kube.CoreV1().ServiceAccounts(claims.Namespace).CreateToken(ctx, claims.ServiceAccount, req, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("a token of %s/%s asked for with its own: %v", claims.Namespace, claims.ServiceAccount, err)
+	}
+	return tok.Status.Token
+}
+
+// secretToken returns the token of m's broker Secret.
+func secretToken(t *testing.T, m *framework.Member) string {
+	t.Helper()
+	s := &corev1.Secret{}
+	if err := m.Client.Get(context.Background(), framework.BrokerSecret, s); err != nil {
+		t.Fatal(err)
+	}
+	cred, err := brokercred.Parse(s.Data[brokercred.SecretKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cred.Config.BearerToken
 }
 
 // export creates a Service with one ready endpoint at addr in m, and exports it.

@@ -1,7 +1,8 @@
 // Package manifests proves the deploy manifests under build/deploy: every object the kustomize bases render is
 // accepted by a real API server through server-side apply, and the mcs-controller works under exactly the RBAC
 // identities they grant (its member ServiceAccount and its broker ServiceAccount) and can do no more than that on
-// the broker.
+// the broker; and that the joiner identity and a member's credential can do what join, rotate and evict need and
+// nothing else (joiner_test.go).
 package manifests
 
 import (

@@ -1,0 +1,77 @@
+package install
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"vksfleet.dev/fleet/mcs/clusterid"
+	"vksfleet.dev/fleet/mcs/names"
+)
+
+// Evict takes the member id out of the clusterset from the broker alone, with the joiner's token of info, for a
+// member that is gone or not trusted: its credentials are revoked first, so that it can neither write nor read
+// from then on, then its read grants and directory entry go, and its broker namespace with its records, slices
+// and Lease (the other members withdraw its endpoints). Only a new join brings it back. The member's cluster is
+// left as it is: run unjoin there, if it can be reached, to remove what the controller installed.
+func Evict(ctx context.Context, info BrokerInfo, id string, wait time.Duration, out io.Writer) error {
+	if err := clusterid.Validate(id); err != nil {
+		return err
+	}
+	b, err := newClient(info.Config(), "broker")
+	if err != nil {
+		return err
+	}
+	return evict(ctx, steps{out}, b, id, wait)
+}
+
+// evict removes the member id from the broker with client b, as Evict and Unjoin do.
+func evict(ctx context.Context, s steps, b client.Client, id string, wait time.Duration) error {
+	ns := names.BrokerNamespace(id)
+	err := s.do("broker credentials revoked", func() (string, error) {
+		n, err := deleteServiceAccounts(ctx, b, ns)
+		return fmt.Sprintf("%d ServiceAccounts of %s deleted, with every token of them", n, ns), err
+	})
+	if err != nil {
+		return err
+	}
+	err = s.do("read grants and directory entry", func() (string, error) {
+		return "deleted", revokeReads(ctx, b, id)
+	})
+	if err != nil {
+		return err
+	}
+	return s.do("broker namespace", func() (string, error) {
+		gone := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+		if err := b.Delete(ctx, gone); client.IgnoreNotFound(err) != nil {
+			return "", fmt.Errorf("deleting namespace %s: %w", ns, err)
+		}
+		if err := waitGone(ctx, b, gone, wait); err != nil {
+			return "", fmt.Errorf("%w: the broker's namespace controller empties it, then removes it", err)
+		}
+		return fmt.Sprintf("%s deleted, with its records, EndpointSlices and Lease", ns), nil
+	})
+}
+
+// deleteServiceAccounts deletes every ServiceAccount of the namespace ns, which revokes their tokens at once,
+// where the namespace's deletion would take them only after what else it holds. The namespace's `default`
+// goes too: nothing may act for the member until its namespace is gone.
+func deleteServiceAccounts(ctx context.Context, b client.Client, ns string) (int, error) {
+	var sas corev1.ServiceAccountList
+	if err := b.List(ctx, &sas, client.InNamespace(ns)); err != nil {
+		return 0, fmt.Errorf("listing the ServiceAccounts of %s: %w", ns, err)
+	}
+	n := 0
+	for i := range sas.Items {
+		if err := b.Delete(ctx, &sas.Items[i]); client.IgnoreNotFound(err) != nil {
+			return n, fmt.Errorf("deleting ServiceAccount %s/%s: %w", ns, sas.Items[i].Name, err)
+		}
+		n++
+	}
+	return n, nil
+}
