@@ -92,6 +92,12 @@ func TestHostileMemberAndUser(t *testing.T) {
 	t.Run("a user's namespace named like a broker namespace", e.brokerLikeNamespace)
 	t.Run("a member's Lease that keeps a dead member alive", e.forgedLease)
 	t.Run("a member's reads and writes outside its broker namespace", e.outsideItsNamespace)
+	t.Run("a member's record claiming to be the oldest, headless, on another port", e.forgedAge)
+	t.Run("a member's record of an IP family no other export has", e.disjointFamily)
+	t.Run("a member's records of fields no Service may have", e.invalidFields)
+	t.Run("a member's records for kube-system, default and names no Service may have", e.importDoor)
+	t.Run("a member's record declaring a million slices", e.forgedSliceCount)
+	t.Run("a namespace user's public address in a headless export", e.publicPTR)
 }
 
 // joinedIdentity prepares the broker as `kubectl mcs broker init` does, gives the member id its broker identity
@@ -241,12 +247,18 @@ func (e *env) renewLeases(ctx context.Context) {
 // as mallory in mallory's namespace, and as the administrator elsewhere: no member may write there.
 func (e *env) publish(t *testing.T, cluster, namespace, svc string, edit func(*mcsv1beta1.ServiceImport), slices ...*discoveryv1.EndpointSlice) func() {
 	t.Helper()
+	return e.publishKey(t, cluster, namespace, types.NamespacedName{Namespace: ns, Name: svc}, edit, slices...)
+}
+
+// publishKey is publish for a service of any namespace.
+func (e *env) publishKey(t *testing.T, cluster, namespace string, key types.NamespacedName, edit func(*mcsv1beta1.ServiceImport),
+	slices ...*discoveryv1.EndpointSlice) func() {
+	t.Helper()
 	ctx := context.Background()
 	c := e.admin
 	if namespace == names.BrokerNamespace(mallory) {
 		c = e.brokerC
 	}
-	key := types.NamespacedName{Namespace: ns, Name: svc}
 	rec, err := broker.Record(key, merge.Export{
 		Cluster: cluster, Created: time.Now().Add(-24 * time.Hour), Slices: len(slices),
 		Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
