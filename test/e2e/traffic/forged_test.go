@@ -3,11 +3,13 @@ package traffic
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -15,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/env/poll"
 	"vksfleet.dev/fleet/test/env/workload"
@@ -30,10 +33,27 @@ func (e *env) testForgedRecord(t *testing.T) {
 	ctx := context.Background()
 	e.deployExported(t, "forged", false, e.b)
 	e.waitImportedEndpoints(t, e.a, "forged", map[string]int{"cluster-b": 2})
+	// C's record must be younger than B's by more than a forger may claim to predate its record by, or the forgery
+	// would win fairly.
+	bRecord := &mcsv1beta1.ServiceImport{}
+	if err := e.f.Broker.Client.Get(ctx, types.NamespacedName{Namespace: names.BrokerNamespace(e.b.ID),
+		Name: names.RecordName(ns, "forged")}, bRecord); err != nil {
+		t.Fatal(err)
+	}
+	poll.T(t, timeout, "B's record older than the precedence allowance", func() error {
+		if age := time.Since(bRecord.CreationTimestamp.Time); age <= broker.PrecedenceAllowance+time.Second {
+			return fmt.Errorf("B's record is %s old", age)
+		}
+		return nil
+	})
 	e.deployExported(t, "forged", false, e.c)
-	vip := e.waitImportIP(t, e.a, "forged")
+	e.waitImportIP(t, e.a, "forged")
 	e.waitImportedEndpoints(t, e.a, "forged", map[string]int{"cluster-b": 2, "cluster-c": 2})
 	derived := e.derivedUID(t, "forged")
+	before := &mcsv1beta1.ServiceImport{}
+	if err := e.a.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "forged"}, before); err != nil {
+		t.Fatal(err)
+	}
 
 	pod := workload.LoopPod("forged-client", ns,
 		fmt.Sprintf("%s:%d", names.ServiceDNSName(ns, "forged"), workload.EchoPort), 50*time.Millisecond, 10*time.Minute)
@@ -73,7 +93,7 @@ func (e *env) testForgedRecord(t *testing.T) {
 	})
 	// B's controller reads the same broker as A's: once B reports the forged record's disagreement, A has it too.
 	e.waitExportConflict(t, e.b, "forged", "TypeConflict")
-	e.holdsImport(t, loop, "forged", vip, derived, "a forged oldest headless record of another port and family")
+	e.holdsImport(t, loop, before, derived, "a forged oldest headless record of another port and family")
 
 	e.forge(t, attacker, key, func(r *mcsv1beta1.ServiceImport) {
 		r.Spec.Type = mcsv1beta1.ClusterSetIP
@@ -81,12 +101,12 @@ func (e *env) testForgedRecord(t *testing.T) {
 		r.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: new(int32)}}
 	})
 	poll.T(t, timeout, "cluster-a's controller refuses the record", func() error {
-		if n, err := e.a.ControllerMetric("mcs_controller_refused_total", map[string]string{"reason": "InvalidRecord"}); err != nil || n == 0 {
+		if n, err := e.a.ControllerMetric("mcs_controller_refused_total", map[string]string{"reason": "InvalidSessionAffinity"}); err != nil || n == 0 {
 			return fmt.Errorf("refusals %v %v", n, err)
 		}
 		return nil
 	})
-	e.holdsImport(t, loop, "forged", vip, derived, "a record with a session affinity timeout of 0")
+	e.holdsImport(t, loop, before, derived, "a record with a session affinity timeout of 0")
 
 	failures := workload.Failures(loop.Requests(from, 0))
 	t.Logf("%d requests from cluster-a during the attack, %d failed", len(loop.Requests(from, 0)), len(failures))
@@ -164,9 +184,9 @@ func (e *env) derivedUID(t *testing.T, svc string) types.UID {
 	return ""
 }
 
-// holdsImport checks, once the loop has made 100 requests more, that A's import of svc still has its type, its one
-// port http/80, its ClusterSetIP and the same derived Service.
-func (e *env) holdsImport(t *testing.T, loop *workload.Loop, svc, vip string, derived types.UID, after string) {
+// holdsImport checks, once the loop has made 100 requests more, that A's import still has the type, ports and
+// ClusterSetIPs it had before the attack, and the same derived Service.
+func (e *env) holdsImport(t *testing.T, loop *workload.Loop, before *mcsv1beta1.ServiceImport, derived types.UID, after string) {
 	t.Helper()
 	since := time.Now().UnixMilli()
 	poll.T(t, timeout, "100 requests after "+after, func() error {
@@ -176,15 +196,15 @@ func (e *env) holdsImport(t *testing.T, loop *workload.Loop, svc, vip string, de
 		return nil
 	})
 	si := &mcsv1beta1.ServiceImport{}
-	if err := e.a.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: svc}, si); err != nil {
+	if err := e.a.Client.Get(context.Background(), client.ObjectKeyFromObject(before), si); err != nil {
 		t.Fatal(err)
 	}
-	if si.Spec.Type != mcsv1beta1.ClusterSetIP || len(si.Spec.Ports) != 1 || si.Spec.Ports[0].Port != 80 ||
-		len(si.Spec.IPs) == 0 || si.Spec.IPs[0] != vip {
-		t.Errorf("after %s cluster-a imports %s as %s, ports %+v, IPs %v; want ClusterSetIP, http/80, %s",
-			after, svc, si.Spec.Type, si.Spec.Ports, si.Spec.IPs, vip)
+	if si.Spec.Type != before.Spec.Type || !equality.Semantic.DeepEqual(si.Spec.Ports, before.Spec.Ports) ||
+		!slices.Equal(si.Spec.IPs, before.Spec.IPs) {
+		t.Errorf("after %s cluster-a imports %s as %s, ports %+v, IPs %v; want %s, %+v, %v", after, before.Name,
+			si.Spec.Type, si.Spec.Ports, si.Spec.IPs, before.Spec.Type, before.Spec.Ports, before.Spec.IPs)
 	}
-	if uid := e.derivedUID(t, svc); uid != derived {
-		t.Errorf("after %s cluster-a's derived Service of %s was made again", after, svc)
+	if uid := e.derivedUID(t, before.Name); uid != derived {
+		t.Errorf("after %s cluster-a's derived Service of %s was made again", after, before.Name)
 	}
 }
