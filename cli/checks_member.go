@@ -44,6 +44,13 @@ func noZoneHint(m *Member) string {
 		"(a stock CoreDNS stops on a Corefile naming it): set the member's DNS up with kubectl mcs join"
 }
 
+// clusterLocalModeCheck stands for the Corefile and clusterset.local checks on a member in the cluster-local DNS
+// mode, whose DNS need not serve clusterset.local: each service's cluster-local check judges its reflection.
+func clusterLocalModeCheck(m *Member) Check {
+	return Check{Check: CheckDNS, Cluster: m.Context, Result: Pass,
+		Message: "cluster-local DNS mode (the mcs-controller runs with --cluster-local-services): pods resolve imports as <svc>-clusterset.<ns>.svc in cluster.local, and the member's DNS need not serve clusterset.local"}
+}
+
 func zoneCheck(m *Member) Check {
 	c := Check{Check: CheckDNS, Cluster: m.Context}
 	a, ok := m.DNSAnswers[versionQuery]

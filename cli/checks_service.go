@@ -14,6 +14,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/controller/broker"
+	"vksfleet.dev/fleet/controller/imports"
 	"vksfleet.dev/fleet/controller/merge"
 	"vksfleet.dev/fleet/mcs/names"
 )
@@ -27,8 +28,11 @@ func serviceChecks(s *Snapshot, m *Member, svc types.NamespacedName) []Check {
 		out = append(out, exportValidCheck(m, svc, se), exportReadyCheck(m, svc, se), exportConflictCheck(m, svc, se))
 	}
 	exports := s.exports(svc)
+	// In the cluster-local mode the member's DNS does not serve clusterset.local: what its clusterset.local answers
+	// would be is not judged, and the import's reflection into cluster.local is.
+	askDNS := len(m.DNSAnswers) > 0 && len(exports) > 0 && !m.ClusterLocal
 	if !m.hasNamespace(svc.Namespace) {
-		if len(m.DNSAnswers) > 0 && len(exports) > 0 {
+		if askDNS {
 			out = append(out, absentNamespaceDNSCheck(m, svc))
 		}
 		return out
@@ -40,10 +44,34 @@ func serviceChecks(s *Snapshot, m *Member, svc types.NamespacedName) []Check {
 	if si != nil && len(exports) > 0 {
 		out = append(out, importConsistentCheck(s, m, svc, exports, si))
 	}
-	if len(m.DNSAnswers) > 0 && len(exports) > 0 {
+	if askDNS {
 		out = append(out, serviceDNSCheck(m, svc, si, exports))
 	}
+	if m.ClusterLocal && si != nil && len(exports) > 0 {
+		out = append(out, clusterLocalCheck(m, svc, si))
+	}
 	return out
+}
+
+// clusterLocalCheck judges, in the cluster-local mode, the import's reflection into cluster.local, as its
+// controller reports it in the ClusterLocalService condition: stock DNS answers <svc>-clusterset.<ns>.svc in the
+// cluster domain once the controller wrote that Service and its slices.
+func clusterLocalCheck(m *Member, svc types.NamespacedName, si *mcsv1beta1.ServiceImport) Check {
+	c := newCheck(CheckClusterLocal, m, svc)
+	name := names.ClusterLocalServiceName(svc.Namespace, svc.Name)
+	switch cond := meta.FindStatusCondition(si.Status.Conditions, imports.ConditionClusterLocalService); {
+	case cond == nil:
+		c.Result = Fail
+		c.Message = fmt.Sprintf("the ServiceImport has no %s condition: the controller has not reflected it into cluster.local as %s", imports.ConditionClusterLocalService, name)
+		c.Hint = controllerHint(m)
+	case cond.Status != metav1.ConditionTrue:
+		c.Result, c.Message = Fail, fmt.Sprintf("%s/%s: %s", cond.Status, cond.Reason, cond.Message)
+		c.Hint = fmt.Sprintf("another Service holds the name %s: rename or delete it (kubectl --context %s -n %s get service %s), and the controller reflects the import",
+			name, m.Context, svc.Namespace, name)
+	default:
+		c.Result, c.Message = Pass, fmt.Sprintf("reflected into cluster.local: pods resolve %s.%s.svc", name, svc.Namespace)
+	}
+	return c
 }
 
 func newCheck(name string, m *Member, svc types.NamespacedName) Check {

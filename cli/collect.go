@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -231,6 +232,9 @@ func fillMember(ctx context.Context, m *Member, src source) error {
 		return err
 	default:
 		m.ControllerVersion = imageVersion(dep.Spec.Template.Spec.Containers)
+		if len(dep.Spec.Template.Spec.Containers) > 0 {
+			m.ClusterLocal = clusterLocalMode(dep.Spec.Template.Spec.Containers[0].Args)
+		}
 	}
 	coredns := &appsv1.Deployment{}
 	switch err := c.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: corednsDeployment}, coredns); {
@@ -252,6 +256,23 @@ func fillMember(ctx context.Context, m *Member, src source) error {
 		}
 	}
 	return nil
+}
+
+// clusterLocalMode says whether the controller's arguments turn the cluster-local DNS mode on: the flag
+// --cluster-local-services, as Go's flag package reads it (one dash or two, a boolean value or none).
+func clusterLocalMode(args []string) bool {
+	on := false
+	for _, a := range args {
+		name, value, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "cluster-local-services" {
+			continue
+		}
+		on = true
+		if hasValue {
+			on, _ = strconv.ParseBool(value)
+		}
+	}
+	return on
 }
 
 // imageVersion is the tag (or digest) of the first container's image.

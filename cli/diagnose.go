@@ -18,7 +18,9 @@ func (o *options) diagnoseCommand() *cobra.Command {
 its DNS serves clusterset.local, that its broker Lease is fresh and its clock agrees with the broker's, that it
 holds no slices of a cluster that left; and per service: the ServiceExport is Valid, Ready and without Conflict,
 the import exists wherever the namespace does, matches the broker, and the member's DNS resolves it (NXDOMAIN
-where the namespace is absent, and for <clusterid>.<svc>.<ns>).
+where the namespace is absent, and for <clusterid>.<svc>.<ns>). On a member in the cluster-local DNS mode
+(join --dns cluster-local), whose DNS need not serve clusterset.local, the Corefile and clusterset.local checks
+give way to the cluster-local check: each import is reflected into cluster.local as <svc>-clusterset.
 It exits 0 when no check fails, 1 when one does; UNKNOWN (something the plugin cannot see, such as a DNS
 server it cannot reach: see --dns and --in-cluster) does not fail.`,
 		Args: cobra.MaximumNArgs(1),
@@ -87,6 +89,7 @@ const (
 	CheckExportConflict   = "export-conflict"
 	CheckImportPresent    = "import-present"
 	CheckImportConsistent = "import-consistent"
+	CheckClusterLocal     = "cluster-local"
 )
 
 // Check is one line of `kubectl mcs diagnose`.
@@ -134,14 +137,17 @@ func memberChecks(s *Snapshot, m *Member) []Check {
 			Hint: fmt.Sprintf("check the member's address and credentials: kubectl --context %s get --raw /version", m.Context)},
 			dataPlaneCheck(s, m)}
 	}
-	return []Check{
+	dns := []Check{corefileCheck(m), zoneCheck(m)}
+	if m.ClusterLocal {
+		dns = []Check{clusterLocalModeCheck(m)}
+	}
+	return append(append([]Check{
 		{Check: CheckReachable, Cluster: m.Context, Result: Pass, Message: "member reachable"},
 		crdCheck(m.Context, m.MissingAPIs, "kubectl mcs join"),
-		corefileCheck(m),
-		zoneCheck(m),
+	}, dns...),
 		leaseCheck(s, m),
 		clockCheck(s, m),
 		staleSlicesCheck(s, m),
 		dataPlaneCheck(s, m),
-	}
+	)
 }

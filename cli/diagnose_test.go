@@ -330,3 +330,69 @@ func (s *Snapshot) member(name string) *Member {
 	}
 	return nil
 }
+
+// TestDiagnoseClusterLocal: a member in the cluster-local DNS mode, whose stock DNS serves no clusterset.local,
+// passes once its imports are reflected into cluster.local, and fails on an import that is not.
+func TestDiagnoseClusterLocal(t *testing.T) {
+	clusterLocal := func(cond *metav1.Condition) *Snapshot {
+		s := fixture(t)
+		b := &s.Members[1]
+		b.ClusterLocal, b.Corefile, b.CoreDNSImage = true, ptr.To(".:53 {\n  kubernetes cluster.local\n}\n"), stockCoreDNS
+		for q := range b.DNSAnswers {
+			b.DNSAnswers[q] = DNSAnswer{Rcode: "NXDOMAIN"}
+		}
+		if cond != nil {
+			b.Imports[0].Status.Conditions = []metav1.Condition{*cond}
+		}
+		return s
+	}
+	reflected := &metav1.Condition{Type: imports.ConditionClusterLocalService, Status: metav1.ConditionTrue, Reason: "Reflected"}
+	nameInUse := &metav1.Condition{Type: imports.ConditionClusterLocalService, Status: metav1.ConditionFalse, Reason: "NameInUse", Message: "taken"}
+	for _, c := range []struct {
+		name string
+		cond *metav1.Condition
+		want Result
+	}{{"reflected", reflected, Pass}, {"name in use", nameInUse, Fail}, {"not reflected", nil, Fail}} {
+		checks := Diagnose(clusterLocal(c.cond), []types.NamespacedName{web})
+		var got []Check
+		for _, ch := range checks {
+			if ch.Cluster != "cluster-b" {
+				continue
+			}
+			switch ch.Check {
+			case CheckCorefile:
+				t.Errorf("%s: a corefile check on a cluster-local member: %+v", c.name, ch)
+			case CheckDNS:
+				if ch.Result != Pass {
+					t.Errorf("%s: %+v, want the clusterset.local DNS not judged in the cluster-local mode", c.name, ch)
+				}
+			case CheckClusterLocal:
+				got = append(got, ch)
+			}
+		}
+		if len(got) != 1 || got[0].Result != c.want || (c.want != Pass && got[0].Hint == "") {
+			t.Errorf("%s: cluster-local checks %+v, want one %s with a hint unless it passes", c.name, got, c.want)
+		}
+		if Passed(checks) != (c.want == Pass) {
+			t.Errorf("%s: Passed = %v, want %v: %+v", c.name, Passed(checks), c.want == Pass, checks)
+		}
+	}
+}
+
+// TestClusterLocalMode reads the cluster-local mode from the controller's arguments as its flag package would.
+func TestClusterLocalMode(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"--leader-elect", "--dns-address=kube-dns.kube-system.svc:53"}, false},
+		{[]string{"--leader-elect", "--cluster-local-services"}, true},
+		{[]string{"-cluster-local-services=true"}, true},
+		{[]string{"--cluster-local-services", "--cluster-local-services=false"}, false},
+		{[]string{"cluster-local-services"}, false},
+	} {
+		if got := clusterLocalMode(c.args); got != c.want {
+			t.Errorf("clusterLocalMode(%q) = %v, want %v", c.args, got, c.want)
+		}
+	}
+}

@@ -39,6 +39,7 @@ credentials the broker still accepts are kept). DNS modes (--dns):
 	f.StringVar(&opts.ControllerImage, "controller-image", "", "the mcs-controller image, for a mirror; default the release's")
 	f.StringVar(&opts.DNSImage, "dns-image", "", "our CoreDNS image, for a mirror; default the release's")
 	f.StringVar(&opts.DNS, "dns", install.DNSStandalone, "DNS mode: "+strings.Join(install.DNSModes, ", ")+` (see Long)`)
+	f.StringVar(&opts.ClusterDomain, "cluster-domain", "", "the member's cluster DNS domain (the kubelet's --cluster-domain), where the controller finds kube-dns; default cluster.local")
 	f.DurationVar(&opts.Wait, "wait", 5*time.Minute, "how long to wait for the controller, DNS and the first Lease renewal")
 	return cmd
 }

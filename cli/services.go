@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -10,6 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"vksfleet.dev/fleet/mcs/locality"
+	"vksfleet.dev/fleet/mcs/names"
 )
 
 // ServiceRow is one cell of the services × clusters matrix: what one member holds of one service.
@@ -33,13 +38,13 @@ type ServiceRow struct {
 	Valid     string   `json:"valid,omitempty"`
 	Ready     string   `json:"ready,omitempty"`
 	Conflicts []string `json:"conflicts,omitempty"`
-	// Locality is the locality tier the member's import uses; "-" until locality lands.
+	// Locality is the locality tier the member's import uses (localityText).
 	Locality string `json:"locality"`
 	// Note says why the cell is empty: the member is unreachable, no context reaches it, or it lacks the namespace.
 	Note string `json:"note,omitempty"`
 }
 
-// noLocality fills the locality column, reserved for the tier in use once the controller reports one.
+// noLocality fills the locality column where the member ranks no endpoints: every one is used alike.
 const noLocality = "-"
 
 // Matrix is the services × clusters matrix, for every service exported or imported anywhere (filtered by ns and
@@ -83,8 +88,39 @@ func matrixRow(m *Member, svc types.NamespacedName) ServiceRow {
 			row.Ports = append(row.Ports, portText(p))
 		}
 		row.Endpoints = endpointCounts(m.importedSlices(svc))
+		row.Locality = localityText(si)
 	}
 	return row
+}
+
+// localityText is the locality cell of an import, from the tiers its controller records on it
+// (names.AnnotationLocality, see package locality): a headless import's DNS tier; a ClusterSetIP import's zone
+// tier, or zone=tier for each zone, sorted, when its zones use different tiers. It is noLocality while the
+// controller records none, and "invalid" when the annotation does not decode.
+func localityText(si *mcsv1beta1.ServiceImport) string {
+	v, ok := si.Annotations[names.AnnotationLocality]
+	if !ok {
+		return noLocality
+	}
+	a, err := locality.Decode(v)
+	if err != nil {
+		return "invalid"
+	}
+	if si.Spec.Type == mcsv1beta1.Headless {
+		return dash(a.DNSTier)
+	}
+	zones := slices.Sorted(maps.Keys(a.Zones))
+	tiers := make([]string, len(zones))
+	for i, z := range zones {
+		tiers[i] = a.Zones[z]
+	}
+	if len(slices.Compact(slices.Clone(tiers))) == 1 {
+		return tiers[0]
+	}
+	for i, z := range zones {
+		tiers[i] = z + "=" + tiers[i]
+	}
+	return dash(strings.Join(tiers, " "))
 }
 
 // conditionText is "True", or "False/Reason", or "" when the condition is absent.

@@ -12,8 +12,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/mcs/buildinfo"
+	"vksfleet.dev/fleet/mcs/names"
 )
 
 func TestMatrix(t *testing.T) {
@@ -22,6 +24,7 @@ func TestMatrix(t *testing.T) {
 		Member{ClusterID: "cluster-e"})
 	s.Members[1].Slices[0].Endpoints[1].Conditions = discoveryConditions(false, true)
 	s.Members[0].Exports[0].Status.Conditions[2] = metav1.Condition{Type: "Conflict", Status: metav1.ConditionTrue, Reason: "PortConflict,TypeConflict"}
+	s.Members[1].Imports[0].Annotations = map[string]string{names.AnnotationLocality: `{"zones":{"z1":"same-zone","z2":"same-zone"},"dnsTier":"same-cluster"}`}
 	rows := Matrix(s, "", "")
 	var got []string
 	for _, r := range rows {
@@ -30,7 +33,7 @@ func TestMatrix(t *testing.T) {
 	}
 	want := []string{
 		"demo/web cluster-a exported,imported ClusterSetIP 10.128.0.1 cluster-a=2/2 PortConflict,TypeConflict -",
-		"demo/web cluster-b imported ClusterSetIP 10.128.0.2 cluster-a=1/2 - -",
+		"demo/web cluster-b imported ClusterSetIP 10.128.0.2 cluster-a=1/2 - same-zone",
 		"demo/web cluster-c (no namespace) - - - - -",
 		"demo/web cluster-d (unreachable) - - - - -",
 		"demo/web cluster-e (no context) - - - - -",
@@ -57,6 +60,32 @@ func TestMatrix(t *testing.T) {
 	}
 	if err := validateOutput("xml"); err == nil {
 		t.Error("-o xml accepted")
+	}
+}
+
+// TestLocalityText: the locality cell is the tier the controller recorded on the import, per zone when the
+// zones differ, the DNS tier for a headless import, and "-" while it records none.
+func TestLocalityText(t *testing.T) {
+	ann := func(zones, dns string) map[string]string {
+		return map[string]string{names.AnnotationLocality: `{"zones":{` + zones + `},"dnsTier":"` + dns + `","dnsClusters":["a"]}`}
+	}
+	for _, c := range []struct {
+		name        string
+		typ         mcsv1beta1.ServiceImportType
+		annotations map[string]string
+		want        string
+	}{
+		{"no ranking", mcsv1beta1.ClusterSetIP, nil, "-"},
+		{"every zone alike", mcsv1beta1.ClusterSetIP, ann(`"z1":"same-zone","z2":"same-zone"`, "same-cluster"), "same-zone"},
+		{"zones differ", mcsv1beta1.ClusterSetIP, ann(`"z2":"same-region","z1":"same-zone"`, "same-cluster"), "z1=same-zone z2=same-region"},
+		{"headless", mcsv1beta1.Headless, ann(`"z1":"same-zone"`, "same-region"), "same-region"},
+		{"no zones", mcsv1beta1.ClusterSetIP, ann("", "anywhere"), "-"},
+		{"garbage", mcsv1beta1.ClusterSetIP, map[string]string{names.AnnotationLocality: "{"}, "invalid"},
+	} {
+		si := &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Annotations: c.annotations}, Spec: mcsv1beta1.ServiceImportSpec{Type: c.typ}}
+		if got := localityText(si); got != c.want {
+			t.Errorf("%s: locality %q, want %q", c.name, got, c.want)
+		}
 	}
 }
 

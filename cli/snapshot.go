@@ -39,6 +39,9 @@ type Member struct {
 	MissingAPIs []string
 	// ControllerVersion is the mcs-controller's version where the member runs it as a Deployment; empty if unknown.
 	ControllerVersion string
+	// ClusterLocal says the controller runs in the cluster-local DNS mode (--cluster-local-services): it reflects
+	// every import into cluster.local as <svc>-clusterset, and the member's DNS need not serve clusterset.local.
+	ClusterLocal bool
 	// Corefile is the Corefile of the ConfigMap kube-system/coredns; nil when there is none.
 	Corefile *string
 	// CoreDNSImage is the image of the Deployment kube-system/coredns; "" when there is none.

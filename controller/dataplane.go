@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -38,11 +39,15 @@ const (
 	probeUp        = 2
 )
 
-// dataPlaneProbe measures, from this member's network position (its controller's pod), whether each other
-// member's endpoints can be reached: a TCP connection to a few of its ready endpoints at a time, taken in turn.
-// The cost grows with members, not endpoints: probesPerRound connections per member per round, whatever the
-// number of services. Only a completed connection is an answer (observation). It also brings back the services
-// of members whose endpoints pass the stale limit, which no event marks.
+// dataPlaneProbe measures, from this member's network position (a controller replica's pod), whether each other
+// member's pods can be reached: a TCP connection to a few of its controller replicas at a time, taken in turn,
+// at the addresses its broker Lease lists (names.AnnotationProbeAddresses), which no namespace user of that member
+// writes; a member whose Lease lists none (an older release) is probed at its ready endpoints, as before. The cost
+// grows with members, not endpoints: probesPerRound connections per member per round, whatever the number of
+// services. Only a completed connection is an answer (observation). Every replica probes (it needs no election)
+// and publishes its own verdicts (replicas); the elected one acts on a member's loss only when a replica on
+// another node agrees (reach.Agreed). The elected one also brings back the services of members whose endpoints
+// pass the stale limit, which no event marks.
 type dataPlaneProbe struct {
 	self     string
 	broker   client.Reader // the broker cache
@@ -54,18 +59,49 @@ type dataPlaneProbe struct {
 	// since measures how long a round took (time.Since when nil): see lateRound.
 	since   func(time.Time) time.Duration
 	enqueue *triggers
-	log        logr.Logger
+	// replicas publishes this replica's verdicts and reads the others'; nil when it cannot (no namespace), and then
+	// no verdict of a loss is agreed. addresses takes the replicas' probe addresses for this member's Lease.
+	replicas  *replicas
+	addresses *probeAddresses
+	// elected is closed once this replica leads (nil: it always does): only the leader's decisions feed imports.
+	elected <-chan struct{}
+	log     logr.Logger
 
-	mu      sync.Mutex
-	targets map[string][]string // member -> host:port to probe, sorted
-	next    map[string]int      // member -> index in its targets of the next endpoint to probe
-	overdue map[string]bool     // members past the stale limit at the last round
+	mu             sync.Mutex
+	targets        map[string]probeTarget // member -> what to probe
+	next           map[string]int         // member -> index in its targets of the next address to probe
+	overdue        map[string]bool        // members past the stale limit at the last round
+	uncorroborated []string               // members found unreachable here alone at the last agreement
+}
+
+// probeTarget is what to probe of a member: host:port addresses, sorted, and whether they are its controller
+// replicas' rather than its endpoints.
+type probeTarget struct {
+	addrs       []string
+	controllers bool
 }
 
 func newDataPlaneProbe(self string, broker client.Reader, tracker *reach.Tracker, liveness *broker.Liveness,
 	staleAfter time.Duration, enqueue *triggers, log logr.Logger) *dataPlaneProbe {
 	return &dataPlaneProbe{self: self, broker: broker, tracker: tracker, liveness: liveness, staleAfter: staleAfter,
 		dial: dialTCP, enqueue: enqueue, log: log.WithName("dataplane"), next: map[string]int{}, overdue: map[string]bool{}}
+}
+
+// NeedLeaderElection is false: every replica probes, so that the leader's verdicts can be checked against another
+// node's.
+func (p *dataPlaneProbe) NeedLeaderElection() bool { return false }
+
+// leading says whether this replica is the elected one, whose decisions feed the imports.
+func (p *dataPlaneProbe) leading() bool {
+	if p.elected == nil {
+		return true
+	}
+	select {
+	case <-p.elected:
+		return true
+	default:
+		return false
+	}
 }
 
 // dialTCP connects to addr and resets the connection at once: a close would leave the connection in TIME_WAIT,
@@ -108,20 +144,22 @@ func (p *dataPlaneProbe) lapsed(id string) bool {
 	}
 }
 
-// Start probes every round until ctx ends (a manager.Runnable, run on the elected leader: the decisions feed its
-// imports).
+// Start probes every round until ctx ends (a manager.Runnable, run on every replica).
 func (p *dataPlaneProbe) Start(ctx context.Context) error {
 	tick := time.NewTicker(probeInterval)
 	defer tick.Stop()
 	for {
-		// The endpoints are read again every round (from the cache, without copies): a member whose endpoints
+		// The targets are read again every round (from the cache, without copies): a member whose endpoints
 		// all went is forgotten at once, not probed at their old addresses into a false Unreachable.
 		if err := p.refresh(ctx); err != nil {
-			p.log.Error(err, "reading the endpoints to probe")
+			p.log.Error(err, "reading the addresses to probe")
 		}
 		now := time.Now()
 		p.probeRound(ctx, now)
-		p.checkStaleLimit(ctx, now)
+		p.agree(ctx, now)
+		if p.leading() {
+			p.checkStaleLimit(ctx, now)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -130,13 +168,41 @@ func (p *dataPlaneProbe) Start(ctx context.Context) error {
 	}
 }
 
-// refresh reads the other members' ready endpoints from the broker cache, and forgets members with none left.
+// refresh reads what to probe of the other members from the broker cache, and forgets members with nothing left:
+// the probe addresses each member's Lease lists, and only for a member whose Lease lists none (an older release),
+// its ready endpoints, read from its broker namespace alone. A member with no Lease is not probed: nothing says
+// where its controller runs, and the Lease decides alone.
 func (p *dataPlaneProbe) refresh(ctx context.Context) error {
-	list := &discoveryv1.EndpointSliceList{}
-	if err := p.broker.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+	leases := &coordinationv1.LeaseList{}
+	if err := p.broker.List(ctx, leases, client.UnsafeDisableDeepCopy); err != nil {
 		return err
 	}
-	targets := probeTargets(p.self, list.Items)
+	targets := map[string]probeTarget{}
+	for i := range leases.Items {
+		lease := &leases.Items[i]
+		id := broker.LeaseOf(lease)
+		if id == "" || id == p.self {
+			continue
+		}
+		value, ok := lease.Annotations[names.AnnotationProbeAddresses]
+		if ok {
+			addrs, problem := admit.ProbeAddresses(value)
+			if problem != nil {
+				p.log.V(1).Info("probe addresses refused", "member", id, "reason", problem.Reason, "message", problem.Message)
+			}
+			if len(addrs) > 0 {
+				targets[id] = probeTarget{addrs: addrs, controllers: true}
+			}
+			continue
+		}
+		list := &discoveryv1.EndpointSliceList{}
+		if err := p.broker.List(ctx, list, client.InNamespace(lease.Namespace), client.UnsafeDisableDeepCopy); err != nil {
+			return err
+		}
+		if addrs := probeTargets(p.self, list.Items)[id]; len(addrs) > 0 {
+			targets[id] = probeTarget{addrs: addrs}
+		}
+	}
 	p.mu.Lock()
 	p.targets = targets
 	for id := range p.next {
@@ -155,9 +221,10 @@ func (p *dataPlaneProbe) refresh(ctx context.Context) error {
 	return nil
 }
 
-// probeTargets are, per other member, the addresses of its ready endpoints on their first TCP port, sorted. A
-// slice counts for the member whose broker namespace holds it, as everywhere else, and only what admit.Slice takes
-// of it is probed: a member cannot make every controller connect to a loopback or link-local address.
+// probeTargets are, per other member, the addresses of its ready endpoints on their first TCP port, sorted: what is
+// probed of a member whose Lease lists no probe addresses. A slice counts for the member whose broker namespace
+// holds it, as everywhere else, and only what admit.Slice takes of it is probed: a member cannot make every
+// controller connect to a loopback or link-local address.
 func probeTargets(self string, list []discoveryv1.EndpointSlice) map[string][]string {
 	sets := map[string]map[string]bool{}
 	for i := range list {
@@ -210,14 +277,19 @@ func tcpPort(ports []discoveryv1.EndpointPort) int32 {
 	return 0
 }
 
-// probeRound probes probesPerRound endpoints of each member at once (confirmProbes for a suspected member), the
-// next ones in turn, and records the round's outcome per member. A member with fewer endpoints has some probed
-// twice: separate connections, lost independently.
+// probeRound probes probesPerRound addresses of each member at once (confirmProbes for a suspected member), the
+// next ones in turn, and records the round's outcome per member. A member with fewer addresses has some probed
+// twice: separate connections, lost independently. A refusal by a member's controller replica is an answer: the
+// address is that member's own pod, in a namespace of its operator's, and its network stack answered; a replica
+// that is restarting, as one whose control plane is lost does, refuses.
 func (p *dataPlaneProbe) probeRound(ctx context.Context, now time.Time) {
 	start := time.Now()
 	p.mu.Lock()
 	picks := map[string][]string{}
-	for id, addrs := range p.targets {
+	controllers := map[string]bool{}
+	for id, target := range p.targets {
+		addrs := target.addrs
+		controllers[id] = target.controllers
 		n := min(probesPerRound, len(addrs))
 		if p.tracker.Suspected(id) {
 			n = confirmProbes
@@ -259,7 +331,7 @@ func (p *dataPlaneProbe) probeRound(ctx context.Context, now time.Time) {
 		p.log.Info("a probe round ran late: its failures count neither way", "took", since(start).Round(time.Millisecond))
 	}
 	for id := range picks {
-		ok, observed := observation(answered[id], refused[id], p.lapsed(id))
+		ok, observed := observation(answered[id] || (controllers[id] && refused[id]), refused[id], p.lapsed(id))
 		if late && !ok {
 			observed = false
 		}
@@ -317,8 +389,12 @@ func (p *dataPlaneProbe) checkStaleLimit(ctx context.Context, now time.Time) {
 	}
 }
 
-// changed reports a member's new State and brings its services back to the workers.
+// changed reports a member's new State and, on the leader, brings its services back to the workers: another
+// replica's workers do not run, and would leave the queue full.
 func (p *dataPlaneProbe) changed(ctx context.Context, id string) {
+	if !p.leading() {
+		return
+	}
 	state := p.tracker.State(id)
 	p.log.Info("member data plane changed", "member", id, "state", state.String())
 	if err := p.enqueue.cluster(ctx, id); err != nil && ctx.Err() == nil {

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/controller/broker"
@@ -40,6 +41,15 @@ func probeSlice(cluster, name string, port int32, proto corev1.Protocol, ready *
 		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}, Conditions: discoveryv1.EndpointConditions{Ready: ready}})
 	}
 	return *broker.Slice(cluster, types.NamespacedName{Namespace: "team", Name: name}, s)
+}
+
+// endpointTargets probes each member's addresses as its endpoints.
+func endpointTargets(addrs map[string][]string) map[string]probeTarget {
+	out := map[string]probeTarget{}
+	for id, a := range addrs {
+		out[id] = probeTarget{addrs: a}
+	}
+	return out
 }
 
 func TestProbeTargets(t *testing.T) {
@@ -79,7 +89,7 @@ func TestProbeRounds(t *testing.T) {
 	tracker := reach.New(probeDown, probeUp)
 	p := &dataPlaneProbe{self: "cluster-a", tracker: tracker, liveness: broker.NewLiveness("cluster-a", time.Minute),
 		log: logr.Discard(), next: map[string]int{}, enqueue: newTriggers(newFakeCluster(t), newFakeCluster(t)),
-		targets: map[string][]string{"cluster-b": {"b1:80", "b2:80", "b3:80"}},
+		targets: endpointTargets(map[string][]string{"cluster-b": {"b1:80", "b2:80", "b3:80"}}),
 		dial: func(_ context.Context, addr string) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -160,7 +170,7 @@ func TestProbeRoundsInTurn(t *testing.T) {
 		seen := map[string]bool{}
 		p := &dataPlaneProbe{self: "cluster-a", tracker: reach.New(probeDown, probeUp), liveness: broker.NewLiveness("cluster-a", time.Minute),
 			log: logr.Discard(), next: map[string]int{}, enqueue: newTriggers(newFakeCluster(t), newFakeCluster(t)),
-			targets: map[string][]string{"cluster-b": targets},
+			targets: endpointTargets(map[string][]string{"cluster-b": targets}),
 			dial: func(_ context.Context, addr string) error {
 				mu.Lock()
 				defer mu.Unlock()
@@ -254,7 +264,7 @@ func TestProbeRoundsRefused(t *testing.T) {
 	tracker := reach.New(probeDown, probeUp)
 	p := &dataPlaneProbe{self: "cluster-a", tracker: tracker, liveness: liveness, log: logr.Discard(), next: map[string]int{},
 		enqueue: newTriggers(newFakeCluster(t), newFakeCluster(t)),
-		targets: map[string][]string{"alive": {"a1:80"}, "lost": {"l1:80"}},
+		targets: endpointTargets(map[string][]string{"alive": {"a1:80"}, "lost": {"l1:80"}}),
 		dial: func(context.Context, string) error {
 			return &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
 		}}
@@ -291,7 +301,7 @@ func TestCheckStaleLimit(t *testing.T) {
 	p := &dataPlaneProbe{self: "cluster-a", tracker: tracker, liveness: liveness, staleAfter: 5 * time.Minute,
 		log: logr.Discard(), next: map[string]int{}, overdue: map[string]bool{},
 		enqueue: newTriggers(newFakeCluster(t), newFakeCluster(t, rec)),
-		targets: map[string][]string{"cluster-b": {"10.2.0.1:80"}}}
+		targets: endpointTargets(map[string][]string{"cluster-b": {"10.2.0.1:80"}})}
 	enqueued := func() (n int) {
 		for {
 			select {
@@ -334,7 +344,7 @@ func TestProbeRoundsLate(t *testing.T) {
 	took := 2 * time.Second
 	p := &dataPlaneProbe{self: "cluster-a", tracker: tracker, liveness: broker.NewLiveness("cluster-a", time.Minute),
 		log: logr.Discard(), next: map[string]int{}, enqueue: newTriggers(newFakeCluster(t), newFakeCluster(t)),
-		targets: map[string][]string{"silent": {"s1:80"}, "answers": {"a1:80"}},
+		targets: endpointTargets(map[string][]string{"silent": {"s1:80"}, "answers": {"a1:80"}}),
 		since:   func(time.Time) time.Duration { return took },
 		dial: func(_ context.Context, addr string) error {
 			if addr == "a1:80" {
@@ -357,5 +367,82 @@ func TestProbeRoundsLate(t *testing.T) {
 	}
 	if got := tracker.State("silent"); got != reach.Unreachable {
 		t.Errorf("a member silent in rounds on time is %v, want unreachable", got)
+	}
+}
+
+// probedLease is member id's broker Lease, with the probe addresses it lists unless addrs is nil.
+func probedLease(id string, addrs *string) *coordinationv1.Lease {
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: names.BrokerNamespace(id), Name: names.LeaseName,
+		Annotations: map[string]string{names.AnnotationClusterID: id}}}
+	if addrs != nil {
+		l.Annotations[names.AnnotationProbeAddresses] = *addrs
+	}
+	return l
+}
+
+// TestProbeRefresh: a member whose Lease lists probe addresses is probed there, and nowhere its namespaces' users
+// publish; an older member, whose Lease lists none, at its endpoints; a member that lists only addresses no probe
+// may connect to, or has no Lease, not at all.
+func TestProbeRefresh(t *testing.T) {
+	objs := []client.Object{
+		probedLease("cluster-a", ptr.To("10.1.0.5:8081")),
+		probedLease("cluster-b", ptr.To("10.2.0.6:8081,127.0.0.1:8081,10.2.0.5:8081")),
+		probedLease("cluster-c", nil),
+		probedLease("cluster-d", ptr.To("169.254.169.254:80")),
+	}
+	for _, s := range []discoveryv1.EndpointSlice{
+		probeSlice("cluster-b", "blackholed", 80, corev1.ProtocolTCP, nil, "192.0.2.1", "192.0.2.2"),
+		probeSlice("cluster-c", "web", 80, corev1.ProtocolTCP, nil, "10.3.0.1"),
+		probeSlice("cluster-d", "web", 80, corev1.ProtocolTCP, nil, "10.4.0.1"),
+		probeSlice("cluster-e", "web", 80, corev1.ProtocolTCP, nil, "10.5.0.1"),
+	} {
+		objs = append(objs, &s)
+	}
+	p := newDataPlaneProbe("cluster-a", newFakeCluster(t, objs...), reach.New(probeDown, probeUp),
+		broker.NewLiveness("cluster-a", time.Minute), 0, newTriggers(newFakeCluster(t), newFakeCluster(t)), logr.Discard())
+	if err := p.refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]probeTarget{
+		"cluster-b": {addrs: []string{"10.2.0.5:8081", "10.2.0.6:8081"}, controllers: true},
+		"cluster-c": {addrs: []string{"10.3.0.1:80"}},
+	}
+	if len(p.targets) != len(want) {
+		t.Fatalf("targets %v, want %v", p.targets, want)
+	}
+	for id, w := range want {
+		if got := p.targets[id]; !slices.Equal(got.addrs, w.addrs) || got.controllers != w.controllers {
+			t.Errorf("%s: %+v, want %+v", id, got, w)
+		}
+	}
+}
+
+// TestProbeRoundsControllerRefused: a member's controller replica that refuses (restarting, as one does while its
+// control plane is lost) proves the path to the member's pods, Lease alive or lapsed; silence does not.
+func TestProbeRoundsControllerRefused(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	liveness := broker.NewLiveness("cluster-a", time.Minute)
+	liveness.Observe(nil, t0) // seen: no member's Lease lives
+	tracker := reach.New(probeDown, probeUp)
+	p := &dataPlaneProbe{self: "cluster-a", tracker: tracker, liveness: liveness, log: logr.Discard(), next: map[string]int{},
+		enqueue: newTriggers(newFakeCluster(t), newFakeCluster(t)),
+		targets: map[string]probeTarget{
+			"refuses": {addrs: []string{"r1:8081"}, controllers: true},
+			"silent":  {addrs: []string{"s1:8081"}, controllers: true},
+		},
+		dial: func(_ context.Context, addr string) error {
+			if addr == "r1:8081" {
+				return fmt.Errorf("dial: %w", syscall.ECONNREFUSED)
+			}
+			return os.ErrDeadlineExceeded
+		}}
+	for round := range probeDown {
+		p.probeRound(context.Background(), t0.Add(time.Duration(round)*probeInterval))
+	}
+	if got := tracker.State("refuses"); got != reach.Reachable {
+		t.Errorf("a refusing controller replica: %v, want reachable", got)
+	}
+	if got := tracker.State("silent"); got != reach.Unreachable {
+		t.Errorf("a silent controller replica: %v, want unreachable", got)
 	}
 }

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,10 +11,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
+	"vksfleet.dev/fleet/controller/admit"
 	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/controller/imports"
 )
@@ -87,4 +91,15 @@ func (m *memberEvents) changed(member string, alive bool) {
 	}
 	m.rec.Eventf(property, nil, corev1.EventTypeWarning, "MemberLost", "Observe",
 		"Member %s's broker Lease was not renewed within the lease grace, or is gone: its endpoints are withdrawn.", member)
+}
+
+// limitEvent records a Warning Event on the service's ServiceImport for what a limit left out of its import, with
+// the member that published it. The first gather of a service comes before its ServiceImport is created: the
+// Event then names the import without its uid.
+func limitEvent(ctx context.Context, local client.Reader, rec events.EventRecorder, key types.NamespacedName, from string, p admit.Problem) {
+	si := &mcsv1beta1.ServiceImport{}
+	if err := local.Get(ctx, key, si); err != nil {
+		si = &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	}
+	rec.Eventf(si, nil, corev1.EventTypeWarning, p.Reason, "Import", "Member %s: %s.", from, p.Message)
 }

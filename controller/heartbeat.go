@@ -40,7 +40,9 @@ type heartbeat struct {
 }
 
 // run renews every grace/3 and checks Leases and the sentinel record every grace/10 (bounded to 100 ms..1 s): the
-// checks read the cache, and bound how late past the grace a withdrawal happens.
+// checks read the cache, and bound how late past the grace a withdrawal happens. Each loop renews before it looks
+// at the Leases: the process's first renewal resumes the last leader's decisions (persist.go), which the first
+// look, and every reconcile after it, must start from.
 func (h *heartbeat) run(ctx context.Context) error {
 	if !h.cache.WaitForCacheSync(ctx) {
 		return ctx.Err()

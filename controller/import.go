@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -27,10 +28,12 @@ import (
 )
 
 // gather collects every cluster's export of the service and the endpoint slices of the live ones. What other
-// clusters wrote on the broker enters here: it passes package admit's checks, or is left out and counted.
+// clusters wrote on the broker enters here: it passes package admit's checks and the limits (take), or is left
+// out and counted. Slices are read from the broker cache as they are stored there, not copied: only those taken
+// are, so that a member that publishes far more than the limits costs this one no more than they allow.
 func (r *reconciler) gather(ctx context.Context, key types.NamespacedName, own *merge.Export,
 	ownSlices []discoveryv1.EndpointSlice) ([]merge.Export, []imports.Source, error) {
-	defer r.reportRefusals(key)
+	defer r.reportRefusals(ctx, key)
 	var exports []merge.Export
 	var sources []imports.Source
 	if own != nil {
@@ -58,11 +61,12 @@ func (r *reconciler) gather(ctx context.Context, key types.NamespacedName, own *
 		exports = append(exports, e)
 		exporting[e.Cluster] = true
 	}
-	slices := &discoveryv1.EndpointSliceList{}
-	if err := r.broker.List(ctx, slices, sel); err != nil {
+	// The cache's own objects: nothing here may change them.
+	published := &discoveryv1.EndpointSliceList{}
+	if err := r.broker.List(ctx, published, sel, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, nil, err
 	}
-	perCluster := map[string]int{}
+	perCluster := map[string][]*discoveryv1.EndpointSlice{}
 	uses := map[string]memberUse{}
 	use := func(c string) memberUse {
 		u, ok := uses[c]
@@ -72,25 +76,59 @@ func (r *reconciler) gather(ctx context.Context, key types.NamespacedName, own *
 		}
 		return u
 	}
-	for _, s := range slices.Items {
-		c := broker.ClusterOf(&s)
+	for i := range published.Items {
+		s := &published.Items[i]
+		c := broker.ClusterOf(s)
 		if !exporting[c] || s.Namespace != names.BrokerNamespace(c) || use(c) == skipEndpoints {
 			continue
 		}
-		if perCluster[c]++; perCluster[c] > admit.MaxSlicesPerExport {
-			r.refuse(key, c, admit.Problem{Reason: admit.ReasonTooManySlices, Message: fmt.Sprintf(
-				"more than %d EndpointSlices for one service; slice %s is left out", admit.MaxSlicesPerExport, s.Name)})
-			continue
-		}
-		if s, ok := r.admitSlice(key, c, &s); ok {
-			sources = append(sources, imports.Source{Cluster: c, Slice: s})
+		perCluster[c] = append(perCluster[c], s)
+	}
+	taking := map[string]bool{}
+	for _, c := range slices.Sorted(maps.Keys(perCluster)) {
+		taking[c] = true
+		for _, s := range r.take(key, c, perCluster[c]) {
+			if s, ok := r.admitSlice(key, c, s); ok {
+				sources = append(sources, imports.Source{Cluster: c, Slice: s})
+			}
 		}
 	}
+	r.limits.members.keepOnly(key, taking)
 	// The endpoints to fall back on are not ready while another exporter has a ready endpoint, and stay as
 	// published while none has: the probe moves traffic between exporters, never to nothing.
 	sources, open := withVerdicts(sources, use)
 	r.reportFailOpen(key, open)
 	return exports, sources, nil
+}
+
+// take returns the slices of one member's export of the service that the import takes, sorted by name: the longest
+// prefix within --max-endpoints-per-service (admit.Fit) and what the member's other services leave of
+// --max-endpoints-per-member, the rest refused. The slices are counted as published, before admit.Slice drops
+// what it drops, so that what is taken does not depend on what this member's checks make of them.
+func (r *reconciler) take(key types.NamespacedName, cluster string, ss []*discoveryv1.EndpointSlice) []*discoveryv1.EndpointSlice {
+	slices.SortFunc(ss, func(a, b *discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
+	l := r.limits
+	sizes := make([]int, min(len(ss), l.slicesPerService))
+	for i := range sizes {
+		sizes[i] = admit.Size(ss[i])
+	}
+	n, _ := admit.Fit(sizes, l.slicesPerService, l.endpointsPerService)
+	if n < len(ss) {
+		reason := admit.ReasonTooManyEndpoints
+		if n == l.slicesPerService {
+			reason = admit.ReasonTooManySlices
+		}
+		r.refuse(key, cluster, admit.Problem{Reason: reason, Message: fmt.Sprintf("EndpointSlices from %s on are left out: "+
+			"one member's export of one service may have at most %d endpoints in %d EndpointSlices (--max-endpoints-per-service)",
+			ss[n].Name, l.endpointsPerService, l.slicesPerService)})
+	}
+	m := l.members.take(cluster, key, sizes[:n])
+	if m < n {
+		r.refuse(key, cluster, admit.Problem{Reason: admit.ReasonTooManyMemberEndpoints, Message: fmt.Sprintf(
+			"EndpointSlices from %s on are left out: the imports from one member may have at most %d endpoints in all "+
+				"(--max-endpoints-per-member), and its other services hold the rest", ss[m].Name, l.members.limit)})
+	}
+	return ss[:m]
 }
 
 // admitRecord reads a broker export record, or refuses it: a broken record, an invalid cluster id, a record outside
@@ -144,12 +182,16 @@ func (r *reconciler) refuse(key types.NamespacedName, from string, p admit.Probl
 }
 
 // reportRefusals reports what the gather of key refused that the previous one did not (refusalLog): in the
-// refusal metric, by reason, and in the log.
-func (r *reconciler) reportRefusals(key types.NamespacedName) {
+// refusal metric, by reason, and in the log; what a limit refused, in a Warning Event on the ServiceImport too,
+// since an import short of endpoints is not otherwise seen where it is used.
+func (r *reconciler) reportRefusals(ctx context.Context, key types.NamespacedName) {
 	for _, f := range r.refusals.settle(key) {
 		refusedTotal.WithLabelValues(r.id, f.problem.Reason).Inc()
 		r.log.Info("leaving out of the import what a cluster published", "service", key, "from", f.from,
 			"reason", f.problem.Reason, "problem", f.problem.Message)
+		if slices.Contains(admit.LimitReasons, f.problem.Reason) {
+			limitEvent(ctx, r.local, r.events, key, f.from, f.problem)
+		}
 	}
 }
 
@@ -167,6 +209,12 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 		return 0, err
 	}
 	nsGone := ns == nil || !ns.DeletionTimestamp.IsZero()
+	// Another implementation's ServiceImport (beside Lighthouse or Cilium, during a migration) is never written or
+	// deleted: the service is not imported here while it stands.
+	if got.si != nil && !ownsImport(got) {
+		return 0, r.besideForeign(ctx, key, got, len(exports) > 0 && !nsGone)
+	}
+	r.foreigns.forget(r.id, key)
 	// The broker may be losing its data, or have lost it and not have it back yet: what a withdrawal would delete
 	// is kept while the view is untrusted (regaining trust reconciles every service again), and until the view has
 	// shown the withdrawal for the hold, long enough for a lost broker to be noticed. Only the withdrawal waits:
@@ -292,10 +340,11 @@ func (r *reconciler) stored(ctx context.Context, key types.NamespacedName) (stor
 	return got, err
 }
 
-// unimport deletes the service's import, all of it.
+// unimport deletes the service's import, all of it: what the controller made, never another implementation's
+// ServiceImport of the same name (ownsImport).
 func (r *reconciler) unimport(ctx context.Context, key types.NamespacedName, got storedImport) error {
 	var errs []error
-	if got.si != nil {
+	if got.si != nil && ownsImport(got) {
 		errs = append(errs, apply.Delete(ctx, r.local, got.si))
 	}
 	if got.derived != nil && isOurs(got.derived) {

@@ -2,11 +2,15 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"maps"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -485,5 +489,197 @@ func TestGatherUnderTwoSignals(t *testing.T) {
 		if again.Message != stale.Message {
 			t.Errorf("the Stale message changes with time (a status write each reconcile):\n%s\n%s", stale.Message, again.Message)
 		}
+	}
+}
+
+// limitedEndpoints are n ready endpoints with distinct addresses in 10.<net>.0.0/16.
+func limitedEndpoints(net, n int) []discoveryv1.Endpoint {
+	eps := make([]discoveryv1.Endpoint, n)
+	for i := range eps {
+		eps[i] = discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("10.%d.%d.%d", net, i/250, i%250+1)},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}
+	}
+	return eps
+}
+
+// limitsBroker is a broker of the records and slices, with the Leases of the members that write them.
+func limitsBroker(t *testing.T, r *reconciler, objs []client.Object, members ...string) {
+	t.Helper()
+	r.broker = newFakeCluster(t, objs...)
+	r.liveness = broker.NewLiveness("a", time.Minute)
+	var leases []coordinationv1.Lease
+	for _, id := range members {
+		leases = append(leases, coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: names.BrokerNamespace(id), Name: names.LeaseName,
+				Annotations: map[string]string{names.AnnotationClusterID: id}},
+			Spec: coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: time.Now()}},
+		})
+	}
+	r.liveness.Observe(leases, time.Now())
+}
+
+// limitsRecord and limitsSlice are a member's broker record of svc and one of its slices, of n endpoints.
+func limitsRecord(t *testing.T, svc types.NamespacedName, cluster string) client.Object {
+	t.Helper()
+	rec, err := broker.Record(svc, merge.Export{Cluster: cluster, Created: time.Now(), Slices: -1, Spec: mcsv1beta1.ServiceImportSpec{
+		Type: mcsv1beta1.ClusterSetIP, Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+func limitsSlice(svc types.NamespacedName, cluster, name string, net, n int) *discoveryv1.EndpointSlice {
+	return broker.Slice(cluster, svc, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: name},
+		AddressType: discoveryv1.AddressTypeIPv4, Endpoints: limitedEndpoints(net, n),
+		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}}})
+}
+
+// TestGatherLimits: an import takes, of each member's export, the first slices by name within the endpoints one
+// service may have, and within what the member's other services leave of its total; the rest is refused, counted
+// once, and told in a Warning Event on the ServiceImport. A service that lets go of its share leaves it to others.
+func TestGatherLimits(t *testing.T) {
+	ctx := context.Background()
+	web, api := types.NamespacedName{Namespace: "ns", Name: "web"}, types.NamespacedName{Namespace: "ns", Name: "api"}
+	objs := []client.Object{limitsRecord(t, web, "b"), limitsRecord(t, api, "b"), limitsRecord(t, web, "c")}
+	// Listed out of name order: what is kept must not depend on the order the broker lists slices in.
+	for _, name := range []string{"web-5", "web-3", "web-1", "web-4", "web-2"} {
+		objs = append(objs, limitsSlice(web, "b", name, int(name[4]-'0'), 100))
+	}
+	for i, n := range []int{100, 100, 50} {
+		objs = append(objs, limitsSlice(api, "b", fmt.Sprintf("api-%d", i+1), 10+i, n))
+	}
+	objs = append(objs, limitsSlice(web, "c", "web-c", 20, 200))
+	recorder := events.NewFakeRecorder(10)
+	r := testReconciler(newFakeCluster(t), nil)
+	r.events = recorder
+	r.limits = newLimits(Options{MaxEndpointsPerService: 250, MaxEndpointsPerMember: 400})
+	limitsBroker(t, r, objs, "b", "c")
+	counted := func(reason string) float64 {
+		m := &dto.Metric{}
+		if err := refusedTotal.WithLabelValues("a", reason).Write(m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	before := map[string]float64{}
+	for _, reason := range admit.LimitReasons {
+		before[reason] = counted(reason)
+	}
+	taken := func(key types.NamespacedName) map[string][]string {
+		t.Helper()
+		_, sources, err := r.gather(ctx, key, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string][]string{}
+		for _, s := range sources {
+			got[s.Cluster] = append(got[s.Cluster], s.Slice.Name)
+		}
+		return got
+	}
+
+	// web: b's first two slices (200 of 250 endpoints), all of c's, which has a share of its own.
+	if got, want := taken(web), map[string][]string{"b": {"web-1", "web-2"}, "c": {"web-c"}}; !maps.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("web: took %v, want %v", got, want)
+	}
+	// api: 200 of b's 400 endpoints are web's, so 2 of its 3 slices (250 endpoints) fit.
+	if got, want := taken(api), map[string][]string{"b": {"api-1", "api-2"}}; !maps.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("api: took %v, want %v", got, want)
+	}
+	for key, reason := range map[types.NamespacedName]string{web: admit.ReasonTooManyEndpoints, api: admit.ReasonTooManyMemberEndpoints} {
+		var got []refusal
+		for f := range r.refusals.last[key] {
+			got = append(got, f)
+		}
+		if len(got) != 1 || got[0].from != "b" || got[0].problem.Reason != reason {
+			t.Errorf("%s: refusals %+v, want one %s from b", key, got, reason)
+		}
+	}
+	// Reconciled again, nothing changed: nothing is counted or told again.
+	taken(web)
+	taken(api)
+	for _, reason := range []string{admit.ReasonTooManyEndpoints, admit.ReasonTooManyMemberEndpoints} {
+		if n := counted(reason) - before[reason]; n != 1 {
+			t.Errorf("%s counted %v times, want once", reason, n)
+		}
+	}
+	got := drain(recorder)
+	if len(got) != 2 || !strings.HasPrefix(got[0], "Warning TooManyEndpoints Member b: EndpointSlices from web-3 on are left out") ||
+		!strings.HasPrefix(got[1], "Warning TooManyMemberEndpoints Member b: EndpointSlices from api-3 on are left out") {
+		t.Errorf("events %q, want a Warning for each limit", got)
+	}
+
+	// b stops exporting web: its share goes to api, once api is gathered again.
+	if err := r.broker.Delete(ctx, objs[0]); err != nil {
+		t.Fatal(err)
+	}
+	taken(web)
+	if got, want := taken(api), map[string][]string{"b": {"api-1", "api-2", "api-3"}}; !maps.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("api after web's unexport: took %v, want %v", got, want)
+	}
+}
+
+// sharedSlices lists EndpointSlices as a cache does: its own objects with client.UnsafeDisableDeepCopy, copies of
+// them without.
+type sharedSlices struct {
+	client.Client
+	items []discoveryv1.EndpointSlice
+}
+
+func (c sharedSlices) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	l, ok := list.(*discoveryv1.EndpointSliceList)
+	if !ok {
+		return c.Client.List(ctx, list, opts...)
+	}
+	o := (&client.ListOptions{}).ApplyOptions(opts)
+	l.Items = make([]discoveryv1.EndpointSlice, len(c.items))
+	for i := range c.items {
+		if o.UnsafeDisableDeepCopy != nil && *o.UnsafeDisableDeepCopy {
+			l.Items[i] = c.items[i]
+		} else {
+			c.items[i].DeepCopyInto(&l.Items[i])
+		}
+	}
+	return nil
+}
+
+// TestGatherMemoryBounded: a member that publishes a million endpoints for one service, in a thousand slices,
+// costs an import what the limit allows, not what the member published: gather neither copies what it leaves out
+// nor keeps more than the limit.
+func TestGatherMemoryBounded(t *testing.T) {
+	svc := types.NamespacedName{Namespace: "ns", Name: "web"}
+	// The slices share one array of endpoints, so that building them costs the test little.
+	eps := limitedEndpoints(1, admit.MaxEndpointsPerSlice)
+	items := make([]discoveryv1.EndpointSlice, 1000)
+	for i := range items {
+		s := limitsSlice(svc, "b", fmt.Sprintf("web-%04d", i), 1, 0)
+		s.Endpoints = eps
+		items[i] = *s
+	}
+	r := testReconciler(newFakeCluster(t), nil)
+	limitsBroker(t, r, []client.Object{limitsRecord(t, svc, "b")}, "b")
+	r.broker = sharedSlices{Client: r.broker, items: items}
+
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, sources, err := r.gather(context.Background(), svc, nil, nil)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoints := 0
+	for _, s := range sources {
+		endpoints += len(s.Slice.Endpoints)
+	}
+	if endpoints != DefaultMaxEndpointsPerService || len(sources) != DefaultMaxEndpointsPerService/admit.MaxEndpointsPerSlice {
+		t.Errorf("took %d endpoints in %d slices, want %d in %d", endpoints, len(sources), DefaultMaxEndpointsPerService,
+			DefaultMaxEndpointsPerService/admit.MaxEndpointsPerSlice)
+	}
+	// Copying what is taken costs a few hundred bytes an endpoint: a few MB for the limit, against hundreds for
+	// the million.
+	if allocated := after.TotalAlloc - before.TotalAlloc; allocated > 32<<20 {
+		t.Errorf("gather allocated %d MiB, want at most 32", allocated>>20)
 	}
 }

@@ -57,7 +57,8 @@ var (
 	refusedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "mcs_controller_refused_total",
 		Help: "Values another cluster or a namespace user wrote that the controller left out of an import, by reason " +
-			"(package admit): broker records, cluster ids, ports, exported labels and annotations, endpoints, slices. " +
+			"(package admit): broker records, cluster ids, ports, exported labels and annotations, endpoints, slices, and " +
+			"EndpointSlices past the limits (TooManyEndpoints, TooManySlices, TooManyMemberEndpoints). " +
 			"A refusal counts once, when it appears, however often its service is reconciled while it stands.",
 	}, []string{"cluster_id", "reason"})
 	failoversTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -91,7 +92,7 @@ func init() {
 	}
 	buildInfo.WithLabelValues(b.Version, revision, b.GoVersion).Set(1)
 	metrics.Registry.MustRegister(writesTotal, brokerReachable, brokerViewTrusted, clusterIDConflict, localityTier,
-		localityEndpoints, refusedTotal, failoversTotal, failedOpenTotal, reconcileErrors, buildInfo, states)
+		localityEndpoints, refusedTotal, failoversTotal, failedOpenTotal, reconcileErrors, buildInfo, states, importsNotOurs)
 }
 
 // recordLocality publishes an import's plan in the locality gauges.

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"vksfleet.dev/fleet/controller/admit"
 	"vksfleet.dev/fleet/controller/export"
 	"vksfleet.dev/fleet/mcs/clusterid"
 	"vksfleet.dev/fleet/mcs/memberlease"
@@ -53,8 +54,13 @@ type Options struct {
 	// deletes the cluster-local Services and slices it made.
 	ClusterLocalServices bool
 	// DNSAddress (host:port) is this member's DNS server, serving clusterset.local: an import is Ready only once
-	// the server answers it, so that Ready means the name resolves here. Empty, Ready does not wait for DNS.
+	// the server answers it, so that Ready means the name resolves here. Empty, Ready does not wait for DNS. A
+	// host that ends in ".svc" names a Service (<service>.<namespace>.svc) without the cluster domain, which
+	// ClusterDomain completes into an absolute name, so that the pod's search path is not tried first.
 	DNSAddress string
+	// ClusterDomain is this member's cluster DNS domain (the kubelet's --cluster-domain); default
+	// DefaultClusterDomain.
+	ClusterDomain string
 	// DataPlaneProbe measures from this member whether each other member's endpoints answer (a few TCP
 	// connections per member every 300 ms, see dataPlaneProbe), and decides with that and the Lease: endpoints
 	// that do not answer from here are imported not ready within about a second, though the exporter's Lease
@@ -68,6 +74,18 @@ type Options struct {
 	// of the service has a ready endpoint. Nothing refreshes a lost member's addresses, which its cluster may
 	// hand to other pods meanwhile. Default DefaultStaleLimit.
 	StaleLimit time.Duration
+	// MaxEndpointsPerService bounds the endpoints of one member's export of one service, as this member imports
+	// others' and publishes its own: past it, the EndpointSlices after the first that fit, by name, are refused
+	// (or not published), and so are those past admit.SlicesPerService of it. At most maxEndpointsPerService;
+	// default DefaultMaxEndpointsPerService.
+	MaxEndpointsPerService int
+	// MaxEndpointsPerMember bounds the endpoints imported from one member across all its exports: a service takes
+	// what the member's other services leave, first come, first served. Default DefaultMaxEndpointsPerMember.
+	MaxEndpointsPerMember int
+	// MaxSlicesPerNamespace bounds the broker EndpointSlices that the exports of one namespace of this member
+	// publish, so that one namespace's users cannot use up the member's broker quota that the others need. Default
+	// DefaultMaxSlicesPerNamespace.
+	MaxSlicesPerNamespace int
 	// LeaderElection makes replicas elect one active controller through a Lease in LeaderElectionNamespace.
 	LeaderElection          bool
 	LeaderElectionNamespace string
@@ -96,10 +114,26 @@ const (
 	DefaultLeaseGrace = memberlease.DefaultGrace
 	// DefaultWorkers is the default Options.Workers.
 	DefaultWorkers = 16
+	// DefaultClusterDomain is the default Options.ClusterDomain, the kubelet's and kubeadm's.
+	DefaultClusterDomain = "cluster.local"
 	// DefaultStaleLimit is the default Options.StaleLimit: longer than a controller's restarts take, up to the
 	// kubelet's 5-minute crash-loop backoff, so that a routine control-plane outage moves no traffic.
 	DefaultStaleLimit = 10 * time.Minute
+	// DefaultMaxEndpointsPerService is the default Options.MaxEndpointsPerService: forty times the 250 endpoints
+	// per service of Kubernetes' scalability thresholds, so that Deployments of a few thousand pods export whole.
+	DefaultMaxEndpointsPerService = 10_000
+	// DefaultMaxEndpointsPerMember is the default Options.MaxEndpointsPerMember: two thirds of the 150,000 pods of
+	// the largest cluster Kubernetes' scalability thresholds describe.
+	DefaultMaxEndpointsPerMember = 100_000
+	// DefaultMaxSlicesPerNamespace is the default Options.MaxSlicesPerNamespace: a tenth of the 50,000
+	// EndpointSlices of a member's broker quota (build/deploy/member), and five times the slices of a service at
+	// the endpoint limit.
+	DefaultMaxSlicesPerNamespace = 5_000
 )
+
+// maxEndpointsPerService is the largest Options.MaxEndpointsPerService: the endpoints of admit.MaxSlicesPerExport
+// slices as the exporter fills them.
+const maxEndpointsPerService = admit.MaxSlicesPerExport * export.MaxEndpointsPerSlice
 
 // minLeaseGrace is the shortest Options.LeaseGrace: a broker Lease records its duration in whole seconds.
 const minLeaseGrace = time.Second
@@ -115,6 +149,19 @@ func (o Options) withDefaults() Options {
 	if o.StaleLimit == 0 {
 		o.StaleLimit = DefaultStaleLimit
 	}
+	if o.MaxEndpointsPerService == 0 {
+		o.MaxEndpointsPerService = DefaultMaxEndpointsPerService
+	}
+	if o.MaxEndpointsPerMember == 0 {
+		o.MaxEndpointsPerMember = DefaultMaxEndpointsPerMember
+	}
+	if o.MaxSlicesPerNamespace == 0 {
+		o.MaxSlicesPerNamespace = DefaultMaxSlicesPerNamespace
+	}
+	if o.ClusterDomain == "" {
+		o.ClusterDomain = DefaultClusterDomain
+	}
+	o.DNSAddress = inClusterDomain(o.DNSAddress, o.ClusterDomain)
 	if o.DeniedExportNamespaces == nil {
 		o.DeniedExportNamespaces = export.DefaultDeniedNamespaces
 	}
@@ -128,8 +175,19 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// inClusterDomain completes a DNS address whose host is a Service name without the cluster domain (it ends in
+// ".svc") with domain, as an absolute name; any other address, or one that is not host:port (Validate reports
+// it), stays as it is.
+func inClusterDomain(address, domain string) string {
+	host, port, err := net.SplitHostPort(address)
+	if err != nil || !strings.HasSuffix(host, ".svc") {
+		return address
+	}
+	return net.JoinHostPort(host+"."+strings.TrimSuffix(domain, ".")+".", port)
+}
+
 // Validate reports every setting of o that is out of range, each error naming the cmd/controller flag and the
-// option field. A zero LeaseGrace, Workers or StaleLimit is out of range too: Run gives those their defaults
+// option field. A zero LeaseGrace, Workers, StaleLimit or limit is out of range too: Run gives those their defaults
 // before it validates, and the flags state the defaults, so that a zero on the command line is a mistake. Local
 // and Broker are not checked here, as a command line has them only once it has read the kubeconfigs.
 func (o Options) Validate() error {
@@ -148,6 +206,16 @@ func (o Options) Validate() error {
 	if o.StaleLimit <= 0 {
 		errs = append(errs, fmt.Errorf("--stale-limit (Options.StaleLimit): %v must be positive", o.StaleLimit))
 	}
+	if o.MaxEndpointsPerService <= 0 || o.MaxEndpointsPerService > maxEndpointsPerService {
+		errs = append(errs, fmt.Errorf("--max-endpoints-per-service (Options.MaxEndpointsPerService): %d is not within 1 to %d",
+			o.MaxEndpointsPerService, maxEndpointsPerService))
+	}
+	if o.MaxEndpointsPerMember <= 0 {
+		errs = append(errs, fmt.Errorf("--max-endpoints-per-member (Options.MaxEndpointsPerMember): %d must be positive", o.MaxEndpointsPerMember))
+	}
+	if o.MaxSlicesPerNamespace <= 0 {
+		errs = append(errs, fmt.Errorf("--max-slices-per-namespace (Options.MaxSlicesPerNamespace): %d must be positive", o.MaxSlicesPerNamespace))
+	}
 	for _, ns := range o.DeniedExportNamespaces {
 		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("--denied-export-namespaces (Options.DeniedExportNamespaces): %q: %s", ns, strings.Join(msgs, "; ")))
@@ -157,6 +225,9 @@ func (o Options) Validate() error {
 		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("--denied-import-namespaces (Options.DeniedImportNamespaces): %q: %s", ns, strings.Join(msgs, "; ")))
 		}
+	}
+	if msgs := validation.IsDNS1123Subdomain(strings.TrimSuffix(o.ClusterDomain, ".")); o.ClusterDomain != "" && len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--cluster-domain (Options.ClusterDomain): %q: %s", o.ClusterDomain, strings.Join(msgs, "; ")))
 	}
 	if o.DNSAddress != "" {
 		if _, _, err := net.SplitHostPort(o.DNSAddress); err != nil {

@@ -39,6 +39,19 @@ func TestOptionsWithDefaults(t *testing.T) {
 	}
 }
 
+// TestOptionsLimits: zero limits take their defaults, which Validate accepts; set ones stay.
+func TestOptionsLimits(t *testing.T) {
+	got := Options{}.withDefaults()
+	if got.MaxEndpointsPerService != DefaultMaxEndpointsPerService || got.MaxEndpointsPerMember != DefaultMaxEndpointsPerMember ||
+		got.MaxSlicesPerNamespace != DefaultMaxSlicesPerNamespace {
+		t.Errorf("withDefaults() limits %d, %d, %d", got.MaxEndpointsPerService, got.MaxEndpointsPerMember, got.MaxSlicesPerNamespace)
+	}
+	set := Options{MaxEndpointsPerService: 1, MaxEndpointsPerMember: 2, MaxSlicesPerNamespace: 3}.withDefaults()
+	if set.MaxEndpointsPerService != 1 || set.MaxEndpointsPerMember != 2 || set.MaxSlicesPerNamespace != 3 {
+		t.Errorf("withDefaults() replaced set limits: %d, %d, %d", set.MaxEndpointsPerService, set.MaxEndpointsPerMember, set.MaxSlicesPerNamespace)
+	}
+}
+
 // TestOptionsDeniedImportNamespaces: unset, the import side refuses the namespaces the export side refuses, so that
 // a namespace an operator opened to exports before the setting existed stays open to imports.
 func TestOptionsDeniedImportNamespaces(t *testing.T) {
@@ -78,7 +91,18 @@ func TestOptionsValidate(t *testing.T) {
 		{"negative workers", func(o *Options) { o.Workers = -1 }, []string{"--workers (Options.Workers): -1 must be positive"}},
 		{"zero stale limit", func(o *Options) { o.StaleLimit = 0 }, []string{"--stale-limit (Options.StaleLimit): 0s must be positive"}},
 		{"no denied namespaces", func(o *Options) { o.DeniedExportNamespaces = nil }, nil},
+		{"largest endpoints per service", func(o *Options) { o.MaxEndpointsPerService = 100_000 }, nil},
+		{"too many endpoints per service", func(o *Options) { o.MaxEndpointsPerService = 100_001 },
+			[]string{"--max-endpoints-per-service (Options.MaxEndpointsPerService): 100001 is not within 1 to 100000"}},
+		{"zero endpoints per service", func(o *Options) { o.MaxEndpointsPerService = 0 },
+			[]string{"--max-endpoints-per-service (Options.MaxEndpointsPerService): 0 is not within 1 to 100000"}},
+		{"zero endpoints per member", func(o *Options) { o.MaxEndpointsPerMember = 0 },
+			[]string{"--max-endpoints-per-member (Options.MaxEndpointsPerMember): 0 must be positive"}},
+		{"negative slices per namespace", func(o *Options) { o.MaxSlicesPerNamespace = -1 },
+			[]string{"--max-slices-per-namespace (Options.MaxSlicesPerNamespace): -1 must be positive"}},
 		{"DNS address", func(o *Options) { o.DNSAddress = "kube-dns.kube-system.svc.cluster.local.:53" }, nil},
+		{"cluster domain", func(o *Options) { o.ClusterDomain = "corp.example." }, nil},
+		{"bad cluster domain", func(o *Options) { o.ClusterDomain = "Corp_Example" }, []string{`--cluster-domain (Options.ClusterDomain): "Corp_Example": `}},
 		{"DNS address without a port", func(o *Options) { o.DNSAddress = "10.96.0.10" }, []string{"--dns-address (Options.DNSAddress): \"10.96.0.10\" is not host:port"}},
 		{"bad denied namespace", func(o *Options) { o.DeniedExportNamespaces = []string{"default", "Not_A_Namespace"} },
 			[]string{`--denied-export-namespaces (Options.DeniedExportNamespaces): "Not_A_Namespace": `}},
@@ -99,6 +123,27 @@ func TestOptionsValidate(t *testing.T) {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("%s: Validate() = %v, want it to contain %q", c.name, err, want)
 			}
+		}
+	}
+}
+
+// TestOptionsClusterDomain: a DNS address naming a Service without the cluster domain is completed with it, as an
+// absolute name; any other address stays as given.
+func TestOptionsClusterDomain(t *testing.T) {
+	for _, c := range []struct {
+		in   Options
+		want string
+	}{
+		{Options{DNSAddress: "kube-dns.kube-system.svc:53"}, "kube-dns.kube-system.svc.cluster.local.:53"},
+		{Options{DNSAddress: "kube-dns.kube-system.svc:53", ClusterDomain: "corp.example"}, "kube-dns.kube-system.svc.corp.example.:53"},
+		{Options{DNSAddress: "kube-dns.kube-system.svc:53", ClusterDomain: "corp.example."}, "kube-dns.kube-system.svc.corp.example.:53"},
+		{Options{DNSAddress: "kube-dns.kube-system.svc.cluster.local.:53", ClusterDomain: "corp.example"}, "kube-dns.kube-system.svc.cluster.local.:53"},
+		{Options{DNSAddress: "10.96.0.10:53", ClusterDomain: "corp.example"}, "10.96.0.10:53"},
+		{Options{DNSAddress: "[fd00::a]:53"}, "[fd00::a]:53"},
+		{Options{}, ""},
+	} {
+		if got := c.in.withDefaults().DNSAddress; got != c.want {
+			t.Errorf("DNS address %q in domain %q: %q, want %q", c.in.DNSAddress, c.in.ClusterDomain, got, c.want)
 		}
 	}
 }

@@ -21,11 +21,13 @@ import (
 )
 
 // export returns what this cluster exports of the service, if anything: its broker record, the endpoint slices
-// to publish, and the ServiceExport's Valid condition.
+// to publish, and the ServiceExport's Valid condition. The slices are those the limits leave: the first by name
+// within --max-endpoints-per-service, and within what the namespace's other exports leave of
+// --max-slices-per-namespace; what they leave out shows in the export's Ready condition (limits.limitedOf).
 func (r *reconciler) export(ctx context.Context, key types.NamespacedName, se *mcsv1beta1.ServiceExport,
 	top locality.Topology) (*merge.Export, []discoveryv1.EndpointSlice, metav1.Condition, error) {
 	if se == nil || !se.DeletionTimestamp.IsZero() {
-		return nil, nil, metav1.Condition{}, nil
+		return nil, nil, metav1.Condition{}, r.unpublished(ctx, key)
 	}
 	svc, err := getOrNil(ctx, r.local, key, &corev1.Service{})
 	if err != nil {
@@ -33,7 +35,7 @@ func (r *reconciler) export(ctx context.Context, key types.NamespacedName, se *m
 	}
 	valid, ok := export.Valid(se, svc, r.denied)
 	if !ok {
-		return nil, nil, valid, nil
+		return nil, nil, valid, r.unpublished(ctx, key)
 	}
 	own := export.Record(r.id, se, svc)
 	own.Region = top.Region
@@ -42,9 +44,54 @@ func (r *reconciler) export(ctx context.Context, key types.NamespacedName, se *m
 		client.MatchingFields{localSliceIndex: sourceSlice + key.Name}); err != nil {
 		return nil, nil, valid, err
 	}
-	slices := export.Slices(key.Namespace, key.Name, local.Items)
+	slices, limited := export.Limit(export.Slices(key.Namespace, key.Name, local.Items), r.limits.endpointsPerService)
+	n, err := r.namespaceShare(ctx, key, len(slices))
+	if err != nil {
+		return nil, nil, valid, err
+	}
+	if len(slices) > n {
+		slices, limited = export.Share(slices, n, key.Namespace, r.limits.namespaces.limit)
+	}
+	r.limits.setLimited(key, limited)
 	own.Slices = len(slices)
 	return &own, slices, valid, nil
+}
+
+// namespaceShare makes the service's export hold up to want of its namespace's broker EndpointSlices, as many as
+// the namespace's other exports leave, and returns how many it holds. The shares start from what this member has
+// on the broker, so that a restart leaves each export what it had.
+func (r *reconciler) namespaceShare(ctx context.Context, key types.NamespacedName, want int) (int, error) {
+	err := r.limits.namespaces.seed(func() (map[string]map[types.NamespacedName]int, error) {
+		published := &discoveryv1.EndpointSliceList{}
+		if err := r.broker.List(ctx, published, client.InNamespace(names.BrokerNamespace(r.id)), client.UnsafeDisableDeepCopy); err != nil {
+			return nil, fmt.Errorf("counting this member's EndpointSlices on the broker: %w", err)
+		}
+		held := map[string]map[types.NamespacedName]int{}
+		for i := range published.Items {
+			if svc, ok := broker.ServiceOf(&published.Items[i]); ok {
+				if held[svc.Namespace] == nil {
+					held[svc.Namespace] = map[types.NamespacedName]int{}
+				}
+				held[svc.Namespace][svc]++
+			}
+		}
+		return held, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	ones := make([]int, want)
+	for i := range ones {
+		ones[i] = 1
+	}
+	return r.limits.namespaces.take(key.Namespace, key, ones), nil
+}
+
+// unpublished releases the namespace's share that the service's export held: it is not exported.
+func (r *reconciler) unpublished(ctx context.Context, key types.NamespacedName) error {
+	r.limits.setLimited(key, nil)
+	_, err := r.namespaceShare(ctx, key, 0)
+	return err
 }
 
 // heldDeletionRetry is how soon a service whose broker deletions were held back (see duplicateID.mayDelete) is

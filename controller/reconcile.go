@@ -33,6 +33,8 @@ const maxRetryDelay = 30 * time.Second
 type reconciler struct {
 	// refusals keeps what each service's last gather left out, so that each refusal is reported once.
 	refusals refusalLog
+	// foreigns keeps the services whose ServiceImport here is another implementation's (besideForeign).
+	foreigns notOursLog
 	id       string
 	siAPI    string        // the local ServiceImport apiVersion, for owner references
 	local    client.Client // cached reads
@@ -72,6 +74,8 @@ type reconciler struct {
 	failOpens  failOpenLog
 	// topologySeen is the topology the last node or region event found, so that only a change enqueues every service.
 	topologySeen topologySeen
+	// limits bound what one member brings into this member's imports and what one namespace publishes of its exports.
+	limits *limits
 }
 
 // Reconcile brings one service's export and import up to date. Races with the caches are expected: a create of

@@ -73,7 +73,8 @@ func newFakeCluster(t *testing.T, objs ...client.Object) *fakeCluster {
 // testReconciler is a reconciler of cluster "a" over fake local and broker clusters, with the hold of a Pending
 // import status the controller runs with.
 func testReconciler(local, broker client.Client) *reconciler {
-	return &reconciler{id: "a", local: local, broker: broker, readyWaits: newHold(readyHold), events: &events.FakeRecorder{}, log: logr.Discard()}
+	return &reconciler{id: "a", local: local, broker: broker, readyWaits: newHold(readyHold), limits: newLimits(Options{}.withDefaults()),
+		events: &events.FakeRecorder{}, log: logr.Discard()}
 }
 
 // objMeta is the metadata of a test object with labels given as key, value pairs.

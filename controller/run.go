@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
@@ -23,6 +25,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -72,6 +75,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	opts.Local, opts.Broker = countWrites(opts.Local, id, "local"), countWrites(opts.Broker, id, "broker")
 
 	kept := newDecisions(id, opts)
+	kept.log = log
 	retry := &brokerRetry{id: id, log: log, after: time.After, serve: func(ready func(*http.Request) error) (func(), error) {
 		return ServeProbes(opts.HealthProbeBindAddress, ready)
 	}}
@@ -191,24 +195,36 @@ var errBrokerReset = errors.New("the broker lost this member's Lease")
 // whether its endpoints answer from here, and whether another cluster claims this member's id are about the
 // members, not about a view of them. Started afresh, a run would import a member cut off from here ready again
 // until two probe rounds fail, revive for a grace a dead member whose clock runs ahead, and hold back every
-// deletion until its second renewal. Trust in the broker's view stays per run: it is about the view.
+// deletion until its second renewal. Trust in the broker's view stays per run: it is about the view. The leader
+// writes those the Leases cannot tell again on its own Lease, for the next process to lead (persist.go).
 type decisions struct {
+	id    string
+	grace time.Duration
+	log   logr.Logger
+
 	liveness  *broker.Liveness
 	reach     *reach.Tracker // nil without the data-plane probe
 	duplicate *duplicateID
 	// renewer is this process's holder of the Lease: its last write tells the next run's first renewal whether
 	// another holder renewed since, as within a run.
 	renewer *broker.Renewer
+	// addresses are the controller replicas' probe addresses the renewer writes, nil without the probe.
+	addresses *probeAddresses
 }
 
 func newDecisions(id string, opts Options) *decisions {
 	d := &decisions{
+		id:        id,
+		grace:     opts.LeaseGrace,
 		liveness:  broker.NewLiveness(id, opts.LeaseGrace),
 		duplicate: &duplicateID{id: id, grace: opts.LeaseGrace},
 		renewer:   &broker.Renewer{ClusterID: id, Holder: holderIdentity(id)},
 	}
+	d.renewer.Decisions, d.renewer.Resume = d.remember, d.resume
 	if opts.DataPlaneProbe {
 		d.reach = reach.New(probeDown, probeUp)
+		d.addresses = &probeAddresses{}
+		d.renewer.ProbeAddresses = d.addresses.get
 		d.renewer.Unreachable = func() []string {
 			var ids []string
 			for member, state := range d.reach.States() {
@@ -261,6 +277,7 @@ func runManager(ctx context.Context, opts Options, id string, a apis, scope brok
 		liveness:     kept.liveness,
 		reach:        kept.reach,
 		staleAfter:   opts.LeaseGrace + opts.StaleLimit,
+		limits:       newLimits(opts),
 		events:       mgr.GetEventRecorder(names.ManagedBy),
 		log:          log,
 	}
@@ -269,7 +286,17 @@ func runManager(ctx context.Context, opts Options, id string, a apis, scope brok
 	}
 	enqueue := newTriggers(r.local, r.broker)
 	if r.reach != nil {
-		if err := mgr.Add(newDataPlaneProbe(id, brokerCluster.GetCache(), r.reach, r.liveness, r.staleAfter, enqueue, log)); err != nil {
+		probe := newDataPlaneProbe(id, brokerCluster.GetCache(), r.reach, r.liveness, r.staleAfter, enqueue, log)
+		probe.replicas = replicaOf(mgr.GetClient(), opts.LeaderElectionNamespace, opts.HealthProbeBindAddress, os.Getenv)
+		probe.addresses, probe.elected = kept.addresses, mgr.Elected()
+		if probe.replicas == nil {
+			log.Info("no --leader-election-namespace: this replica cannot compare its probes with another node's, and " +
+				"acts on no member's unreachable data plane")
+		}
+		// A run in a pod is one of the Deployment's replicas: the leader acts on a member's loss only once a
+		// replica on another node agrees.
+		kept.reach.RequireAgreement()
+		if err := mgr.Add(probe); err != nil {
 			return err
 		}
 	}
@@ -300,7 +327,9 @@ func runManager(ctx context.Context, opts Options, id string, a apis, scope brok
 	}
 	log.Info("starting", "leaseGrace", opts.LeaseGrace, "deniedExportNamespaces", opts.DeniedExportNamespaces,
 		"deniedImportNamespaces", opts.DeniedImportNamespaces, "brokerNamespace", names.BrokerNamespace(id), "brokerScope", scope.String(),
-		"localAPI", a.localGV, "brokerAPI", a.brokerGV, "clusterLocalServices", opts.ClusterLocalServices, "dnsAddress", opts.DNSAddress)
+		"localAPI", a.localGV, "brokerAPI", a.brokerGV, "clusterLocalServices", opts.ClusterLocalServices, "dnsAddress", opts.DNSAddress,
+		"maxEndpointsPerService", opts.MaxEndpointsPerService, "maxEndpointsPerMember", opts.MaxEndpointsPerMember,
+		"maxSlicesPerNamespace", opts.MaxSlicesPerNamespace)
 	return mgr.Start(ctx)
 }
 
@@ -339,6 +368,7 @@ func newClusters(ctx context.Context, opts Options, a apis, scope brokerScope, l
 		// A run that ends because the broker was reset hands the lead straight to the next run.
 		LeaderElectionReleaseOnCancel: true,
 		Controller:                    config.Controller{SkipNameValidation: ptr.To(true)},
+		Cache:                         localCache(opts),
 	})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("controller: local manager: %w", err)
@@ -350,6 +380,18 @@ func newClusters(ctx context.Context, opts Options, a apis, scope brokerScope, l
 		return nil, nil, nil, fmt.Errorf("controller: indexing local slices: %w", err)
 	}
 	return mgr, brokerCluster, brokerDirect, nil
+}
+
+// localCache limits the member's cache of Leases to the controller replicas' records (replicas), in the
+// controller's namespace, which is all the controller reads of them: the Role grants no more.
+func localCache(opts Options) cache.Options {
+	if !opts.DataPlaneProbe || opts.LeaderElectionNamespace == "" {
+		return cache.Options{}
+	}
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{&coordinationv1.Lease{}: {
+		Namespaces: map[string]cache.Config{opts.LeaderElectionNamespace: {}},
+		Label:      labels.SelectorFromSet(labels.Set{names.LabelProbeReplica: "true"}),
+	}}}
 }
 
 func orZero(addr string) string {

@@ -38,9 +38,10 @@ func (s brokerScope) String() string {
 	return strings.Join(s.namespaces, ",")
 }
 
-// cacheOptions confine the broker cache to the scope, and to the objects members write there.
+// cacheOptions confine the broker cache to the scope, and to the objects members write there, without their
+// managedFields: the controller never reads them, and they are a good part of every object it holds.
 func (s brokerScope) cacheOptions() cache.Options {
-	o := cache.Options{DefaultLabelSelector: broker.Selector}
+	o := cache.Options{DefaultLabelSelector: broker.Selector, DefaultTransform: cache.TransformStripManagedFields()}
 	if !s.all {
 		o.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range s.namespaces {

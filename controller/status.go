@@ -26,7 +26,8 @@ func (r *reconciler) exportStatus(ctx context.Context, se *mcsv1beta1.ServiceExp
 	if r.duplicate.Active() {
 		idConflict = r.duplicate.message()
 	}
-	conds := export.Conditions(se.Status.Conditions, valid, exported, publishErr, idConflict, merged.Conflicts, se.Generation)
+	limited := r.limits.limitedOf(types.NamespacedName{Namespace: se.Namespace, Name: se.Name})
+	conds := export.Conditions(se.Status.Conditions, valid, exported, publishErr, idConflict, limited, merged.Conflicts, se.Generation)
 	if equality.Semantic.DeepEqual(conds, se.Status.Conditions) {
 		return nil
 	}

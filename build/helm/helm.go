@@ -23,11 +23,15 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/yaml"
 
 	"vksfleet.dev/fleet/build/deploy"
+	"vksfleet.dev/fleet/build/deploy/monitoring"
 	"vksfleet.dev/fleet/cli/install"
 )
 
 // ChartDir is the chart's folder, relative to build/helm.
 const ChartDir = "vksfleet-member"
+
+// defaultClusterDomain is the controller base's --cluster-domain, controller.clusterDomain's default.
+const defaultClusterDomain = "cluster.local"
 
 // chartVersion is the chart's own SemVer version, which Helm requires; the images' tag is its appVersion.
 const chartVersion = "0.1.0"
@@ -55,11 +59,19 @@ var parts = []part{
 	{file: "dns-replace.yaml", base: "coredns", mode: install.DNSReplace, component: "dns"},
 }
 
-// The controller's argument that the cluster-local mode replaces, as cli/install's memberOverlay does.
+// The controller's argument that the cluster-local mode replaces, as cli/install's memberOverlay does, and the one
+// that controller.clusterDomain sets, as join --cluster-domain does.
 const (
-	dnsAddressFlag   = "--dns-address="
-	clusterLocalFlag = "--cluster-local-services"
+	dnsAddressFlag    = "--dns-address="
+	clusterLocalFlag  = "--cluster-local-services"
+	clusterDomainFlag = "--cluster-domain="
 )
+
+// serviceMonitorModes are the DNS modes in which each ServiceMonitor of the monitoring component applies, by name:
+// the controller's in every mode (""), our CoreDNS as kube-dns in replace, as mcs-dns in standalone.
+var serviceMonitorModes = map[string]string{
+	"mcs-controller": "", "mcs-coredns": install.DNSReplace, "mcs-dns": install.DNSStandalone,
+}
 
 // Files returns the chart's files by their slash-separated path in the chart's folder.
 func Files() (map[string][]byte, error) {
@@ -84,6 +96,11 @@ func Files() (map[string][]byte, error) {
 			return nil, fmt.Errorf("helm: no Deployment of the %s in the bases", name)
 		}
 	}
+	monitors, err := serviceMonitors()
+	if err != nil {
+		return nil, err
+	}
+	files["templates/servicemonitors.yaml"] = []byte(monitors)
 	files["values.yaml"] = valuesFile(defaults)
 	schema, err := valuesSchema()
 	if err != nil {
@@ -116,6 +133,57 @@ The cluster's DNS must forward clusterset.local to the Service mcs-system/mcs-dn
 build/deploy/dns-standalone/forward.server to its Corefile (kubectl mcs join does this).
 {{- end }}
 `
+
+// serviceMonitors is the template of the monitoring component's ServiceMonitors (build/deploy/monitoring), with
+// metrics.serviceMonitor.enabled, each in its DNS mode, and the values' labels added to each: kube-prometheus-stack
+// selects those labelled with its release's name.
+func serviceMonitors() (string, error) {
+	nodes, err := kio.FromBytes(monitoring.ServiceMonitorsFile)
+	if err != nil {
+		return "", fmt.Errorf("helm: parsing the ServiceMonitors: %w", err)
+	}
+	var docs []string
+	for _, n := range nodes {
+		var t templater
+		mode, ok := serviceMonitorModes[n.GetName()]
+		if !ok {
+			return "", fmt.Errorf("helm: ServiceMonitor %s is in no DNS mode of the generator's", n.GetName())
+		}
+		meta, err := lookup(n, "metadata")
+		if err != nil {
+			return "", err
+		}
+		labels, err := lookup(meta, "labels")
+		if err != nil {
+			return "", err
+		}
+		base, err := labels.String()
+		if err != nil {
+			return "", err
+		}
+		err = meta.PipeE(yaml.SetField("labels", t.block(func(indent int) string {
+			return fmt.Sprintf("%slabels:\n%s\n{{- with .Values.metrics.serviceMonitor.labels }}\n{{- toYaml . | nindent %d }}\n{{- end }}",
+				pad(indent), indented(base, indent+2), indent+2)
+		})))
+		if err != nil {
+			return "", err
+		}
+		doc, err := n.String()
+		if err != nil {
+			return "", err
+		}
+		if doc, err = t.fill(doc); err != nil {
+			return "", fmt.Errorf("helm: ServiceMonitor %s: %w", n.GetName(), err)
+		}
+		if mode != "" {
+			doc = fmt.Sprintf("{{- if eq .Values.dns.mode %q }}\n---\n%s{{- end }}\n", mode, doc)
+		} else {
+			doc = "---\n" + doc
+		}
+		docs = append(docs, doc)
+	}
+	return fmt.Sprintf("{{- if .Values.metrics.serviceMonitor.enabled }}\n%s%s{{- end }}\n", generated, strings.Join(docs, "")), nil
+}
 
 // componentDefaults are what the bases set for the values of a component, the values' defaults.
 type componentDefaults struct {
@@ -349,13 +417,26 @@ func (t *templater) resources(ctr *yaml.RNode, p part, defaults *componentDefaul
 	})))
 }
 
-// scheduling adds the values' nodeSelector and affinity, and their tolerations after the base's.
+// scheduling adds the values' nodeSelector and affinity, and their tolerations after the base's. A base's affinity
+// (the controller's: its replicas on different nodes) holds while the values set none.
 func (t *templater) scheduling(podSpec *yaml.RNode) error {
 	for _, field := range []string{"nodeSelector", "affinity"} {
-		if podSpec.Field(field) != nil {
+		base := ""
+		if f := podSpec.Field(field); f != nil && field == "nodeSelector" {
 			return fmt.Errorf("the base sets %s, which the generator cannot merge with the values'", field)
+		} else if f != nil {
+			s, err := f.Value.String()
+			if err != nil {
+				return err
+			}
+			base = s
 		}
 		err := podSpec.PipeE(yaml.SetField(field, t.block(func(indent int) string {
+			if base != "" {
+				v := ".Values." + field
+				return fmt.Sprintf("%s%s:\n{{- if %s }}\n{{- toYaml %s | nindent %d }}\n{{- else }}\n%s\n{{- end }}",
+					pad(indent), field, v, v, indent+2, indented(base, indent+2))
+			}
 			return fmt.Sprintf("{{- with .Values.%s }}\n%s%s:\n{{- toYaml . | nindent %d }}\n{{- end }}", field, pad(indent), field, indent+2)
 		})))
 		if err != nil {
@@ -396,6 +477,14 @@ func (t *templater) controller(pod, ctr *yaml.RNode) error {
 	}
 	dnsArg := yaml.GetValue(elems[i])
 	elems[i].SetYNode(t.inline(fmt.Sprintf("{{ if eq .Values.dns.mode %q }}%s{{ else }}%s{{ end }}", install.DNSClusterLocal, clusterLocalFlag, dnsArg)).YNode())
+	i = slices.IndexFunc(elems, func(a *yaml.RNode) bool { return strings.HasPrefix(yaml.GetValue(a), clusterDomainFlag) })
+	if i < 0 {
+		return fmt.Errorf("no %s argument for controller.clusterDomain", clusterDomainFlag)
+	}
+	if d := strings.TrimPrefix(yaml.GetValue(elems[i]), clusterDomainFlag); d != defaultClusterDomain {
+		return fmt.Errorf("%s%s: the values' default is %s", clusterDomainFlag, d, defaultClusterDomain)
+	}
+	elems[i].SetYNode(t.inline(clusterDomainFlag + "{{ .Values.controller.clusterDomain }}").YNode())
 	grace := t.block(func(indent int) string {
 		return fmt.Sprintf("{{- with .Values.controller.leaseGrace }}\n%s- --lease-grace={{ . }}\n{{- end }}", pad(indent))
 	})
@@ -459,6 +548,9 @@ controller:
   # How long a member's broker Lease may go unrenewed before its endpoints are withdrawn (--lease-grace, a
   # duration such as 30s, at least 1s); empty keeps the controller's default.
   leaseGrace: ""
+  # The cluster's DNS domain (the kubelet's --cluster-domain), where the controller asks kube-dns
+  # (--cluster-domain, as kubectl mcs join --cluster-domain).
+  clusterDomain: %s
 
 dns:
   # How clusterset.local reaches this cluster's pods, as kubectl mcs join --dns: %s.
@@ -472,7 +564,8 @@ dns:
   resources: {}
 
 # Scheduling of both Deployments, the controller's and the DNS's; the replace mode's CoreDNS keeps the tolerations
-# of its base and adds these.
+# of its base and adds these. An affinity set here replaces the controller's own, which spreads its replicas over
+# nodes (a member's loss is decided only when replicas on two nodes agree).
 nodeSelector: {}
 tolerations: []
 affinity: {}
@@ -481,7 +574,16 @@ metrics:
   # Prometheus scrape annotations (prometheus.io/scrape, port, path) on the controller's pods, whose metrics are
   # served on their port named metrics. The DNS Services carry theirs in every case, from the bases.
   enabled: false
-`, generated, ctl.image, dns.image, ctl.replicas, ctl.resources["controller"], strings.Join(install.DNSModes, ", "),
+  serviceMonitor:
+    # ServiceMonitors (the prometheus-operator's, whose CRDs must exist) for the controller and for our CoreDNS of
+    # the DNS mode, as build/deploy/monitoring has them.
+    enabled: false
+    # Labels added to the ServiceMonitors. kube-prometheus-stack selects ServiceMonitors labelled
+    # release=<its release name> by default: this default fits a release named kube-prometheus-stack; give
+    # yours, or {} where the selector matches every ServiceMonitor.
+    labels:
+      release: kube-prometheus-stack
+`, generated, ctl.image, dns.image, ctl.replicas, ctl.resources["controller"], defaultClusterDomain, strings.Join(install.DNSModes, ", "),
 		install.DNSModes[0], dns.replicas, strings.Join(dnsRes, "\n"))
 	return b.Bytes()
 }
@@ -500,12 +602,14 @@ func valuesSchema() ([]byte, error) {
 			"controller": map[string]any{"type": "string", "minLength": 1},
 			"dns":        map[string]any{"type": "string", "minLength": 1},
 		}),
-		"controller":   section(map[string]any{"replicas": replicas, "resources": obj, "leaseGrace": str}),
+		"controller": section(map[string]any{"replicas": replicas, "resources": obj, "leaseGrace": str,
+			"clusterDomain": map[string]any{"type": "string", "minLength": 1}}),
 		"dns":          section(map[string]any{"mode": map[string]any{"enum": install.DNSModes}, "replicas": replicas, "resources": obj}),
 		"nodeSelector": obj,
 		"tolerations":  map[string]any{"type": "array"},
 		"affinity":     obj,
-		"metrics":      section(map[string]any{"enabled": map[string]any{"type": "boolean"}}),
+		"metrics": section(map[string]any{"enabled": map[string]any{"type": "boolean"},
+			"serviceMonitor": section(map[string]any{"enabled": map[string]any{"type": "boolean"}, "labels": obj})}),
 	}}
 	schema["$schema"] = "https://json-schema.org/draft-07/schema#"
 	b, err := json.MarshalIndent(schema, "", "  ")

@@ -299,3 +299,55 @@ func decode(t *testing.T, what string, b []byte) map[string]map[string]any {
 	}
 	return objs
 }
+
+// TestServiceMonitors: with metrics.serviceMonitor.enabled the chart renders the monitoring component's
+// ServiceMonitors of the DNS mode, each labelled so that kube-prometheus-stack's default selector (release=<its
+// release name>) finds them, and with the labels the values give instead.
+func TestServiceMonitors(t *testing.T) {
+	bin := helmBinary(t)
+	for _, tc := range []struct {
+		mode, release string
+		args          []string
+		want          []string
+	}{
+		{install.DNSStandalone, "kube-prometheus-stack", nil, []string{"mcs-controller", "mcs-dns"}},
+		{install.DNSReplace, "kube-prometheus-stack", nil, []string{"mcs-controller", "mcs-coredns"}},
+		{install.DNSClusterLocal, "prom", []string{"--set", "metrics.serviceMonitor.labels.release=prom"}, []string{"mcs-controller"}},
+	} {
+		args := append([]string{"template", "mcs", ChartDir, "--namespace", "mcs-system", "--set", "dns.mode=" + tc.mode,
+			"--set", "metrics.serviceMonitor.enabled=true"}, tc.args...)
+		var got []string
+		for key, obj := range decode(t, "helm", run(t, bin, args...)) {
+			if !strings.HasPrefix(key, "ServiceMonitor/") {
+				continue
+			}
+			meta := obj["metadata"].(map[string]any)
+			labels, _ := meta["labels"].(map[string]any)
+			if labels["release"] != tc.release || labels["app.kubernetes.io/name"] == nil {
+				t.Errorf("%s, mode %s: labels %v, want the base's and release=%s", key, tc.mode, labels, tc.release)
+			}
+			got = append(got, meta["name"].(string))
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("mode %s: ServiceMonitors %v, want %v", tc.mode, got, tc.want)
+		}
+	}
+}
+
+// TestClusterDomain: controller.clusterDomain sets the controller's --cluster-domain, as join --cluster-domain does.
+func TestClusterDomain(t *testing.T) {
+	bin := helmBinary(t)
+	objs := decode(t, "helm", run(t, bin, "template", "mcs", ChartDir, "--namespace", "mcs-system", "--set", "controller.clusterDomain=corp.example"))
+	d, ok := objs["Deployment/mcs-system/mcs-controller"]
+	if !ok {
+		t.Fatal("no controller Deployment")
+	}
+	b, err := yaml.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "- --cluster-domain=corp.example\n") || strings.Contains(string(b), "--cluster-domain=cluster.local") {
+		t.Errorf("the controller's arguments do not set --cluster-domain=corp.example alone:\n%s", b)
+	}
+}

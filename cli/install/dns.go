@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -48,10 +49,23 @@ const ClusterLocalPatch = `  - target: {kind: Deployment, name: mcs-controller}
     patch: |-
       - op: test
         path: /spec/template/spec/containers/0/args/5
-        value: --dns-address=kube-dns.kube-system.svc.cluster.local.:53
+        value: --dns-address=kube-dns.kube-system.svc:53
       - op: replace
         path: /spec/template/spec/containers/0/args/5
         value: --cluster-local-services
+`
+
+// clusterDomainPatch is the entry of a kustomization's patches that sets the controller's --cluster-domain, with
+// which it completes its DNS address, to the %s given; the test operation fails the render if the base's
+// arguments move, rather than replace another argument.
+const clusterDomainPatch = `  - target: {kind: Deployment, name: mcs-controller}
+    patch: |-
+      - op: test
+        path: /spec/template/spec/containers/0/args/6
+        value: --cluster-domain=cluster.local
+      - op: replace
+        path: /spec/template/spec/containers/0/args/6
+        value: --cluster-domain=%s
 `
 
 // MemberBases are the folders of build/deploy a member's manifests hold in a DNS mode: the CRDs, the controller,
@@ -70,19 +84,28 @@ func MemberBases(mode string) ([]string, error) {
 }
 
 // memberOverlay is the kustomization of a member's manifests in a DNS mode (MemberBases, and ClusterLocalPatch
-// in that mode), with the images given replaced.
-func memberOverlay(mode, controllerRef, dnsRef string) (string, error) {
+// in that mode), with the images given replaced, and the controller's cluster domain when one is given.
+func memberOverlay(mode, controllerRef, dnsRef, clusterDomain string) (string, error) {
 	bases, err := MemberBases(mode)
 	if err != nil {
 		return "", err
+	}
+	if msgs := validation.IsDNS1123Subdomain(strings.TrimSuffix(clusterDomain, ".")); clusterDomain != "" && len(msgs) > 0 {
+		return "", fmt.Errorf("cluster domain %q: %s", clusterDomain, strings.Join(msgs, "; "))
 	}
 	var b strings.Builder
 	b.WriteString("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n")
 	for _, base := range bases {
 		fmt.Fprintf(&b, "  - ../deploy/%s\n", base)
 	}
+	if mode == DNSClusterLocal || clusterDomain != "" {
+		b.WriteString("patches:\n")
+	}
 	if mode == DNSClusterLocal {
-		b.WriteString("patches:\n" + ClusterLocalPatch)
+		b.WriteString(ClusterLocalPatch)
+	}
+	if clusterDomain != "" {
+		fmt.Fprintf(&b, clusterDomainPatch, clusterDomain)
 	}
 	if controllerRef != "" || dnsRef != "" {
 		b.WriteString("images:\n")

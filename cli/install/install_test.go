@@ -77,7 +77,7 @@ func TestSplitRef(t *testing.T) {
 // which DNS runs, with which image, and the controller's DNS flags.
 func TestMemberOverlay(t *testing.T) {
 	for _, tc := range []struct {
-		name, mode, controller, dns string
+		name, mode, controller, dns, domain string
 		// deployments maps each Deployment to its image.
 		deployments map[string]string
 		// args are the controller flags wanted, and noArgs those it must not have.
@@ -85,16 +85,22 @@ func TestMemberOverlay(t *testing.T) {
 	}{
 		{name: "standalone", mode: DNSStandalone,
 			deployments: map[string]string{"mcs-system/mcs-controller": "ghcr.io/vksfleet/mcs-controller:v0.1.0", "mcs-system/mcs-dns": "ghcr.io/vksfleet/coredns:v0.1.0"},
-			args:        []string{"--dns-address=kube-dns.kube-system.svc.cluster.local.:53"}, noArgs: []string{"--cluster-local-services"}},
+			args:        []string{"--dns-address=kube-dns.kube-system.svc:53"}, noArgs: []string{"--cluster-local-services"}},
 		{name: "replace, mirrored", mode: DNSReplace, controller: "mirror:5000/mcs/controller:v2", dns: "mirror:5000/mcs/coredns@sha256:0123",
 			deployments: map[string]string{"mcs-system/mcs-controller": "mirror:5000/mcs/controller:v2", "kube-system/coredns": "mirror:5000/mcs/coredns@sha256:0123"},
-			args:        []string{"--dns-address=kube-dns.kube-system.svc.cluster.local.:53"}},
+			args:        []string{"--dns-address=kube-dns.kube-system.svc:53"}},
+		{name: "standalone in another cluster domain", mode: DNSStandalone, domain: "corp.example",
+			deployments: map[string]string{"mcs-system/mcs-controller": "ghcr.io/vksfleet/mcs-controller:v0.1.0", "mcs-system/mcs-dns": "ghcr.io/vksfleet/coredns:v0.1.0"},
+			args:        []string{"--dns-address=kube-dns.kube-system.svc:53", "--cluster-domain=corp.example"}, noArgs: []string{"--cluster-domain=cluster.local"}},
+		{name: "cluster-local in another cluster domain", mode: DNSClusterLocal, domain: "corp.example",
+			deployments: map[string]string{"mcs-system/mcs-controller": "ghcr.io/vksfleet/mcs-controller:v0.1.0"},
+			args:        []string{"--cluster-local-services", "--cluster-domain=corp.example"}, noArgs: []string{"--cluster-domain=cluster.local"}},
 		{name: "cluster-local", mode: DNSClusterLocal,
 			deployments: map[string]string{"mcs-system/mcs-controller": "ghcr.io/vksfleet/mcs-controller:v0.1.0"},
-			args:        []string{"--cluster-local-services", "--broker-secret=mcs-system/broker-kubeconfig"}, noArgs: []string{"--dns-address=kube-dns.kube-system.svc.cluster.local.:53"}},
+			args:        []string{"--cluster-local-services", "--broker-secret=mcs-system/broker-kubeconfig"}, noArgs: []string{"--dns-address=kube-dns.kube-system.svc:53"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			objs := renderMember(t, tc.mode, tc.controller, tc.dns)
+			objs := renderMember(t, tc.mode, tc.controller, tc.dns, tc.domain)
 			got := map[string]string{}
 			var args []string
 			for _, o := range objs {
@@ -125,15 +131,18 @@ func TestMemberOverlay(t *testing.T) {
 			}
 		})
 	}
-	if _, err := memberOverlay("coredns", "", ""); err == nil || !strings.Contains(err.Error(), "standalone, replace, cluster-local") {
+	if _, err := memberOverlay("coredns", "", "", ""); err == nil || !strings.Contains(err.Error(), "standalone, replace, cluster-local") {
 		t.Errorf("an unknown mode gives %v", err)
+	}
+	if _, err := memberOverlay(DNSStandalone, "", "", "Corp_Example"); err == nil || !strings.Contains(err.Error(), `cluster domain "Corp_Example"`) {
+		t.Errorf("an invalid cluster domain gives %v", err)
 	}
 }
 
 // TestWithoutUnservedPolicy renders a member's manifests and leaves out the admission policy as for a cluster that
 // does not serve it, and only it.
 func TestWithoutUnservedPolicy(t *testing.T) {
-	objs := renderMember(t, DNSStandalone, "", "")
+	objs := renderMember(t, DNSStandalone, "", "", "")
 	all := len(objs)
 	kept, dropped := withoutUnservedPolicy(objs, func(gvk schema.GroupVersionKind) bool { return true })
 	if len(kept) != all || dropped != 0 {
@@ -151,9 +160,9 @@ func TestWithoutUnservedPolicy(t *testing.T) {
 }
 
 // renderMember renders a member's manifests as join applies them.
-func renderMember(t *testing.T, mode, controllerRef, dnsRef string) []*unstructured.Unstructured {
+func renderMember(t *testing.T, mode, controllerRef, dnsRef, clusterDomain string) []*unstructured.Unstructured {
 	t.Helper()
-	overlay, err := memberOverlay(mode, controllerRef, dnsRef)
+	overlay, err := memberOverlay(mode, controllerRef, dnsRef, clusterDomain)
 	if err != nil {
 		t.Fatal(err)
 	}

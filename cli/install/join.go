@@ -39,6 +39,9 @@ type JoinOptions struct {
 	ControllerImage, DNSImage string
 	// DNS is the DNS mode, one of DNSModes; default DNSStandalone.
 	DNS string
+	// ClusterDomain is the member's cluster DNS domain, the controller's --cluster-domain; empty keeps the
+	// manifests' cluster.local.
+	ClusterDomain string
 	// Wait bounds the wait for the controller, DNS and the member's first Lease renewal.
 	Wait time.Duration
 }
@@ -129,7 +132,7 @@ func Join(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts Joi
 		opts.DNS = DNSStandalone
 	}
 	err = s.do("controller, policy and DNS", func() (string, error) {
-		overlay, err := memberOverlay(opts.DNS, opts.ControllerImage, opts.DNSImage)
+		overlay, err := memberOverlay(opts.DNS, opts.ControllerImage, opts.DNSImage, opts.ClusterDomain)
 		if err != nil {
 			return "", err
 		}

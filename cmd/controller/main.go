@@ -66,11 +66,19 @@ func parseFlags(args []string, out io.Writer) (flags, error) {
 	fs.BoolVar(&f.opts.ClusterLocalServices, "cluster-local-services", false,
 		"also reflect every import into this cluster's cluster.local as the headless Service <svc>-clusterset, for a DNS that cannot serve clusterset.local; off deletes them")
 	fs.StringVar(&f.opts.DNSAddress, "dns-address", "",
-		"host:port of this cluster's DNS server for clusterset.local; a ServiceImport is Ready only once it answers the import. Empty: Ready does not wait for DNS")
+		"host:port of this cluster's DNS server for clusterset.local; a ServiceImport is Ready only once it answers the import. Empty: Ready does not wait for DNS. A host ending in .svc (a Service's <name>.<namespace>.svc) is completed with --cluster-domain")
+	fs.StringVar(&f.opts.ClusterDomain, "cluster-domain", controller.DefaultClusterDomain,
+		"this cluster's DNS domain (the kubelet's --cluster-domain), which completes a --dns-address host ending in .svc")
 	fs.BoolVar(&f.opts.DataPlaneProbe, "probe-data-plane", false,
 		"probe from this pod whether each other member's endpoints answer, and stop using those that do not within about a second; keep a member's endpoints, marked Stale, when only its Lease lapsed. Needs the controller on the pod network")
 	fs.DurationVar(&f.opts.StaleLimit, "stale-limit", controller.DefaultStaleLimit,
 		"with --probe-data-plane: how long past its Lease grace a member whose control plane is lost keeps its endpoints in use while they answer; after it they are used only while no other exporter has ready endpoints")
+	fs.IntVar(&f.opts.MaxEndpointsPerService, "max-endpoints-per-service", controller.DefaultMaxEndpointsPerService,
+		"the most endpoints of one member's export of one service, imported or published: past it, the EndpointSlices after the first that fit, by name, are left out, and so are those past one for every 10 endpoints of it. At most 100000")
+	fs.IntVar(&f.opts.MaxEndpointsPerMember, "max-endpoints-per-member", controller.DefaultMaxEndpointsPerMember,
+		"the most endpoints imported from one member across all its services: a service takes what the member's others leave, first come, first served")
+	fs.IntVar(&f.opts.MaxSlicesPerNamespace, "max-slices-per-namespace", controller.DefaultMaxSlicesPerNamespace,
+		"the most EndpointSlices the exports of one namespace publish on the broker, so that one namespace cannot use up this member's broker quota")
 	fs.BoolVar(&f.opts.LeaderElection, "leader-elect", false, "elect one active replica through a Lease in the member cluster")
 	fs.StringVar(&f.opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease; default the pod's namespace")
 	fs.StringVar(&f.opts.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address serving /healthz and /readyz; 0 disables")

@@ -69,6 +69,16 @@ func TestParseFlags(t *testing.T) {
 			return f.opts.Workers == 4 && f.opts.LeaderElection && f.opts.LeaderElectionNamespace == "mcs-system" &&
 				f.opts.HealthProbeBindAddress == "0" && f.opts.MetricsBindAddress == ":9090"
 		}},
+		{[]string{"--broker-kubeconfig=/b"}, "", func(f flags) bool {
+			return f.opts.MaxEndpointsPerService == controller.DefaultMaxEndpointsPerService &&
+				f.opts.MaxEndpointsPerMember == controller.DefaultMaxEndpointsPerMember && f.opts.MaxSlicesPerNamespace == controller.DefaultMaxSlicesPerNamespace
+		}},
+		{[]string{"--broker-kubeconfig=/b", "--max-endpoints-per-service=5000", "--max-endpoints-per-member=20000", "--max-slices-per-namespace=800"}, "",
+			func(f flags) bool {
+				return f.opts.MaxEndpointsPerService == 5000 && f.opts.MaxEndpointsPerMember == 20000 && f.opts.MaxSlicesPerNamespace == 800
+			}},
+		{[]string{"--broker-kubeconfig=/b", "--max-endpoints-per-service=200000"}, "--max-endpoints-per-service", nil},
+		{[]string{"--broker-kubeconfig=/b", "--max-slices-per-namespace=0"}, "--max-slices-per-namespace", nil},
 		{[]string{"--broker-secret=a/b", "--broker-token-renew-before=2m"}, "", func(f flags) bool { return f.renewBefore == 2*time.Minute }},
 		{[]string{"--broker-kubeconfig=/b", "--broker-token-renew-before=-1s"}, "must not be negative", nil},
 		{[]string{"--broker-kubeconfig=/b", "extra"}, "unexpected arguments", nil},

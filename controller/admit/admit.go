@@ -31,8 +31,9 @@ const (
 	MaxPorts = 100
 	// MaxEndpointsPerSlice is the API server's own limit on an EndpointSlice's endpoints.
 	MaxEndpointsPerSlice = 1000
-	// MaxSlicesPerExport bounds the EndpointSlices one cluster publishes for one service: 1,000 slices of 100
-	// endpoints are 100,000 endpoints.
+	// MaxSlicesPerExport bounds the EndpointSlices one cluster publishes for one service, whatever the endpoint
+	// limits allow (SlicesPerService): 1,000 slices of the 100 endpoints an exporter puts in each are 100,000
+	// endpoints.
 	MaxSlicesPerExport = 1000
 	// MaxExportedMetadataBytes bounds the exported labels and annotations together (keys and values), so that
 	// they fit on the broker record, and on the ServiceImport next to the controller's own annotations, within

@@ -51,6 +51,15 @@ type Renewer struct {
 	// Unreachable, when set, lists the members whose endpoints do not answer from this member, written as the
 	// names.AnnotationUnreachable annotation at each renewal.
 	Unreachable func() []string
+	// ProbeAddresses, when set, lists the addresses of this member's controller replicas that the other members'
+	// data-plane probes connect to, written as the names.AnnotationProbeAddresses annotation at each renewal.
+	ProbeAddresses func() []string
+	// Decisions, when set, returns what this process decided about the other members at now, written as the
+	// names.AnnotationDecisions annotation at each renewal ("" for nothing). Resume, when set, is given that
+	// annotation as each read of the Lease finds it until the process's first write, which overwrites it: a
+	// restarted process, or the replica that takes the lead over, resumes from what the last leader decided.
+	Decisions func(now time.Time) string
+	Resume    func(decisions string, now time.Time)
 
 	written string // the resourceVersion of this process's last write; "" before its first
 }
@@ -76,7 +85,7 @@ func (r *Renewer) Renew(ctx context.Context, c client.Client, grace time.Duratio
 				RenewTime:            &metav1.MicroTime{Time: now},
 			},
 		}
-		r.annotate(lease)
+		r.annotate(lease, now)
 		if err := c.Create(ctx, lease); err != nil {
 			return true, false, err
 		}
@@ -86,11 +95,16 @@ func (r *Renewer) Renew(ctx context.Context, c client.Client, grace time.Duratio
 	if err != nil {
 		return false, false, err
 	}
+	if r.written == "" && r.Resume != nil {
+		if decisions, ok := lease.Annotations[names.AnnotationDecisions]; ok {
+			r.Resume(decisions, now)
+		}
+	}
 	foreign = r.written != "" && lease.ResourceVersion != r.written && ptr.Deref(lease.Spec.HolderIdentity, "") != r.Holder
 	lease.Spec.HolderIdentity = ptr.To(r.Holder)
 	lease.Spec.RenewTime = &metav1.MicroTime{Time: now}
 	lease.Spec.LeaseDurationSeconds = ptr.To(memberlease.DurationSeconds(grace))
-	r.annotate(lease)
+	r.annotate(lease, now)
 	if err := c.Update(ctx, lease); err != nil {
 		return false, foreign, err
 	}
@@ -98,8 +112,9 @@ func (r *Renewer) Renew(ctx context.Context, c client.Client, grace time.Duratio
 	return false, foreign, nil
 }
 
-// annotate names the credential in use and the members unreachable from here on the Lease.
-func (r *Renewer) annotate(lease *coordinationv1.Lease) {
+// annotate names the credential in use and the members unreachable from here on the Lease, with this process's
+// decisions at now.
+func (r *Renewer) annotate(lease *coordinationv1.Lease, now time.Time) {
 	if lease.Annotations == nil {
 		lease.Annotations = map[string]string{}
 	}
@@ -113,6 +128,20 @@ func (r *Renewer) annotate(lease *coordinationv1.Lease) {
 			lease.Annotations[names.AnnotationUnreachable] = strings.Join(ids, ",")
 		} else {
 			delete(lease.Annotations, names.AnnotationUnreachable)
+		}
+	}
+	if r.ProbeAddresses != nil {
+		if addrs := r.ProbeAddresses(); len(addrs) > 0 {
+			lease.Annotations[names.AnnotationProbeAddresses] = strings.Join(addrs, ",")
+		} else {
+			delete(lease.Annotations, names.AnnotationProbeAddresses)
+		}
+	}
+	if r.Decisions != nil {
+		if decisions := r.Decisions(now); decisions != "" {
+			lease.Annotations[names.AnnotationDecisions] = decisions
+		} else {
+			delete(lease.Annotations, names.AnnotationDecisions)
 		}
 	}
 }
@@ -139,7 +168,8 @@ func UnreachableFrom(lease *coordinationv1.Lease) []string {
 // withdraws a live member or keeps a dead one. While this member cannot renew its own Lease the broker is
 // unreachable and what it shows is stale, so decisions are frozen rather than withdrawing everyone's endpoints, and
 // every member alive then gets a fresh grace when the broker is back. A Liveness outlives the broker caches it
-// observes (Reobserve): what it decided is about the members, not about a view of them.
+// observes (Reobserve): what it decided is about the members, not about a view of them. What it saw that the
+// Leases cannot tell again (Memory) is handed to the next process's first look (Resume).
 type Liveness struct {
 	self  string
 	grace time.Duration // of a Lease that records none
@@ -151,6 +181,9 @@ type Liveness struct {
 	regained bool
 	observed chan struct{}
 	looked   bool // observed is closed
+	// resumed is what a previous observer saw of members this one has not looked at yet, as of resumedAt (Resume).
+	resumed   map[string]Renewal
+	resumedAt time.Time
 }
 
 // renewal is a member's last renew time as written, when this observer saw it change, and the grace the member
@@ -161,6 +194,14 @@ type renewal struct {
 	seenAt      time.Time
 	grace       time.Duration
 	unconfirmed bool
+}
+
+// Renewal is what an observer saw of a member's Lease: its renew time as written, when the observer saw it change,
+// on the observer's clock, and whether a renew time ahead of that clock at the observer's first look is still
+// unconfirmed (it does not count until it changes).
+type Renewal struct {
+	RenewTime, SeenAt time.Time
+	Unconfirmed       bool
 }
 
 // futureSlack is how far ahead of the observer's clock a renew time at the first look may be and still count, as
@@ -223,6 +264,45 @@ func (l *Liveness) Members(now time.Time) map[string]Member {
 	return members
 }
 
+// Memory returns what this observer saw of the other members' Leases that a first look could not tell again from
+// them: the renewals seen more than futureSlack off the renewer's clock (a clock running behind or ahead, a broker
+// that was out of reach), unconfirmed ones, and, for members it has not looked at yet, what it was given to resume
+// from. A first look at any other renewal finds about the same from its renew time, so that in a clusterset whose
+// clocks agree there is nothing to remember.
+func (l *Liveness) Memory() map[string]Renewal {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]Renewal{}
+	for id, r := range l.seen {
+		if r.unconfirmed || r.seenAt.Sub(r.renewTime).Abs() > futureSlack {
+			out[id] = Renewal{RenewTime: r.renewTime, SeenAt: r.seenAt, Unconfirmed: r.unconfirmed}
+		}
+	}
+	for id, r := range l.resumed {
+		if _, ok := l.seen[id]; !ok {
+			out[id] = r
+		}
+	}
+	return out
+}
+
+// Resume gives the next first look at each member's Lease what a previous observer (the last process to lead this
+// member) saw of it, as of at on this observer's clock, in place of the renewer's clock: a renew time the same as
+// it saw counts from when it saw it, so that a restart neither revives a dead member for a grace nor kills a live
+// one whose clock runs behind; another counts as renewed after at (resume). Members already looked at keep what
+// this observer saw.
+func (l *Liveness) Resume(seen map[string]Renewal, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.resumed = map[string]Renewal{}
+	for id, r := range seen {
+		if _, ok := l.seen[id]; !ok && id != l.self {
+			l.resumed[id] = r
+		}
+	}
+	l.resumedAt = at
+}
+
 // SetHealthy records whether this member's last Lease renewal reached the broker.
 func (l *Liveness) SetHealthy(ok bool) {
 	l.mu.Lock()
@@ -280,7 +360,10 @@ func (l *Liveness) Observe(leases []coordinationv1.Lease, now time.Time) []strin
 		}
 		renewed := lease.Spec.RenewTime.Time
 		r, known := l.seen[id]
+		previous, resumed := l.resumed[id]
 		switch {
+		case !known && resumed:
+			r = resume(previous, l.resumedAt, renewed, now)
 		case !known:
 			r = firstLook(renewed, now)
 		case !r.renewTime.Equal(renewed):
@@ -307,8 +390,30 @@ func (l *Liveness) Observe(leases []coordinationv1.Lease, now time.Time) []strin
 			changed = append(changed, id)
 		}
 	}
-	l.seen, l.alive = seen, next
+	l.seen, l.alive, l.resumed = seen, next, nil
 	return changed
+}
+
+// resume is what the first look at a member's Lease at now tells from the renew time it finds, given that a
+// previous observer saw it as previous at at: the same renew time, what that observer saw; another, a renewal
+// made since, no earlier than at (the previous observer's last look at the Leases was at most a tick before), and
+// at its renew time if the renewer's clock puts it between at and now.
+func resume(previous Renewal, at, renewed, now time.Time) renewal {
+	if previous.RenewTime.Equal(renewed) {
+		return renewal{renewTime: renewed, seenAt: minTime(previous.SeenAt, now), unconfirmed: previous.Unconfirmed}
+	}
+	seenAt := minTime(at, now)
+	if renewed.After(seenAt) && !renewed.After(now) {
+		seenAt = renewed
+	}
+	return renewal{renewTime: renewed, seenAt: seenAt}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // firstLook is what the first look at a member's Lease at now tells from the renew time it finds: when it was

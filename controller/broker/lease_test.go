@@ -306,3 +306,138 @@ func TestRenewerNamesTheCredential(t *testing.T) {
 		}
 	}
 }
+
+// A process that resumes from what the last one saw judges its first look at each Lease as that process would have:
+// the same renew time counts from when it was seen, a renew time changed since counts as renewed after the last
+// process wrote, and neither relies on the renewer's clock, which the first look without it does.
+func TestLivenessResume(t *testing.T) {
+	const grace = 10 * time.Second
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := t0.Add(-3 * time.Second) // when the last process wrote what it saw
+	now := t0
+	for _, tc := range []struct {
+		name      string
+		previous  Renewal
+		renewed   time.Time // the renew time the first look finds
+		wantAlive bool
+		wantAge   time.Duration
+	}{
+		{"dead, its clock just ahead: not revived", Renewal{RenewTime: t0.Add(500 * time.Millisecond), SeenAt: t0.Add(-time.Minute)},
+			t0.Add(500 * time.Millisecond), false, time.Minute},
+		{"dead, its renew time never confirmed: still not", Renewal{RenewTime: t0.Add(time.Hour), SeenAt: t0.Add(-time.Minute), Unconfirmed: true},
+			t0.Add(time.Hour), false, time.Minute},
+		{"alive, its clock a minute behind: not killed", Renewal{RenewTime: t0.Add(-time.Minute - 5*time.Second), SeenAt: t0.Add(-5 * time.Second)},
+			t0.Add(-time.Minute - 5*time.Second), true, 5 * time.Second},
+		{"renewed since, its clock a minute behind: renewed after the write", Renewal{RenewTime: t0.Add(-time.Minute - 5*time.Second), SeenAt: t0.Add(-5 * time.Second)},
+			t0.Add(-time.Minute - time.Second), true, 3 * time.Second},
+		{"renewed since, its clock an hour ahead: renewed after the write", Renewal{RenewTime: t0.Add(time.Hour), SeenAt: t0.Add(-time.Minute), Unconfirmed: true},
+			t0.Add(time.Hour + time.Second), true, 3 * time.Second},
+		{"renewed since, between the write and now: at its renew time", Renewal{RenewTime: t0.Add(-8 * time.Second), SeenAt: t0.Add(-8 * time.Second)},
+			t0.Add(-time.Second), true, time.Second},
+	} {
+		fresh := NewLiveness("a", grace)
+		fresh.Observe([]coordinationv1.Lease{lease("b", tc.renewed)}, now)
+		l := NewLiveness("a", grace)
+		l.Resume(map[string]Renewal{"b": tc.previous}, at)
+		l.Observe([]coordinationv1.Lease{lease("b", tc.renewed)}, now)
+		if got := l.Members(now)["b"]; got.Alive != tc.wantAlive || got.Age != tc.wantAge {
+			t.Errorf("%s: %+v, want alive %v, age %v (without resuming: %+v)", tc.name, got, tc.wantAlive, tc.wantAge, fresh.Members(now)["b"])
+		}
+		// Only the first look resumes: a renew time the same as the resumed one, seen again, is what this
+		// observer saw.
+		later := now.Add(time.Second)
+		l.Observe([]coordinationv1.Lease{lease("b", tc.renewed)}, later)
+		if got := l.Members(later)["b"].Age; got != tc.wantAge+time.Second {
+			t.Errorf("%s: a second look ages to %v, want %v", tc.name, got, tc.wantAge+time.Second)
+		}
+	}
+}
+
+// A member this observer has looked at keeps what it saw; resuming waits, through an unhealthy look, for the first
+// look that decides.
+func TestLivenessResumeKeepsWhatItSaw(t *testing.T) {
+	const grace = 10 * time.Second
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	l := NewLiveness("a", grace)
+	l.Observe([]coordinationv1.Lease{lease("b", t0)}, t0)
+	old := Renewal{RenewTime: t0, SeenAt: t0.Add(-time.Hour)}
+	l.Resume(map[string]Renewal{"b": old, "c": old}, t0)
+	l.SetHealthy(false)
+	l.Observe([]coordinationv1.Lease{lease("b", t0), lease("c", t0)}, t0.Add(time.Second))
+	l.SetHealthy(true)
+	l.Observe([]coordinationv1.Lease{lease("b", t0), lease("c", t0)}, t0.Add(2*time.Second))
+	if !l.Alive("b") {
+		t.Error("resuming overrode a member this observer had seen renewed")
+	}
+	if l.Alive("c") {
+		t.Error("an unhealthy look consumed what to resume")
+	}
+}
+
+// What a first look could not tell again from the Leases is remembered, and only that: the renewals seen off the
+// renewer's clock, the unconfirmed ones, and what was resumed and not looked at yet (never of the observer itself).
+func TestLivenessMemory(t *testing.T) {
+	const grace = 10 * time.Second
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	l := NewLiveness("a", grace)
+	l.Observe([]coordinationv1.Lease{lease("synced", t0.Add(-2*time.Second)), lease("near", t0.Add(-time.Minute)),
+		lease("ahead", t0.Add(time.Hour))}, t0)
+	// near's clock runs a minute behind: its change is seen now.
+	l.Observe([]coordinationv1.Lease{lease("synced", t0.Add(time.Second)), lease("near", t0.Add(-time.Minute+time.Second)),
+		lease("ahead", t0.Add(time.Hour)), lease("behind", t0.Add(-time.Hour))}, t0.Add(time.Second))
+	l.Resume(map[string]Renewal{"elsewhere": {RenewTime: t0, SeenAt: t0}, "near": {RenewTime: t0, SeenAt: t0},
+		"a": {RenewTime: t0, SeenAt: t0}}, t0)
+	want := map[string]Renewal{
+		"near":      {RenewTime: t0.Add(-time.Minute + time.Second), SeenAt: t0.Add(time.Second)},
+		"ahead":     {RenewTime: t0.Add(time.Hour), SeenAt: t0, Unconfirmed: true},
+		"elsewhere": {RenewTime: t0, SeenAt: t0},
+	}
+	if got := l.Memory(); !maps.Equal(got, want) {
+		t.Errorf("Memory = %v, want %v", got, want)
+	}
+}
+
+// The decisions annotation is written at each renewal from what the process decided, removed when there is none,
+// and handed back to the process's first read of the Lease only: a later renewal finds its own.
+func TestRenewerKeepsDecisions(t *testing.T) {
+	ctx := context.Background()
+	c := fake.NewClientBuilder().Build()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	read := func() map[string]string {
+		lease := &coordinationv1.Lease{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: names.BrokerNamespace("a"), Name: names.LeaseName}, lease); err != nil {
+			t.Fatal(err)
+		}
+		return lease.Annotations
+	}
+	decided := "first"
+	before := &Renewer{ClusterID: "a", Holder: "a/pod-1/x", Decisions: func(time.Time) string { return decided },
+		Resume: func(string, time.Time) { t.Error("a process that created the Lease resumes") }}
+	for i := range 2 {
+		if _, _, err := before.Renew(ctx, c, 10*time.Second, t0.Add(time.Duration(i)*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := read()[names.AnnotationDecisions]; got != "first" {
+		t.Fatalf("the Lease carries decisions %q, want first", got)
+	}
+	var resumed []string
+	after := &Renewer{ClusterID: "a", Holder: "a/pod-2/y", Decisions: func(time.Time) string { return decided },
+		Resume: func(d string, _ time.Time) { resumed = append(resumed, d) }}
+	decided = "second"
+	for i := range 2 {
+		if _, _, err := after.Renew(ctx, c, 10*time.Second, t0.Add(time.Duration(2+i)*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(resumed, []string{"first"}) {
+		t.Errorf("the next process resumed from %q, want the last process's decisions once", resumed)
+	}
+	decided = ""
+	if _, _, err := after.Renew(ctx, c, 10*time.Second, t0.Add(5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := read()[names.AnnotationDecisions]; ok {
+		t.Errorf("decisions %q left on the Lease after there were none", got)
+	}
+}

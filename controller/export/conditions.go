@@ -62,9 +62,10 @@ func Valid(se *mcsv1beta1.ServiceExport, svc *corev1.Service, denied []string) (
 }
 
 // Ready is the ServiceExport Ready condition: True once the export is published to the broker; False while it is
-// not valid (Pending), while publishing fails (Failed), or while another cluster claims this member's id
-// (ReasonClusterIDConflict, with idConflict, the message saying so; "" when none does).
-func Ready(exported bool, publishErr error, idConflict string, generation int64) metav1.Condition {
+// not valid (Pending), while publishing fails (Failed), while another cluster claims this member's id
+// (ReasonClusterIDConflict, with idConflict, the message saying so; "" when none does), or while a limit leaves
+// part of its endpoints unpublished (limited, nil when none does).
+func Ready(exported bool, publishErr error, idConflict string, limited *Limited, generation int64) metav1.Condition {
 	ready := metav1.Condition{
 		Type: string(mcsv1beta1.ServiceExportConditionReady), Status: metav1.ConditionTrue,
 		Reason: string(mcsv1beta1.ServiceExportReasonExported), Message: "The service is exported to the clusterset.",
@@ -79,6 +80,8 @@ func Ready(exported bool, publishErr error, idConflict string, generation int64)
 			"Publishing to the broker failed: "+publishErr.Error()
 	case idConflict != "":
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonClusterIDConflict, idConflict
+	case limited != nil:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, limited.Reason, limited.Message
 	}
 	return ready
 }
@@ -87,10 +90,10 @@ func Ready(exported bool, publishErr error, idConflict string, generation int64)
 // valid, Ready and the merge's conflicts say: an export that is not published has no Conflict condition, since
 // it takes no part in the merge.
 func Conditions(current []metav1.Condition, valid metav1.Condition, exported bool, publishErr error, idConflict string,
-	conflicts []merge.Conflict, generation int64) []metav1.Condition {
+	limited *Limited, conflicts []merge.Conflict, generation int64) []metav1.Condition {
 	conds := append([]metav1.Condition(nil), current...)
 	meta.SetStatusCondition(&conds, valid)
-	meta.SetStatusCondition(&conds, Ready(exported, publishErr, idConflict, generation))
+	meta.SetStatusCondition(&conds, Ready(exported, publishErr, idConflict, limited, generation))
 	if exported {
 		meta.SetStatusCondition(&conds, merge.Condition(conflicts, generation))
 	} else {

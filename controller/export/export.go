@@ -132,3 +132,54 @@ func clonePorts(ps []discoveryv1.EndpointPort) []discoveryv1.EndpointPort {
 	}
 	return out
 }
+
+// Ready=False reasons of an export a limit leaves partly unpublished: the endpoints of one service
+// (ReasonTooManyEndpoints, Limit) or the broker EndpointSlices of one namespace's exports (ReasonNamespaceLimit,
+// Share). mcs-api has no reason for either.
+const (
+	ReasonTooManyEndpoints = admit.ReasonTooManyEndpoints
+	ReasonNamespaceLimit   = "NamespaceLimit"
+)
+
+// Limited says what a limit leaves unpublished of an export, for its Ready condition.
+type Limited struct {
+	Reason, Message string
+}
+
+// Limit returns the first of slices, sorted by name as Slices makes them, that one member's export of one service
+// publishes: as many as fit within maxEndpoints endpoints and admit.SlicesPerService(maxEndpoints) slices
+// (admit.Fit), which are those every importer with the same limit takes. limited says what is left out, nil when
+// nothing is.
+func Limit(slices []discoveryv1.EndpointSlice, maxEndpoints int) (kept []discoveryv1.EndpointSlice, limited *Limited) {
+	maxSlices := admit.SlicesPerService(maxEndpoints)
+	sizes := make([]int, 0, min(len(slices), maxSlices))
+	total := 0
+	for i := range slices {
+		size := admit.Size(&slices[i])
+		total += size
+		if len(sizes) < maxSlices {
+			sizes = append(sizes, size)
+		}
+	}
+	n, endpoints := admit.Fit(sizes, maxSlices, maxEndpoints)
+	if n == len(slices) {
+		return slices, nil
+	}
+	return slices[:n], &Limited{Reason: ReasonTooManyEndpoints, Message: fmt.Sprintf(
+		"Published %d of %d endpoints, in the first %d of %d EndpointSlices by name: one member's export of one service "+
+			"may have at most %d endpoints in %d EndpointSlices (the mcs-controller flag --max-endpoints-per-service).",
+		endpoints, total, n, len(slices), maxEndpoints, maxSlices)}
+}
+
+// Share returns the first n of slices, the part of an export that its namespace's share of this member's broker
+// EndpointSlices leaves it (at most maxPerNamespace for all the namespace's exports), and limited, saying what is
+// left out, nil when nothing is.
+func Share(slices []discoveryv1.EndpointSlice, n int, namespace string, maxPerNamespace int) (kept []discoveryv1.EndpointSlice, limited *Limited) {
+	if n >= len(slices) {
+		return slices, nil
+	}
+	return slices[:n], &Limited{Reason: ReasonNamespaceLimit, Message: fmt.Sprintf(
+		"Published the first %d of %d EndpointSlices by name: the exports of namespace %s may use at most %d of this "+
+			"member's EndpointSlices on the broker (the mcs-controller flag --max-slices-per-namespace), and its other "+
+			"exports use the rest.", n, len(slices), namespace, maxPerNamespace)}
+}

@@ -201,23 +201,89 @@ func TestValidExportedMetadata(t *testing.T) {
 func TestConditions(t *testing.T) {
 	valid := metav1.Condition{Type: string(mcsv1beta1.ServiceExportConditionValid), Status: metav1.ConditionTrue, Reason: "Valid"}
 	stale := []metav1.Condition{{Type: string(mcsv1beta1.ServiceExportConditionConflict), Status: metav1.ConditionTrue, Reason: "PortConflict"}}
-	got := Conditions(stale, valid, true, nil, "", nil, 2)
+	got := Conditions(stale, valid, true, nil, "", nil, nil, 2)
 	if !meta.IsStatusConditionTrue(got, string(mcsv1beta1.ServiceExportConditionReady)) ||
 		!meta.IsStatusConditionFalse(got, string(mcsv1beta1.ServiceExportConditionConflict)) || stale[0].Status != metav1.ConditionTrue {
 		t.Errorf("published: %+v (input %+v)", got, stale)
 	}
-	got = Conditions(stale, valid, false, nil, "", nil, 2)
+	got = Conditions(stale, valid, false, nil, "", nil, nil, 2)
 	if r := meta.FindStatusCondition(got, string(mcsv1beta1.ServiceExportConditionReady)); r.Reason != string(mcsv1beta1.ServiceExportReasonPending) ||
 		meta.FindStatusCondition(got, string(mcsv1beta1.ServiceExportConditionConflict)) != nil {
 		t.Errorf("not exported: %+v", got)
 	}
+	limited := &Limited{Reason: ReasonTooManyEndpoints, Message: "Published 10 of 20 endpoints."}
 	for _, tt := range []struct {
 		publishErr error
 		idConflict string
+		limited    *Limited
 		reason     string
-	}{{errors.New("forbidden"), "", string(mcsv1beta1.ServiceExportReasonFailed)}, {nil, "two clusters", ReasonClusterIDConflict}} {
-		if r := Ready(true, tt.publishErr, tt.idConflict, 1); r.Status != metav1.ConditionFalse || r.Reason != tt.reason {
-			t.Errorf("Ready(%v, %q) = %+v", tt.publishErr, tt.idConflict, r)
+	}{
+		{errors.New("forbidden"), "", limited, string(mcsv1beta1.ServiceExportReasonFailed)},
+		{nil, "two clusters", limited, ReasonClusterIDConflict},
+		{nil, "", limited, ReasonTooManyEndpoints},
+	} {
+		if r := Ready(true, tt.publishErr, tt.idConflict, tt.limited, 1); r.Status != metav1.ConditionFalse || r.Reason != tt.reason {
+			t.Errorf("Ready(%v, %q, %+v) = %+v", tt.publishErr, tt.idConflict, tt.limited, r)
 		}
+	}
+	if r := Ready(true, nil, "", limited, 1); r.Message != limited.Message {
+		t.Errorf("Ready() message %q, want the limit's", r.Message)
+	}
+}
+
+// TestLimit: an export publishes the first of its slices by name that fit the per-service limit, whole, and says
+// what it leaves out; under the limit it publishes all of them.
+func TestLimit(t *testing.T) {
+	slice := func(name string, endpoints int) discoveryv1.EndpointSlice {
+		s := discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		for i := range endpoints {
+			s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("10.0.%d.%d", i/250, i%250+1)}})
+		}
+		return s
+	}
+	names := func(ss []discoveryv1.EndpointSlice) []string {
+		var out []string
+		for _, s := range ss {
+			out = append(out, s.Name)
+		}
+		return out
+	}
+	full := []discoveryv1.EndpointSlice{slice("a", 100), slice("b", 100), slice("c", 50)}
+	cases := []struct {
+		name       string
+		slices     []discoveryv1.EndpointSlice
+		max        int
+		want       []string
+		wantReason string
+		wantMsg    string
+	}{
+		{"under the limit", full, 250, []string{"a", "b", "c"}, "", ""},
+		{"the endpoint limit cuts", full, 249, []string{"a", "b"}, ReasonTooManyEndpoints,
+			"Published 200 of 250 endpoints, in the first 2 of 3 EndpointSlices by name: one member's export of one " +
+				"service may have at most 249 endpoints in 25 EndpointSlices (the mcs-controller flag --max-endpoints-per-service)."},
+		// Ten endpoints allow one slice: the empty slices after the first are left out too.
+		{"the slice limit cuts", []discoveryv1.EndpointSlice{slice("a", 0), slice("b", 0)}, 10, []string{"a"}, ReasonTooManyEndpoints,
+			"Published 0 of 0 endpoints, in the first 1 of 2 EndpointSlices by name"},
+	}
+	for _, c := range cases {
+		got, limited := Limit(c.slices, c.max)
+		if !reflect.DeepEqual(names(got), c.want) {
+			t.Errorf("%s: Limit() kept %v, want %v", c.name, names(got), c.want)
+		}
+		switch {
+		case c.wantReason == "" && limited != nil:
+			t.Errorf("%s: Limit() limited %+v, want nil", c.name, limited)
+		case c.wantReason != "" && (limited == nil || limited.Reason != c.wantReason || !strings.HasPrefix(limited.Message, c.wantMsg)):
+			t.Errorf("%s: Limit() limited %+v, want %s: %s", c.name, limited, c.wantReason, c.wantMsg)
+		}
+	}
+
+	kept, limited := Share(full, 1, "ns", 7)
+	if !reflect.DeepEqual(names(kept), []string{"a"}) || limited == nil || limited.Reason != ReasonNamespaceLimit ||
+		!strings.Contains(limited.Message, "namespace ns may use at most 7") {
+		t.Errorf("Share(3 slices, 1) = %v, %+v", names(kept), limited)
+	}
+	if kept, limited := Share(full, 3, "ns", 7); len(kept) != 3 || limited != nil {
+		t.Errorf("Share(3 slices, 3) = %v, %+v; want all, not limited", names(kept), limited)
 	}
 }

@@ -11,6 +11,7 @@ package imports
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -41,10 +42,16 @@ type Source struct {
 // ServiceImport is the desired ServiceImport. derived is the derived Service as stored (nil when there is none
 // yet): its allocated IPs and families become spec.ips and spec.ipFamilies, so both stay stable for its life.
 // This implementation always writes EndpointSlices, so status.endpointSliceObjects is Present, as the KEP asks
-// an implementation that does to publish.
+// an implementation that does to publish. Its labels are the exported ones and names.LabelImportManagedBy, the
+// mark that tells the controller's ServiceImports from another implementation's.
 func ServiceImport(svc types.NamespacedName, m merge.Result, derived *corev1.Service) *mcsv1beta1.ServiceImport {
+	labels := maps.Clone(m.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[names.LabelImportManagedBy] = names.ManagedBy
 	si := &mcsv1beta1.ServiceImport{
-		ObjectMeta: metav1.ObjectMeta{Namespace: svc.Namespace, Name: svc.Name, Labels: m.Labels, Annotations: m.Annotations},
+		ObjectMeta: metav1.ObjectMeta{Namespace: svc.Namespace, Name: svc.Name, Labels: labels, Annotations: m.Annotations},
 		Spec:       *m.Spec.DeepCopy(),
 		Status:     mcsv1beta1.ServiceImportStatus{EndpointSliceObjects: mcsv1beta1.EndpointSliceObjectsPresent},
 	}

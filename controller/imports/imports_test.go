@@ -71,7 +71,7 @@ func TestServiceImportAndReady(t *testing.T) {
 		if si.Status.EndpointSliceObjects != mcsv1beta1.EndpointSliceObjectsPresent {
 			t.Errorf("%s: endpointSliceObjects = %q", c.name, si.Status.EndpointSliceObjects)
 		}
-		if !reflect.DeepEqual(si.Labels, map[string]string{"team": "a"}) || si.Namespace != "ns" || si.Name != "web" {
+		if !reflect.DeepEqual(si.Labels, map[string]string{"team": "a", names.LabelImportManagedBy: names.ManagedBy}) || si.Namespace != "ns" || si.Name != "web" {
 			t.Errorf("%s: meta = %+v", c.name, si.ObjectMeta)
 		}
 		r := Ready(si, c.m.Spec.IPFamilies, 1)

@@ -6,10 +6,13 @@
 // exporters: it never takes away the last endpoints of a service (Fallback).
 //
 // The decision is a plain state machine over probe rounds, with hysteresis: one lost round moves nothing, a
-// member turns unreachable after Down failed rounds in a row and reachable again after Up good ones.
+// member turns unreachable after Down failed rounds in a row and reachable again after Up good ones. Every
+// controller replica of a member probes, and a member is unreachable only when replicas on two nodes find it so
+// (Agreed): one node's links or policies do not decide for the whole member.
 package reach
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -37,18 +40,23 @@ func (s State) String() string {
 	return "unknown"
 }
 
-// Tracker holds every other member's State.
+// Tracker holds every other member's State. Without RequireAgreement its own probes decide alone (a controller
+// that runs as one process); with it, State is what Agree last settled.
 type Tracker struct {
 	down, up int
 
 	mu      sync.Mutex
 	members map[string]*member
+	agree   bool
 }
 
 type member struct {
 	state      State
 	fails, oks int       // the current run of failed or good rounds
 	since      time.Time // when state began
+	// agreed and agreedSince are State and Since under RequireAgreement.
+	agreed      State
+	agreedSince time.Time
 }
 
 // New returns a Tracker that marks a member unreachable after down failed rounds in a row, and reachable again
@@ -57,8 +65,16 @@ func New(down, up int) *Tracker {
 	return &Tracker{down: max(down, 1), up: max(up, 1), members: map[string]*member{}}
 }
 
+// RequireAgreement makes State what Agree settles rather than this Tracker's own probes: a member is unreachable
+// only once another node's probes find it so too (Agreed).
+func (t *Tracker) RequireAgreement() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.agree = true
+}
+
 // Observe records one round of probes of member at now: ok when any endpoint answered. It says whether the
-// member's State changed.
+// member's State changed, which under RequireAgreement only Agree does.
 func (t *Tracker) Observe(id string, ok bool, now time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -81,9 +97,76 @@ func (t *Tracker) Observe(id string, ok bool, now time.Time) bool {
 	}
 	if m.state != was {
 		m.since = now
-		return true
+		return !t.agree
 	}
 	return false
+}
+
+// Agree settles every member's State at now from this Tracker's own (Agreed): node is the node this replica runs
+// on, peers the other replicas' verdicts. It returns the members whose State changed.
+func (t *Tracker) Agree(node string, peers []Verdict, now time.Time) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var changed []string
+	for id, m := range t.members {
+		if s := Agreed(id, m.state, node, peers, now); s != m.agreed {
+			m.agreed, m.agreedSince = s, now
+			changed = append(changed, id)
+		}
+	}
+	return changed
+}
+
+// Own returns the members this Tracker's own probes find unreachable, whatever the other replicas find: what this
+// replica publishes for the others to agree with.
+func (t *Tracker) Own() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var ids []string
+	for id, m := range t.members {
+		if m.state == Unreachable {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Uncorroborated returns the members this Tracker's own probes find unreachable but State does not: no other
+// node agrees (always none without RequireAgreement).
+func (t *Tracker) Uncorroborated() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var ids []string
+	for id, m := range t.members {
+		if t.agree && m.state == Unreachable && m.agreed != Unreachable {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Resume takes member's State as a previous process decided it, since since, unless this Tracker has decided one
+// (a good round, or Down failed ones): a process that starts afresh would otherwise use for a few rounds the
+// endpoints of a member cut off from here (Decide with Unknown falls back to the Lease). The hysteresis holds as
+// after a verdict of its own: a resumed Unreachable member needs Up good rounds to turn reachable again, a resumed
+// Reachable one Down failed rounds. Under RequireAgreement the State resumed is also the settled one until the
+// next Agree, which the first reconciles may come before. It says whether the State changed.
+func (t *Tracker) Resume(id string, s State, since time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.members[id]
+	if s == Unknown || (m != nil && m.state != Unknown) {
+		return false
+	}
+	if m == nil {
+		m = &member{}
+		t.members[id] = m
+	}
+	m.state, m.since = s, since
+	m.agreed, m.agreedSince = s, since
+	return true
 }
 
 // Suspected says whether member's last round failed while it is not yet unreachable: the next round should
@@ -101,7 +184,15 @@ func (t *Tracker) Forget(id string) bool {
 	defer t.mu.Unlock()
 	m, ok := t.members[id]
 	delete(t.members, id)
-	return ok && m.state != Unknown
+	return ok && m.current(t.agree) != Unknown
+}
+
+// current is the member's State: its own, or under agreement the settled one.
+func (m *member) current(agree bool) State {
+	if agree {
+		return m.agreed
+	}
+	return m.state
 }
 
 // State returns member's State.
@@ -109,7 +200,7 @@ func (t *Tracker) State(id string) State {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if m := t.members[id]; m != nil {
-		return m.state
+		return m.current(t.agree)
 	}
 	return Unknown
 }
@@ -118,10 +209,14 @@ func (t *Tracker) State(id string) State {
 func (t *Tracker) Since(id string) time.Time {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if m := t.members[id]; m != nil {
+	switch m := t.members[id]; {
+	case m == nil:
+		return time.Time{}
+	case t.agree:
+		return m.agreedSince
+	default:
 		return m.since
 	}
-	return time.Time{}
 }
 
 // States returns every known member's State.
@@ -130,7 +225,7 @@ func (t *Tracker) States() map[string]State {
 	defer t.mu.Unlock()
 	out := make(map[string]State, len(t.members))
 	for id, m := range t.members {
-		out[id] = m.state
+		out[id] = m.current(t.agree)
 	}
 	return out
 }

@@ -62,6 +62,79 @@ func TestTrackerSinceAndForget(t *testing.T) {
 	}
 }
 
+// A resumed verdict holds as one of the tracker's own, hysteresis included, and never overrides a verdict the
+// tracker reached itself.
+func TestTrackerResume(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	since := t0.Add(-time.Minute)
+	tests := []struct {
+		name      string
+		before    string // rounds before Resume: o good, x failed
+		resume    State
+		after     string // rounds after Resume
+		want      State
+		resumed   bool
+		wantSince time.Time
+	}{
+		{"unreachable holds until up good rounds", "", Unreachable, "o", Unreachable, true, since},
+		{"unreachable turns reachable after up good rounds", "", Unreachable, "oo", Reachable, true, t0.Add(2 * time.Second)},
+		{"reachable holds until down failed rounds", "", Reachable, "xx", Reachable, true, since},
+		{"reachable turns unreachable after down failed rounds", "", Reachable, "xxx", Unreachable, true, t0.Add(3 * time.Second)},
+		{"a failed round before resuming counts towards the next verdict", "x", Reachable, "xx", Unreachable, true, t0.Add(3 * time.Second)},
+		{"the tracker's own verdict stands", "o", Unreachable, "", Reachable, false, t0},
+		{"an unknown verdict resumes nothing", "", Unknown, "", Unknown, false, time.Time{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := New(3, 2)
+			at := t0
+			for _, r := range tt.before {
+				tr.Observe("b", r == 'o', at)
+				at = at.Add(time.Second)
+			}
+			if got := tr.Resume("b", tt.resume, since); got != tt.resumed {
+				t.Errorf("Resume = %v, want %v", got, tt.resumed)
+			}
+			for _, r := range tt.after {
+				at = at.Add(time.Second)
+				tr.Observe("b", r == 'o', at)
+			}
+			if got := tr.State("b"); got != tt.want {
+				t.Errorf("state %v, want %v", got, tt.want)
+			}
+			if got := tr.Since("b"); !got.Equal(tt.wantSince) {
+				t.Errorf("since %v, want %v", got, tt.wantSince)
+			}
+		})
+	}
+}
+
+// Under agreement, a resumed verdict is the settled State until the next Agree settles it again with the other
+// replicas' verdicts.
+func TestTrackerResumeUnderAgreement(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name  string
+		peers []Verdict
+		want  State
+	}{
+		{"another node agrees", []Verdict{{Node: "n2", At: t0, Unreachable: []string{"b"}}}, Unreachable},
+		{"no other node agrees", []Verdict{{Node: "n2", At: t0}}, Unknown},
+		{"no other node to ask", nil, Unreachable},
+	} {
+		tr := New(2, 2)
+		tr.RequireAgreement()
+		tr.Resume("b", Unreachable, t0.Add(-time.Minute))
+		if got := tr.State("b"); got != Unreachable {
+			t.Errorf("%s: resumed, state %v before any Agree, want unreachable", tc.name, got)
+		}
+		tr.Agree("n1", tc.peers, t0)
+		if got := tr.State("b"); got != tc.want {
+			t.Errorf("%s: state %v after Agree, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 func TestDecide(t *testing.T) {
 	for _, tt := range []struct {
 		alive, overdue bool

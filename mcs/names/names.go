@@ -22,6 +22,11 @@ const (
 	ManagedBy = "mcs-controller.vksfleet.dev"
 	// LabelManagedBy marks the controller's objects on the broker and its derived Services.
 	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// LabelImportManagedBy marks, with the value ManagedBy, the ServiceImports the controller creates, so that it
+	// never writes or deletes another implementation's (Submariner Lighthouse, Cilium). A ServiceImport carries the
+	// exportedLabels of the winning export, which may hold app.kubernetes.io/managed-by: this key is under
+	// KeyPrefix, which exported metadata may not carry.
+	LabelImportManagedBy = "mcs.vksfleet.dev/managed-by"
 	// LabelServiceNamespace carries the exported service's namespace on broker objects, which live in the
 	// member's broker namespace instead.
 	LabelServiceNamespace = "mcs.vksfleet.dev/service-namespace"
@@ -35,6 +40,21 @@ const (
 	// endpoints do not answer from that member's data-plane probe, so that `kubectl mcs status` shows each
 	// member's data plane as every other member sees it. Absent when all answer.
 	AnnotationUnreachable = "mcs.vksfleet.dev/unreachable"
+	// AnnotationProbeAddresses, on a member's broker Lease, lists (comma-separated host:port, sorted) the addresses
+	// of its controller replicas that other members' data-plane probes connect to: pods in the controller's own
+	// namespace, which no namespace user of the member writes, unlike its exported endpoints. On a replica's
+	// record (LabelProbeReplica), that replica's own.
+	AnnotationProbeAddresses = "mcs.vksfleet.dev/probe-addresses"
+	// LabelProbeReplica marks the Lease each controller replica writes in the controller's namespace with its own
+	// probes' verdicts (AnnotationUnreachable), its node (AnnotationNode) and its probe addresses, so that the
+	// elected replica acts on a member's loss only when a replica on another node agrees.
+	LabelProbeReplica = "mcs.vksfleet.dev/probe-replica"
+	// AnnotationNode names, on a replica's record, the node the replica runs on.
+	AnnotationNode = "mcs.vksfleet.dev/node"
+	// AnnotationDecisions, on a member's broker Lease, is the JSON of what that member's controller decided about
+	// the other members that their Leases cannot tell again (the data-plane verdicts, renewals seen off the
+	// renewer's clock), so that the next process to lead it resumes from them. Absent when there is none.
+	AnnotationDecisions = "mcs.vksfleet.dev/decisions"
 	// AnnotationExportCreated is the ServiceExport creationTimestamp (RFC 3339) on a broker export record.
 	AnnotationExportCreated = "mcs.vksfleet.dev/export-created"
 	// AnnotationExportedLabels is the JSON of the ServiceExport's spec.exportedLabels on a broker record.

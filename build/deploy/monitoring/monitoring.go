@@ -21,6 +21,12 @@ import (
 //go:embed rules.yaml
 var RulesFile []byte
 
+// ServiceMonitorsFile is servicemonitor.yaml, the component's ServiceMonitors, as built into the program: the Helm
+// chart (build/helm) renders them.
+//
+//go:embed servicemonitor.yaml
+var ServiceMonitorsFile []byte
+
 // DashboardFile is dashboard.json, the Grafana dashboard, as built into the program.
 //
 //go:embed dashboard.json

@@ -1,0 +1,233 @@
+package controller
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	dto "github.com/prometheus/client_model/go"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"vksfleet.dev/fleet/controller/broker"
+	"vksfleet.dev/fleet/controller/merge"
+	"vksfleet.dev/fleet/controller/reach"
+	"vksfleet.dev/fleet/mcs/names"
+)
+
+func TestProbePort(t *testing.T) {
+	for bind, want := range map[string]string{
+		":8081":          "8081",
+		"0.0.0.0:8081":   "8081",
+		"[::]:8081":      "8081",
+		"127.0.0.1:8081": "", // answers nobody else
+		"10.1.0.5:8081":  "",
+		"":               "",
+		"0":              "",
+		":0":             "",
+		":health":        "",
+	} {
+		if got := probePort(bind); got != want {
+			t.Errorf("probePort(%q) = %q, want %q", bind, got, want)
+		}
+	}
+}
+
+func TestReplicaOf(t *testing.T) {
+	env := map[string]string{"POD_NAME": "mcs-controller-7d9-x2", "POD_UID": "u1", "NODE_NAME": "node-1",
+		"POD_IPS": "fd00::5,10.1.0.5"}
+	r := replicaOf(nil, "mcs-system", ":8081", func(k string) string { return env[k] })
+	if r.name != "mcs-probe-mcs-controller-7d9-x2" || r.node != "node-1" || r.namespace != "mcs-system" {
+		t.Errorf("record %s/%s on node %q", r.namespace, r.name, r.node)
+	}
+	if want := []string{"10.1.0.5:8081", "[fd00::5]:8081"}; !slices.Equal(r.addrs, want) {
+		t.Errorf("addresses %v, want %v", r.addrs, want)
+	}
+	if len(r.owner) != 1 || r.owner[0].Kind != "Pod" || r.owner[0].UID != "u1" || r.owner[0].Name != "mcs-controller-7d9-x2" {
+		t.Errorf("owner %+v, want the pod", r.owner)
+	}
+	if r := replicaOf(nil, "mcs-system", "127.0.0.1:8081", func(k string) string { return env[k] }); len(r.addrs) != 0 {
+		t.Errorf("a health server on loopback gives addresses %v", r.addrs)
+	}
+	if r := replicaOf(nil, "", ":8081", func(k string) string { return env[k] }); r != nil {
+		t.Error("a replica without a namespace has a record")
+	}
+}
+
+// replicaRecord is a replica's record, as replicas.publish writes it.
+func replicaRecord(pod, node string, at time.Time, addrs string, unreachable ...string) *coordinationv1.Lease {
+	l := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "mcs-system", Name: replicaRecordPrefix + pod,
+			Labels:      map[string]string{names.LabelProbeReplica: "true"},
+			Annotations: map[string]string{names.AnnotationNode: node, names.AnnotationProbeAddresses: addrs}},
+		Spec: coordinationv1.LeaseSpec{RenewTime: &metav1.MicroTime{Time: at}},
+	}
+	if len(unreachable) > 0 {
+		l.Annotations[names.AnnotationUnreachable] = unreachable[0]
+	}
+	return l
+}
+
+func TestReplicaVerdicts(t *testing.T) {
+	now := time.Unix(1000, 0)
+	verdicts, addrs := replicaVerdicts([]coordinationv1.Lease{
+		*replicaRecord("self", "n1", now, "10.1.0.1:8081", "b"),
+		*replicaRecord("peer", "n2", now.Add(-time.Second), "10.1.0.2:8081", "b,c"),
+		*replicaRecord("gone", "n3", now.Add(-replicaAddressAge), "10.1.0.3:8081"),
+	}, replicaRecordPrefix+"self", now)
+	want := []reach.Verdict{
+		{Node: "n2", At: now.Add(-time.Second), Unreachable: []string{"b", "c"}},
+		{Node: "n3", At: now.Add(-replicaAddressAge)},
+	}
+	if !slices.EqualFunc(verdicts, want, func(a, b reach.Verdict) bool {
+		return a.Node == b.Node && a.At.Equal(b.At) && slices.Equal(a.Unreachable, b.Unreachable)
+	}) {
+		t.Errorf("verdicts %+v, want %+v", verdicts, want)
+	}
+	if !slices.Equal(addrs, []string{"10.1.0.2:8081"}) {
+		t.Errorf("addresses %v, want only the young peer's", addrs)
+	}
+}
+
+// A replica writes its record when its verdicts change and every replicaHeartbeat, not at every round.
+func TestReplicaPublish(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Unix(1000, 0)
+	local := newFakeCluster(t)
+	r := &replicas{client: local, namespace: "mcs-system", name: replicaRecordPrefix + "p1", pod: "p1", node: "n1",
+		addrs: []string{"10.1.0.1:8081"}}
+	for _, step := range []struct {
+		at          time.Duration
+		unreachable []string
+		writes      int32
+	}{
+		{0, nil, 1},
+		{300 * time.Millisecond, nil, 1},
+		{600 * time.Millisecond, []string{"b"}, 2}, // a change, at once
+		{900 * time.Millisecond, []string{"b"}, 2},
+		{1600 * time.Millisecond, []string{"b"}, 3}, // the heartbeat
+	} {
+		if err := r.publish(ctx, step.unreachable, t0.Add(step.at)); err != nil {
+			t.Fatal(err)
+		}
+		if got := local.writes.Load(); got != step.writes {
+			t.Errorf("at %v: %d writes, want %d", step.at, got, step.writes)
+		}
+	}
+	got := &coordinationv1.Lease{}
+	if err := local.Get(ctx, client.ObjectKey{Namespace: "mcs-system", Name: r.name}, got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Annotations[names.AnnotationUnreachable] != "b" || got.Annotations[names.AnnotationNode] != "n1" ||
+		got.Annotations[names.AnnotationProbeAddresses] != "10.1.0.1:8081" || got.Labels[names.LabelProbeReplica] != "true" ||
+		!got.Spec.RenewTime.Time.Equal(t0.Add(1600*time.Millisecond)) {
+		t.Errorf("record %+v %+v", got.ObjectMeta, got.Spec)
+	}
+}
+
+// TestProbeAgree: the elected replica acts on a member's loss only while a replica on another node finds it lost
+// too, with a fresh verdict; alone, it counts it once and the member stays in use. Every replica publishes its own
+// verdicts, and another replica's decisions enqueue nothing.
+func TestProbeAgree(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Unix(1000, 0)
+	key := types.NamespacedName{Namespace: "team", Name: "web"}
+	rec, err := broker.Record(key, merge.Export{Cluster: "cluster-b", Slices: -1,
+		Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := replicaRecord("p2", "n2", t0, "10.1.0.2:8081")
+	local := newFakeCluster(t, peer)
+	tracker := reach.New(probeDown, probeUp)
+	tracker.RequireAgreement()
+	elected := make(chan struct{})
+	p := &dataPlaneProbe{self: "cluster-a", tracker: tracker, log: logr.Discard(), elected: elected,
+		enqueue:   newTriggers(newFakeCluster(t), newFakeCluster(t, rec)),
+		replicas:  &replicas{client: local, namespace: "mcs-system", name: replicaRecordPrefix + "p1", pod: "p1", node: "n1", addrs: []string{"10.1.0.1:8081"}},
+		addresses: &probeAddresses{}}
+	enqueued := func() (n int) {
+		for {
+			select {
+			case <-p.enqueue.ch:
+				n++
+			default:
+				return n
+			}
+		}
+	}
+	uncorroborated := func() float64 {
+		var m dto.Metric
+		if err := uncorroboratedTotal.WithLabelValues("cluster-a", "cluster-b").Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	setPeer := func(at time.Time, unreachable ...string) {
+		l := &coordinationv1.Lease{}
+		if err := local.Get(ctx, client.ObjectKeyFromObject(peer), l); err != nil {
+			t.Fatal(err)
+		}
+		l.Spec.RenewTime = &metav1.MicroTime{Time: at}
+		delete(l.Annotations, names.AnnotationUnreachable)
+		if len(unreachable) > 0 {
+			l.Annotations[names.AnnotationUnreachable] = unreachable[0]
+		}
+		if err := local.Update(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tracker.Observe("cluster-b", true, t0)
+	for round := range probeDown {
+		tracker.Observe("cluster-b", false, t0.Add(time.Duration(round+1)*probeInterval))
+	}
+	now := t0.Add(time.Second)
+
+	// Not elected: it publishes its verdicts, and decides nothing.
+	p.agree(ctx, now)
+	own := &coordinationv1.Lease{}
+	if err := local.Get(ctx, client.ObjectKey{Namespace: "mcs-system", Name: replicaRecordPrefix + "p1"}, own); err != nil {
+		t.Fatal(err)
+	}
+	if own.Annotations[names.AnnotationUnreachable] != "cluster-b" {
+		t.Errorf("the replica's record says %q unreachable, want cluster-b", own.Annotations[names.AnnotationUnreachable])
+	}
+	if got := tracker.State("cluster-b"); got != reach.Unknown || enqueued() != 0 {
+		t.Errorf("a replica not elected decided cluster-b %v", got)
+	}
+	if got := p.addresses.get(); !slices.Equal(got, []string{"10.1.0.1:8081", "10.1.0.2:8081"}) {
+		t.Errorf("probe addresses %v, want both replicas'", got)
+	}
+
+	// Elected, alone: cluster-b stays in use, counted once.
+	close(elected)
+	before := uncorroborated()
+	p.agree(ctx, now)
+	p.agree(ctx, now.Add(probeInterval))
+	if got := tracker.State("cluster-b"); got == reach.Unreachable {
+		t.Error("unreachable on this node's word alone")
+	}
+	if got := uncorroborated() - before; got != 1 {
+		t.Errorf("counted %v times, want once", got)
+	}
+
+	// The other node agrees: cluster-b is unreachable, and its services are looked at again.
+	at := now.Add(2 * probeInterval)
+	setPeer(at, "cluster-b")
+	enqueued()
+	p.agree(ctx, at)
+	if got := tracker.State("cluster-b"); got != reach.Unreachable || enqueued() != 1 {
+		t.Errorf("with another node's agreement: %v", got)
+	}
+
+	// The other node's verdict goes stale (it stopped writing): fail open again.
+	p.agree(ctx, at.Add(reach.Agreement))
+	if got := tracker.State("cluster-b"); got == reach.Unreachable || enqueued() != 1 {
+		t.Errorf("with a stale verdict: %v", got)
+	}
+}
