@@ -6,9 +6,13 @@ import (
 	"io"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/mcs/clusterid"
 	"vksfleet.dev/fleet/mcs/names"
@@ -36,6 +40,22 @@ func evict(ctx context.Context, s steps, b client.Client, id string, wait time.D
 	err := s.do("broker credentials revoked", func() (string, error) {
 		n, err := deleteServiceAccounts(ctx, b, ns)
 		return fmt.Sprintf("%d ServiceAccounts of %s deleted, with every token of them", n, ns), err
+	})
+	if err != nil {
+		return err
+	}
+	// Its records, slices and Lease go at once: every other member withdraws its endpoints as soon as it sees them
+	// go, where the namespace's deletion below would leave them to the broker's namespace controller, seconds later.
+	err = s.do("records, EndpointSlices and Lease", func() (string, error) {
+		for _, gvk := range []schema.GroupVersionKind{mcsv1beta1.SchemeGroupVersion.WithKind("ServiceImport"),
+			discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), coordinationv1.SchemeGroupVersion.WithKind("Lease")} {
+			// By metadata alone: the broker's mcs-api types need not be in this client's scheme.
+			obj := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind}}
+			if err := b.DeleteAllOf(ctx, obj, client.InNamespace(ns)); client.IgnoreNotFound(err) != nil {
+				return "", fmt.Errorf("deleting the %ss of %s: %w", gvk.Kind, ns, err)
+			}
+		}
+		return "deleted", nil
 	})
 	if err != nil {
 		return err

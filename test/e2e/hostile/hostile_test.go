@@ -54,6 +54,7 @@ type env struct {
 	f       *framework.Fleet
 	a, b, c *framework.Member
 	brokerC client.Client // mallory's broker identity
+	info    install.BrokerInfo
 	admin   client.Client // the broker's administrator, for what no member can do
 	dbAddrs []string      // the honest answer to db's A question
 }
@@ -78,7 +79,7 @@ func TestHostileMemberAndUser(t *testing.T) {
 
 	// The hostile member: its identity on the broker, as join gives it, and a Lease it keeps renewing, so that it
 	// counts as alive.
-	e.brokerC = joinedIdentity(ctx, t, f, mallory)
+	e.brokerC, e.info = joinedIdentity(ctx, t, f, mallory)
 	go e.renewLeases(ctx)
 
 	t.Run("a namespace user's slice with a crafted cluster id", e.craftedIDSlice)
@@ -98,11 +99,13 @@ func TestHostileMemberAndUser(t *testing.T) {
 	t.Run("a member's records for kube-system, default and names no Service may have", e.importDoor)
 	t.Run("a member's record declaring a million slices", e.forgedSliceCount)
 	t.Run("a namespace user's public address in a headless export", e.publicPTR)
+	// Last: mallory is gone after it.
+	t.Run("a member evicted from the broker alone", e.evicted)
 }
 
 // joinedIdentity prepares the broker as `kubectl mcs broker init` does, gives the member id its broker identity
-// as join does, and returns a client that acts as that identity.
-func joinedIdentity(ctx context.Context, t *testing.T, f *framework.Fleet, id string) client.Client {
+// as join does, and returns a client that acts as that identity, with the broker-info init wrote.
+func joinedIdentity(ctx context.Context, t *testing.T, f *framework.Fleet, id string) (client.Client, install.BrokerInfo) {
 	t.Helper()
 	info, err := install.BrokerInit(ctx, f.Broker.Config, install.InitOptions{ClusterSet: "clusterset", TokenExpiration: time.Hour}, io.Discard)
 	if err != nil {
@@ -121,7 +124,7 @@ func joinedIdentity(ctx context.Context, t *testing.T, f *framework.Fleet, id st
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c
+	return c, info
 }
 
 // export creates, in m, a selector-less Service with its own EndpointSlice of endpoints, and exports it.

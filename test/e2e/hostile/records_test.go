@@ -3,12 +3,16 @@ package hostile
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -16,10 +20,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/cli/install"
 	"vksfleet.dev/fleet/controller/imports"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/plugin/mcstest"
 	"vksfleet.dev/fleet/test/env/poll"
+	"vksfleet.dev/fleet/test/framework"
 )
 
 // The attacks of issue 37 on what a record says (review of 2026-11-28, #2, #12, #16, #17). Each is run with
@@ -218,4 +224,53 @@ func (e *env) publicPTR(t *testing.T) {
 			}
 		}
 	}
+}
+
+// evicted: review #14. An operator evicts mallory with the broker-info alone (`kubectl mcs broker evict`): every
+// honest member withdraws its endpoints within 2 s of the eviction, and its grants are gone.
+func (e *env) evicted(t *testing.T) {
+	ctx := context.Background()
+	e.publish(t, mallory, names.BrokerNamespace(mallory), "gone", nil, ipv4Slice("gone", mcstest.Endpoint("10.66.7.5", "", true)))
+	imported := func(m *framework.Member) (bool, error) {
+		list := &discoveryv1.EndpointSliceList{}
+		if err := m.Client.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{mcsv1beta1.LabelServiceName: "gone",
+			discoveryv1.LabelManagedBy: names.ManagedBy}); err != nil {
+			return false, err
+		}
+		return len(list.Items) > 0, nil
+	}
+	poll.T(t, timeout, "gone imported by every honest member", func() error {
+		for _, m := range e.f.Members {
+			if ok, err := imported(m); !ok || err != nil {
+				return fmt.Errorf("%s: %v", m.Name, err)
+			}
+		}
+		return nil
+	})
+	start := time.Now()
+	evicted := make(chan error, 1)
+	go func() { evicted <- install.Evict(ctx, e.info, mallory, time.Minute, io.Discard) }()
+	var withdrawn time.Duration
+	poll.T(t, timeout, "gone withdrawn by every honest member", func() error {
+		for _, m := range e.f.Members {
+			if ok, err := imported(m); ok || err != nil {
+				return fmt.Errorf("%s still imports it (%v)", m.Name, err)
+			}
+		}
+		withdrawn = time.Since(start)
+		return nil
+	})
+	if err := <-evicted; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("mallory evicted: its endpoints withdrawn by every honest member %s after the eviction began", withdrawn.Round(10*time.Millisecond))
+	if withdrawn > 2*time.Second {
+		t.Errorf("mallory's endpoints withdrawn %s after the eviction began, want within 2 s", withdrawn)
+	}
+	// mallory acts here by impersonation, which outlives its ServiceAccount: what is left to show is that its grants
+	// went. That a token of an evicted member is refused (401) is test/e2e/manifests' TestJoiner.
+	if err := e.brokerC.List(ctx, &mcsv1beta1.ServiceImportList{}, client.InNamespace(names.BrokerNamespace(mallory))); !apierrors.IsForbidden(err) {
+		t.Errorf("mallory's identity after the eviction: %v, want Forbidden", err)
+	}
+	e.healthy(t, "mallory's eviction")
 }

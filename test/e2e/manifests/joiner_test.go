@@ -12,6 +12,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/cli/install"
 	"vksfleet.dev/fleet/controller/broker"
@@ -142,7 +144,18 @@ func TestJoiner(t *testing.T) {
 		{"the joiner deletes a credential's Secret", func() error {
 			return joiner.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: nsA, Name: a.name}}, dry)
 		}, false},
+		{"the joiner deletes a member's records, slices and Lease (evict)", func() error {
+			for _, obj := range []client.Object{&mcsv1beta1.ServiceImport{}, &discoveryv1.EndpointSlice{}, &coordinationv1.Lease{}} {
+				if err := joiner.DeleteAllOf(ctx, obj, client.InNamespace(nsA), dry); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, false},
 		// The rest of the broker.
+		{"the joiner deletes the EndpointSlices of default (the broker's own kubernetes Service)", func() error {
+			return joiner.DeleteAllOf(ctx, &discoveryv1.EndpointSlice{}, client.InNamespace(metav1.NamespaceDefault), dry)
+		}, true},
 		{"the joiner asks for a token of a kube-system ServiceAccount", token(joinerKube, metav1.NamespaceSystem, probe, "", time.Hour), true},
 		{"the joiner deletes an ordinary namespace", func() error {
 			return joiner.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: probe}}, dry)
