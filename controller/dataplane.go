@@ -184,8 +184,12 @@ func (p *dataPlaneProbe) refresh(ctx context.Context) error {
 		if id == "" || id == p.self {
 			continue
 		}
+		// A member whose Lease lapsed has lost its control plane, and its controller pods with it, as a rule: they
+		// crash-loop without their API server, or were stopped; what then tells whether its data plane still serves
+		// is its endpoints, as before controllers listed their own. A namespace user can only keep such a member in
+		// use with them, for the stale limit at most, and only with connections that complete.
 		value, ok := lease.Annotations[names.AnnotationProbeAddresses]
-		if ok {
+		if ok && !p.lapsed(id) {
 			addrs, problem := admit.ProbeAddresses(value)
 			if problem != nil {
 				p.log.V(1).Info("probe addresses refused", "member", id, "reason", problem.Reason, "message", problem.Message)

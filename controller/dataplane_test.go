@@ -417,6 +417,35 @@ func TestProbeRefresh(t *testing.T) {
 	}
 }
 
+// TestProbeRefreshLapsed: a member whose Lease lapsed has lost its controller pods with its control plane, as a
+// rule (stopped, or crash-looping without their API server): it is probed at its endpoints, which tell whether its
+// data plane still serves, so that it is kept in use, stale, while they answer.
+func TestProbeRefreshLapsed(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	lease := probedLease("cluster-b", ptr.To("10.2.0.5:8081"))
+	slice := probeSlice("cluster-b", "web", 80, corev1.ProtocolTCP, nil, "10.2.1.7")
+	liveness := broker.NewLiveness("cluster-a", time.Minute)
+	renewed := brokerLease("cluster-b", t0)
+	liveness.Observe([]coordinationv1.Lease{renewed}, t0)
+	p := newDataPlaneProbe("cluster-a", newFakeCluster(t, lease, &slice), reach.New(probeDown, probeUp), liveness, 0,
+		newTriggers(newFakeCluster(t), newFakeCluster(t)), logr.Discard())
+	for _, c := range []struct {
+		at   time.Time
+		want probeTarget
+	}{
+		{t0.Add(time.Second), probeTarget{addrs: []string{"10.2.0.5:8081"}, controllers: true}},
+		{t0.Add(2 * time.Minute), probeTarget{addrs: []string{"10.2.1.7:80"}}},
+	} {
+		liveness.Observe([]coordinationv1.Lease{renewed}, c.at)
+		if err := p.refresh(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got := p.targets["cluster-b"]; !slices.Equal(got.addrs, c.want.addrs) || got.controllers != c.want.controllers {
+			t.Errorf("%s after its last renewal: %+v, want %+v", c.at.Sub(t0), got, c.want)
+		}
+	}
+}
+
 // TestProbeRoundsControllerRefused: a member's controller replica that refuses (restarting, as one does while its
 // control plane is lost) proves the path to the member's pods, Lease alive or lapsed; silence does not.
 func TestProbeRoundsControllerRefused(t *testing.T) {
