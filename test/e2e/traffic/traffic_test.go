@@ -69,6 +69,7 @@ func TestTraffic(t *testing.T) {
 	t.Run("exported from B only, reached from A over TCP and UDP", e.testOneRemote)
 	t.Run("exported from B and C, both answer A", e.testSpread)
 	t.Run("a member's forged record changes no import and drops no request", e.testForgedRecord)
+	t.Run("the elected controller's node cut from the other members: a sole exporter's service drops no request", e.testLeaderNodeCut)
 	t.Run("not exported: NXDOMAIN and no route", e.testNotExported)
 	t.Run("headless StatefulSet across B and C", e.testHeadless)
 	t.Run("kubectl expose on 80 in B and 8080 in C: both ports answer", e.testExposedPorts)
