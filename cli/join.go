@@ -15,11 +15,13 @@ import (
 func (o *options) joinCommand() *cobra.Command {
 	var opts install.JoinOptions
 	cmd := o.memberCommand(&cobra.Command{
-		Use:   "join --broker-info FILE [--context MEMBER] [--cluster-id ID]",
+		Use:   "join --broker-info FILE [--context MEMBER] [--cluster-id ID] [--region REGION]",
 		Short: "Make the cluster of --context a member: cluster id, broker identity and credentials, CRDs, controller, admission policy, DNS",
 		Long: `join installs everything a member needs, in an order that works on a fresh cluster, and waits until the member's
 controller renews its Lease on the broker. Running it again changes nothing (objects are applied server-side and
-credentials the broker still accepts are kept). DNS modes (--dns):
+credentials the broker still accepts are kept) but the member's region, if it is another now. The region
+(--region, else the member's ClusterProperty region.topology.k8s.io) is recorded in the broker's member directory,
+which the member cannot write: other members rank its endpoints by it. DNS modes (--dns):
   standalone     our CoreDNS as mcs-system/mcs-dns, serving clusterset.local only; the cluster's DNS forwards the
                  zone to it: a server block appended to CoreDNS's Corefile (or a kube-dns stub domain), and one in
                  NodeLocal DNSCache's where it runs. Nothing else of the cluster's DNS changes.
@@ -39,6 +41,7 @@ credentials the broker still accepts are kept). DNS modes (--dns):
 	f.StringVar(&opts.ControllerImage, "controller-image", "", "the mcs-controller image, for a mirror; default the release's")
 	f.StringVar(&opts.DNSImage, "dns-image", "", "our CoreDNS image, for a mirror; default the release's")
 	f.StringVar(&opts.DNS, "dns", install.DNSStandalone, "DNS mode: "+strings.Join(install.DNSModes, ", ")+` (see Long)`)
+	f.StringVar(&opts.Region, "region", "", "the member's region, which other members rank its endpoints by; default its ClusterProperty region.topology.k8s.io's, else none")
 	f.StringVar(&opts.ClusterDomain, "cluster-domain", "", "the member's cluster DNS domain (the kubelet's --cluster-domain), where the controller finds kube-dns; default cluster.local")
 	f.DurationVar(&opts.Wait, "wait", 5*time.Minute, "how long to wait for the controller, DNS and the first Lease renewal")
 	return cmd

@@ -29,8 +29,10 @@ import (
 
 // gather collects every cluster's export of the service and the endpoint slices of the live ones. What other
 // clusters wrote on the broker enters here: it passes package admit's checks and the limits (take), or is left
-// out and counted. Slices are read from the broker cache as they are stored there, not copied: only those taken
-// are, so that a member that publishes far more than the limits costs this one no more than they allow.
+// out and counted. An exporter's region is the one the member directory records for it, not the one its record
+// claims, unless there is no directory (memberRegions). Slices are read from the broker cache as they are stored
+// there, not copied: only those taken are, so that a member that publishes far more than the limits costs this
+// one no more than they allow.
 func (r *reconciler) gather(ctx context.Context, key types.NamespacedName, own *merge.Export,
 	ownSlices []discoveryv1.EndpointSlice) ([]merge.Export, []imports.Source, error) {
 	defer r.reportRefusals(ctx, key)
@@ -58,6 +60,7 @@ func (r *reconciler) gather(ctx context.Context, key types.NamespacedName, own *
 		if !ok || e.Cluster == r.id {
 			continue
 		}
+		e.Region = r.regions.of(e.Cluster, e.Region)
 		exports = append(exports, e)
 		exporting[e.Cluster] = true
 	}

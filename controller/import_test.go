@@ -134,6 +134,47 @@ func TestGatherRefusesHostileBrokerData(t *testing.T) {
 	}
 }
 
+// TestGatherTakesRegionsFromTheDirectory: an exporter's region is the one the member directory records for it,
+// whatever its record claims, and none when the directory records none; only without a directory does the
+// record's own claim count.
+func TestGatherTakesRegionsFromTheDirectory(t *testing.T) {
+	key := types.NamespacedName{Namespace: "ns", Name: "web"}
+	var objs []client.Object
+	for _, c := range []string{"b", "c"} {
+		rec, err := broker.Record(key, merge.Export{Cluster: c, Created: time.Now(), Region: "us-east", Slices: -1,
+			Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, Ports: []mcsv1beta1.ServicePort{{Protocol: corev1.ProtocolTCP, Port: 80}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, rec)
+	}
+	for _, tt := range []struct {
+		name    string
+		regions map[string]string
+		want    map[string]string
+	}{
+		{"the directory's region wins, none when it records none", map[string]string{"b": "eu-west"}, map[string]string{"b": "eu-west", "c": ""}},
+		{"a directory that records no region", map[string]string{}, map[string]string{"b": "", "c": ""}},
+		{"no directory: the records' claims", nil, map[string]string{"b": "us-east", "c": "us-east"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := testReconciler(newFakeCluster(t), newFakeCluster(t, objs...))
+			r.regions = newMemberRegions(tt.regions)
+			exports, _, err := r.gather(context.Background(), key, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{}
+			for _, e := range exports {
+				got[e.Cluster] = e.Region
+			}
+			if !maps.Equal(got, tt.want) {
+				t.Errorf("regions %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
 // TestImportRefusesServicesNoMemberMayImport: records for a service whose name or namespace the API server would
 // refuse, or in a namespace denied to imports, are refused, counted once, and make nothing here: no error that
 // retries forever, no write. An import made in a denied namespace before (by a release without the list) is

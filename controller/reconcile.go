@@ -74,6 +74,8 @@ type reconciler struct {
 	failOpens  failOpenLog
 	// topologySeen is the topology the last node or region event found, so that only a change enqueues every service.
 	topologySeen topologySeen
+	// regions are the other members' regions, as the member directory records them (scope.go).
+	regions *memberRegions
 	// limits bound what one member brings into this member's imports and what one namespace publishes of its exports.
 	limits *limits
 }

@@ -255,9 +255,6 @@ func runManager(ctx context.Context, opts Options, id string, a apis, scope brok
 	if err != nil {
 		return err
 	}
-	if err := mgr.Add(&scopeWatch{reader: scopes, scope: scope}); err != nil {
-		return err
-	}
 	r := &reconciler{
 		id:           id,
 		siAPI:        a.localGV.String(),
@@ -276,6 +273,7 @@ func runManager(ctx context.Context, opts Options, id string, a apis, scope brok
 		races:        workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay),
 		liveness:     kept.liveness,
 		reach:        kept.reach,
+		regions:      newMemberRegions(scope.regions),
 		staleAfter:   opts.LeaseGrace + opts.StaleLimit,
 		limits:       newLimits(opts),
 		events:       mgr.GetEventRecorder(names.ManagedBy),
@@ -285,6 +283,9 @@ func runManager(ctx context.Context, opts Options, id string, a apis, scope brok
 		r.dns = newDNSProbe(opts.DNSAddress)
 	}
 	enqueue := newTriggers(r.local, r.broker)
+	if err := mgr.Add(&scopeWatch{reader: scopes, scope: scope, regions: r.regions, enqueue: enqueue, elected: mgr.Elected()}); err != nil {
+		return err
+	}
 	if r.reach != nil {
 		probe := newDataPlaneProbe(id, brokerCluster.GetCache(), r.reach, r.liveness, r.staleAfter, enqueue, log)
 		probe.replicas = replicaOf(mgr.GetClient(), opts.LeaderElectionNamespace, opts.HealthProbeBindAddress, os.Getenv)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -21,10 +22,16 @@ import (
 
 // brokerScope is what of the broker this member reads: every namespace, for an identity that may (the broker's
 // administrator, or a member bound to mcs-broker-reader cluster-wide, as members were before the directory), or
-// else its own broker namespace and those of the members the directory lists that it may read.
+// else its own broker namespace and those of the members the directory lists that it may read. It holds the
+// members' regions as the directory records them too, which are no part of the scope proper: a region that
+// changes changes no cache, and scopeWatch passes it on.
 type brokerScope struct {
 	all        bool
 	namespaces []string // sorted; empty when all
+	// regions are the listed members' regions, those with one; nil when all: an identity that reads every
+	// namespace needs no directory (members set up without join, as the local test fleets without nodes), and
+	// an export record's own region counts.
+	regions map[string]string
 }
 
 func (s brokerScope) equal(o brokerScope) bool {
@@ -82,9 +89,11 @@ func (r *scopeReader) read(ctx context.Context) (brokerScope, error) {
 		return brokerScope{}, err
 	}
 	if all {
+		r.once("regions from records", "this member reads every broker namespace, without the member directory: other members' "+
+			"endpoints are ranked by the regions their own records claim")
 		return brokerScope{all: true}, nil
 	}
-	scope := brokerScope{namespaces: []string{r.own}}
+	scope := brokerScope{namespaces: []string{r.own}, regions: map[string]string{}}
 	entries := &corev1.ConfigMapList{}
 	err = r.client.List(ctx, entries, client.InNamespace(broker.DirectoryNamespace), client.MatchingLabelsSelector{Selector: broker.DirectorySelector})
 	if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
@@ -97,8 +106,9 @@ func (r *scopeReader) read(ctx context.Context) (brokerScope, error) {
 	}
 	members, refused := broker.ReadDirectory(entries.Items)
 	for _, why := range refused {
-		r.once(why, "member directory entry ignored", "reason", why)
+		r.once(why, "leaving out of the member directory what is invalid", "reason", why)
 	}
+	scope.regions = regionsOf(members)
 	for _, m := range members {
 		if m.Namespace == r.own {
 			continue
@@ -119,6 +129,17 @@ func (r *scopeReader) read(ctx context.Context) (brokerScope, error) {
 	}
 	slices.Sort(scope.namespaces)
 	return scope, nil
+}
+
+// regionsOf maps each listed member that has a region to it.
+func regionsOf(members []broker.Listed) map[string]string {
+	regions := map[string]string{}
+	for _, m := range members {
+		if m.Region != "" {
+			regions[m.ClusterID] = m.Region
+		}
+	}
+	return regions
 }
 
 // allowed says whether this identity may watch every kind of scopeReads in namespace ns ("": every namespace).
@@ -149,14 +170,63 @@ func (r *scopeReader) once(key, msg string, kv ...any) {
 // namespaces of one scope, so the next run starts one for the new scope.
 var errScopeChanged = errors.New("the members this member may read changed")
 
-// scopePoll is how often the directory is read: a member that joined is imported from within about this long.
+// scopePoll is how often the directory is read: a member that joined is imported from within about this long,
+// and a member's region that join recorded anew ranks its endpoints from within about this long.
 const scopePoll = 5 * time.Second
 
+// memberRegions are the other members' regions that gather ranks their exports by: those the member directory
+// records, which the joiner writes and no member can. Without a directory (brokerScope.regions nil) an export
+// record's own region is taken, which trusts every member to say where it is.
+type memberRegions struct {
+	regions atomic.Pointer[map[string]string]
+}
+
+func newMemberRegions(regions map[string]string) *memberRegions {
+	m := &memberRegions{}
+	m.regions.Store(&regions)
+	return m
+}
+
+// of returns the region of the exporting member cluster, whose record claims claimed: the directory's, "" when
+// it records none, or the claim without a directory. A nil memberRegions has no directory.
+func (m *memberRegions) of(cluster, claimed string) string {
+	if m == nil {
+		return claimed
+	}
+	regions := *m.regions.Load()
+	if regions == nil {
+		return claimed
+	}
+	return regions[cluster]
+}
+
+// set stores the regions the directory records now, and returns the members whose region changed, sorted.
+func (m *memberRegions) set(regions map[string]string) []string {
+	old := *m.regions.Swap(&regions)
+	var changed []string
+	for c, r := range regions {
+		if old[c] != r {
+			changed = append(changed, c)
+		}
+	}
+	for c := range old {
+		if _, ok := regions[c]; !ok {
+			changed = append(changed, c)
+		}
+	}
+	slices.Sort(changed)
+	return changed
+}
+
 // scopeWatch ends the run once the scope differs from the one its broker cache was built for. It runs on every
-// replica, leader or not, since each holds a broker cache.
+// replica, leader or not, since each holds a broker cache. A region that changed is no new scope: it is passed
+// to regions, and the leader reconciles the services its member exports.
 type scopeWatch struct {
-	reader *scopeReader
-	scope  brokerScope
+	reader  *scopeReader
+	scope   brokerScope
+	regions *memberRegions
+	enqueue *triggers
+	elected <-chan struct{}
 }
 
 func (w *scopeWatch) Start(ctx context.Context) error {
@@ -176,6 +246,18 @@ func (w *scopeWatch) Start(ctx context.Context) error {
 		if !now.equal(w.scope) {
 			w.reader.log.Info("broker scope changed: restarting with a cache for the new one", "was", w.scope.String(), "now", now.String())
 			return errScopeChanged
+		}
+		changed := w.regions.set(now.regions)
+		select {
+		case <-w.elected:
+		default:
+			continue // a replica that does not lead reconciles nothing; once elected, its controller reconciles every service
+		}
+		for _, c := range changed {
+			w.reader.log.Info("a member's region in the member directory changed", "member", c, "region", now.regions[c])
+			if err := w.enqueue.cluster(ctx, c); err != nil && ctx.Err() == nil {
+				w.reader.log.Error(err, "listing a member's exports after its region changed", "member", c)
+			}
 		}
 	}
 }

@@ -51,7 +51,7 @@ func apply(ctx context.Context, c client.Client, objs []*unstructured.Unstructur
 		}
 	}
 	for _, o := range crds {
-		if err := applyOne(ctx, c, o); err != nil {
+		if err := applyOne(ctx, c, o, fieldOwner); err != nil {
 			return err
 		}
 	}
@@ -61,15 +61,16 @@ func apply(ctx context.Context, c client.Client, objs []*unstructured.Unstructur
 		}
 	}
 	for _, o := range rest {
-		if err := applyOne(ctx, c, o); err != nil {
+		if err := applyOne(ctx, c, o, fieldOwner); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func applyOne(ctx context.Context, c client.Client, o *unstructured.Unstructured) error {
-	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
+// applyOne applies o server-side as the field manager owner.
+func applyOne(ctx context.Context, c client.Client, o *unstructured.Unstructured, owner string) error {
+	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner(owner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("applying %s %s: %w", o.GetKind(), objectName(o), err)
 	}
 	return nil

@@ -73,7 +73,7 @@ func GrantReads(ctx context.Context, b client.Client, id string) (int, error) {
 				continue
 			}
 			for _, rb := range []*rbacv1.RoleBinding{readerBinding(id, m.ClusterID), readerBinding(m.ClusterID, id)} {
-				if err := applyTyped(ctx, b, rb); apierrors.IsNotFound(err) {
+				if err := applyTyped(ctx, b, rb, fieldOwner); apierrors.IsNotFound(err) {
 					// A member's namespace is gone while its entry stays (an unjoin that stopped half way):
 					// nothing there to read.
 					continue
@@ -89,7 +89,7 @@ func GrantReads(ctx context.Context, b client.Client, id string) (int, error) {
 		return 0, err
 	}
 	for _, o := range []client.Object{directoryBinding(id), broker.DirectoryEntry(id)} {
-		if err := applyTyped(ctx, b, o); err != nil {
+		if err := applyTyped(ctx, b, o, fieldOwner); err != nil {
 			return 0, err
 		}
 	}
@@ -130,11 +130,11 @@ func directory(ctx context.Context, b client.Client) ([]broker.Listed, error) {
 	return members, nil
 }
 
-// applyTyped applies one typed object server-side, as apply does rendered ones.
-func applyTyped(ctx context.Context, c client.Client, o client.Object) error {
+// applyTyped applies one typed object server-side as the field manager owner, as apply does rendered ones.
+func applyTyped(ctx context.Context, c client.Client, o client.Object, owner string) error {
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
 	if err != nil {
 		return err
 	}
-	return applyOne(ctx, c, &unstructured.Unstructured{Object: u})
+	return applyOne(ctx, c, &unstructured.Unstructured{Object: u}, owner)
 }

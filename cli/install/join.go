@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -23,6 +24,7 @@ import (
 	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
 	"vksfleet.dev/fleet/build/deploy"
 	"vksfleet.dev/fleet/build/deploy/member"
+	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/mcs/clusterid"
 	"vksfleet.dev/fleet/mcs/names"
 )
@@ -42,6 +44,9 @@ type JoinOptions struct {
 	// ClusterDomain is the member's cluster DNS domain, the controller's --cluster-domain; empty keeps the
 	// manifests' cluster.local.
 	ClusterDomain string
+	// Region is the member's region, which join records in the member directory and other members rank its
+	// endpoints by; empty takes its ClusterProperty region.topology.k8s.io's, if any.
+	Region string
 	// Wait bounds the wait for the controller, DNS and the member's first Lease renewal.
 	Wait time.Duration
 }
@@ -57,12 +62,16 @@ const (
 const minCredentialLeft = time.Hour
 
 // Join makes the cluster memberCfg reaches a member of the broker's clusterset, in an order that works on a fresh
-// cluster: the CRDs, the cluster id and clusterset name, the member's identity on the broker, its broker
-// credentials, then the controller, the admission policy and DNS in the mode asked for. Running it again changes nothing: objects are
+// cluster: the CRDs, the cluster id and clusterset name, the member's identity on the broker and its region in
+// the member directory, its broker credentials, then the controller, the admission policy and DNS in the mode
+// asked for. Running it again changes nothing but the region, if the member's is another now: objects are
 // applied server-side, and credentials the broker still accepts are kept.
 func Join(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts JoinOptions, out io.Writer) (string, error) {
 	if err := checkLifetime(opts.TokenExpiration); err != nil {
 		return "", err
+	}
+	if err := broker.ValidRegion(opts.Region); err != nil {
+		return "", fmt.Errorf("--region: %w", err)
 	}
 	s := steps{out}
 	m, b, err := clients(memberCfg, info)
@@ -101,6 +110,22 @@ func Join(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts Joi
 		}
 		return fmt.Sprintf("namespace %s, which it writes; reads and is read by %d other members; listed in the member directory",
 			names.BrokerNamespace(id), others), nil
+	})
+	if err != nil {
+		return "", err
+	}
+	err = s.do("region", func() (string, error) {
+		region, from, err := memberRegion(ctx, m, opts.Region)
+		if err != nil {
+			return "", err
+		}
+		if err := recordRegion(ctx, b, id, region); err != nil {
+			return "", err
+		}
+		if region == "" {
+			return fmt.Sprintf("none (no --region, no ClusterProperty %s): no other member ranks this one's endpoints as in its region", aboutv1alpha1.RegionName), nil
+		}
+		return fmt.Sprintf("%s, from %s, recorded in the member directory: other members rank this one's endpoints by it", region, from), nil
 	})
 	if err != nil {
 		return "", err
@@ -243,11 +268,60 @@ func brokerIdentity(ctx context.Context, b client.Client, id string) (int, error
 	if _, err := applyRendered(ctx, b, func() ([]byte, error) { return deploy.RenderOverlay(overlay) }); err != nil {
 		return 0, fmt.Errorf("%w (is the broker-info's token still valid, and has this release's `kubectl mcs broker init` run? it writes a new one)", err)
 	}
-	if err := applyTyped(ctx, b, writerBinding(id)); err != nil {
+	if err := applyTyped(ctx, b, writerBinding(id), fieldOwner); err != nil {
 		return 0, err
 	}
 	return GrantReads(ctx, b, id)
 }
+
+// memberRegion returns the member's region, and where it comes from: want (--region) if set, else the member's
+// ClusterProperty region.topology.k8s.io, else none. It must be a label value, as importers compare it with theirs.
+func memberRegion(ctx context.Context, m client.Reader, want string) (region, from string, err error) {
+	if want != "" {
+		if err := broker.ValidRegion(want); err != nil {
+			return "", "", fmt.Errorf("--region: %w", err)
+		}
+		return want, "--region", nil
+	}
+	cp := &aboutv1alpha1.ClusterProperty{}
+	if err := m.Get(ctx, client.ObjectKey{Name: aboutv1alpha1.RegionName}, cp); apierrors.IsNotFound(err) {
+		return "", "", nil
+	} else if err != nil {
+		return "", "", fmt.Errorf("reading ClusterProperty %s: %w", aboutv1alpha1.RegionName, err)
+	}
+	if err := broker.ValidRegion(cp.Spec.Value); err != nil {
+		return "", "", fmt.Errorf("ClusterProperty %s: %w: correct it, or give join --region", aboutv1alpha1.RegionName, err)
+	}
+	return cp.Spec.Value, "ClusterProperty " + aboutv1alpha1.RegionName, nil
+}
+
+// RecordRegion records region ("" for none) as the joined member id's in the member directory, with the
+// broker-info's identity, as join does: other members rank the member's endpoints by it, from their next read of
+// the directory.
+func RecordRegion(ctx context.Context, info BrokerInfo, id, region string) error {
+	if err := broker.ValidRegion(region); err != nil {
+		return err
+	}
+	b, err := newClient(info.Config(), "broker")
+	if err != nil {
+		return err
+	}
+	// The entry lists the member too: it is for join to make.
+	if err := b.Get(ctx, client.ObjectKeyFromObject(broker.DirectoryEntry(id)), &corev1.ConfigMap{}); err != nil {
+		return fmt.Errorf("the member directory entry of %s (was it joined?): %w", id, err)
+	}
+	return recordRegion(ctx, b, id, region)
+}
+
+// recordRegion applies the member's directory entry with its region, as regionOwner: the region is that field
+// manager's alone, so that applying the entry again without it (GrantReads) keeps it, and applying it with none
+// removes it.
+func recordRegion(ctx context.Context, b client.Client, id, region string) error {
+	return applyTyped(ctx, b, broker.RegionEntry(id, region), regionOwner)
+}
+
+// regionOwner is the field manager of the region in a member's directory entry.
+const regionOwner = fieldOwner + "-region"
 
 // resolveID returns the member's cluster id: the one asked for, written as its ClusterProperty (which must not
 // hold another), or the ClusterProperty's, made from the kube-system UID when absent.

@@ -43,6 +43,9 @@ var scheme = func() *runtime.Scheme {
 	if err := apiextensionsv1.AddToScheme(s); err != nil {
 		panic(err)
 	}
+	if err := aboutv1alpha1.AddToScheme(s); err != nil {
+		panic(err)
+	}
 	return s
 }()
 

@@ -290,8 +290,9 @@ func sessionAffinity(a corev1.ServiceAffinity, c *corev1.SessionAffinityConfig) 
 
 // Region checks the region an export record claims for its cluster ("" for unknown), which importers compare with
 // their own (the ClusterProperty region.topology.k8s.io) to rank endpoints: it must be a label value, as a
-// node's topology.kubernetes.io/region is. The exporter writes it itself, since nothing records a member's
-// region at join; a valid one is taken as written.
+// node's topology.kubernetes.io/region is. The exporter writes it itself: importers take the region join
+// recorded in the member directory instead, and a valid claim only when they read no directory (an identity that
+// reads every broker namespace).
 func Region(region string) *Problem {
 	if msgs := validation.IsValidLabelValue(region); len(msgs) > 0 {
 		return &Problem{ReasonRegion, fmt.Sprintf("region %q is left out: %s", region, strings.Join(msgs, "; "))}

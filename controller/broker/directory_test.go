@@ -51,3 +51,37 @@ func TestReadDirectory(t *testing.T) {
 		})
 	}
 }
+
+func TestReadDirectoryRegions(t *testing.T) {
+	withRegion := func(id, region string) corev1.ConfigMap {
+		e := *RegionEntry(id, region)
+		e.Data[regionKey] = region
+		return e
+	}
+	tests := []struct {
+		name    string
+		entry   corev1.ConfigMap
+		want    string
+		refused int
+	}{
+		{"valid", *RegionEntry("alpha", "eu-west"), "eu-west", 0},
+		{"absent", *RegionEntry("alpha", ""), "", 0},
+		{"empty", withRegion("alpha", ""), "", 0},
+		{"no label value", withRegion("alpha", "eu west"), "", 1},
+		{"too long", withRegion("alpha", strings.Repeat("r", 64)), "", 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			members, refused := ReadDirectory([]corev1.ConfigMap{tt.entry})
+			if len(members) != 1 || members[0].ClusterID != "alpha" {
+				t.Fatalf("members %+v, want alpha listed whatever its region", members)
+			}
+			if members[0].Region != tt.want {
+				t.Errorf("region %q, want %q", members[0].Region, tt.want)
+			}
+			if len(refused) != tt.refused {
+				t.Errorf("refused %q, want %d", refused, tt.refused)
+			}
+		})
+	}
+}

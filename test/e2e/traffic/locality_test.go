@@ -19,6 +19,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
+	"vksfleet.dev/fleet/cli/install"
 	"vksfleet.dev/fleet/controller/imports"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/env/poll"
@@ -302,7 +303,9 @@ func spreadOver(loop *workload.Loop, from int64, places []string) error {
 	return nil
 }
 
-// setRegion changes a member's region ClusterProperty, as an operator moving the cluster would.
+// setRegion moves a member to another region as an operator would: its region ClusterProperty, which its own
+// controller ranks the other members from, and its entry in the member directory, which the others rank it by,
+// as `kubectl mcs join` records it again.
 func (e *env) setRegion(t *testing.T, m *framework.Member, region string) {
 	t.Helper()
 	ctx := context.Background()
@@ -312,6 +315,13 @@ func (e *env) setRegion(t *testing.T, m *framework.Member, region string) {
 	}
 	cp.Spec.Value = region
 	if err := m.Client.Update(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	info, err := install.ReadBrokerInfo(e.f.BrokerInfoPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := install.RecordRegion(ctx, info, m.ID, region); err != nil {
 		t.Fatal(err)
 	}
 }
