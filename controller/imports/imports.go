@@ -74,9 +74,11 @@ func ServiceImport(svc types.NamespacedName, m merge.Result, derived *corev1.Ser
 // nothing. Headless imports carry pod addresses, which no service CIDR limits.
 //
 // derived is the derived Service as stored (nil when there is none): its VIP stays for the life of the import.
-// Its primary family, which the API server never changes, stays first while the import has it. While the exports
-// conflict on IP families (an IPFamilyConflict) it stays even when the families they share leave it out, or leave
-// none: a family mismatch, by mistake or by a hostile member, never deletes an existing ClusterSetIP.
+// Its primary family, which the API server never changes, stays first while the import has it. While an export
+// that shares no family with the others was left out of the intersection (merge.Result.FamilyDisjoint), or the
+// exports share none this cluster serves, it stays too: a family mismatch, by mistake or by a hostile member,
+// never deletes an existing ClusterSetIP. Exports that share families narrow the import to them, as the SPEC's
+// intersection says, even when that changes the VIP's family.
 func Served(m merge.Result, served []corev1.IPFamily, derived *corev1.Service) merge.Result {
 	if m.Spec.Type != mcsv1beta1.ClusterSetIP {
 		return m
@@ -91,7 +93,8 @@ func Served(m merge.Result, served []corev1.IPFamily, derived *corev1.Service) m
 		conflict := slices.ContainsFunc(m.Conflicts, func(c merge.Conflict) bool {
 			return c.Reason == mcsv1beta1.ServiceExportReasonIPFamilyConflict
 		})
-		if slices.Contains(m.Spec.IPFamilies, primary) || (conflict && (served == nil || slices.Contains(served, primary))) {
+		if slices.Contains(m.Spec.IPFamilies, primary) ||
+			(conflict && (len(m.FamilyDisjoint) > 0 || len(m.Spec.IPFamilies) == 0) && (served == nil || slices.Contains(served, primary))) {
 			others := slices.DeleteFunc(m.Spec.IPFamilies, func(f corev1.IPFamily) bool { return f == primary })
 			m.Spec.IPFamilies = append([]corev1.IPFamily{primary}, others...)
 		}

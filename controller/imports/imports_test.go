@@ -96,6 +96,11 @@ func TestServed(t *testing.T) {
 		m.Conflicts = []merge.Conflict{{Reason: mcsv1beta1.ServiceExportReasonIPFamilyConflict, Message: "Conflicting IP families."}}
 		return m
 	}
+	disjoint := func(f ...corev1.IPFamily) merge.Result {
+		m := conflicting(f...)
+		m.FamilyDisjoint = []string{"c"}
+		return m
+	}
 	stored := func(f ...corev1.IPFamily) *corev1.Service {
 		return &corev1.Service{Spec: corev1.ServiceSpec{IPFamilies: f}}
 	}
@@ -118,7 +123,8 @@ func TestServed(t *testing.T) {
 		{"the exports agree on other families: the stored one goes", exported(v6), fams(v4, v6), stored(v4), fams(v6)},
 		{"the exports agree on a family not served: nothing", exported(v6), fams(v4), stored(v4), nil},
 		// A family mismatch never deletes a ClusterSetIP: a disjoint export, or a hostile one, took the families.
-		{"a family conflict keeps the stored primary family", conflicting(v6), fams(v4, v6), stored(v4), fams(v4, v6)},
+		{"a disjoint export left out keeps the stored primary family", disjoint(v6), fams(v4, v6), stored(v4), fams(v4, v6)},
+		{"exports sharing a family narrow the import to it", conflicting(v6), fams(v4, v6), stored(v4), fams(v6)},
 		{"a family conflict leaving none served keeps it", conflicting(v6), fams(v4), stored(v4), fams(v4)},
 		{"a family conflict leaving no family keeps it", conflicting(), fams(v4), stored(v4), fams(v4)},
 		{"a family conflict does not keep a family no longer served", conflicting(v6), fams(v6), stored(v4), fams(v6)},

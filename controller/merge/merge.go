@@ -59,6 +59,10 @@ type Result struct {
 	SlicePorts SlicePorts
 	// Conflicts are the disagreements, in the order of the SPEC's reason list; empty when all agree.
 	Conflicts []Conflict
+	// FamilyDisjoint are the clusters whose exports share no IP family with the older ones, and were left out of
+	// the intersection (an IPFamilyConflict): while there are any, the families are not all the exports' word, and
+	// an existing ClusterSetIP stays (imports.Served).
+	FamilyDisjoint []string
 }
 
 // Merge merges the exports of one service. It returns the zero Result for no exports.
@@ -104,6 +108,7 @@ func Merge(exports []Export) Result {
 	res.SlicePorts = slicePorts(sorted, matched, merged, named)
 	families, famDisagree, disjoint := intersectFamilies(sorted)
 	res.Spec.IPFamilies = families
+	res.FamilyDisjoint = disjoint
 
 	n := len(sorted)
 	add := func(reason mcsv1beta1.ServiceExportConditionReason, what, value string, disagree int) {
@@ -137,7 +142,11 @@ func Merge(exports []Export) Result {
 	if famDisagree > 0 {
 		but := ""
 		if len(disjoint) > 0 {
-			but = fmt.Sprintf(" but those in %s, which share none of them", strings.Join(firstFew(disjoint), ", "))
+			quoted := make([]string, len(disjoint))
+			for i, c := range disjoint {
+				quoted[i] = fmt.Sprintf("%q", c)
+			}
+			but = fmt.Sprintf(" but those in %s, which share none of them", strings.Join(firstFew(quoted), ", "))
 		}
 		res.Conflicts = append(res.Conflicts, Conflict{Reason: mcsv1beta1.ServiceExportReasonIPFamilyConflict, Message: fmt.Sprintf(
 			"Conflicting IP families. Using %s, the families every service export has%s. %d/%d clusters disagree.",
@@ -373,7 +382,7 @@ func intersectFamilies(sorted []Export) ([]corev1.IPFamily, int, []string) {
 		}
 		shared = slices.DeleteFunc(slices.Clone(shared), func(f corev1.IPFamily) bool { return !slices.Contains(e.Spec.IPFamilies, f) })
 		if len(shared) == 0 {
-			disjoint = append(disjoint, fmt.Sprintf("%q", e.Cluster))
+			disjoint = append(disjoint, e.Cluster)
 			continue
 		}
 		families, first = shared, false

@@ -338,9 +338,11 @@ func TestCompatiblePortsConflict(t *testing.T) {
 	})
 }
 
-// Exporters with no IP family in common leave an import that no member can give a VIP: Ready is
-// False/IPFamilyNotSupported everywhere, and it becomes Ready once the families meet.
-func TestNoCommonFamilyIsNotReady(t *testing.T) {
+// Exporters with no IP family in common: the younger export, which shares none of the older one's families, is
+// left out of the intersection (an IPFamilyConflict on both exports) rather than leaving none, so the import keeps
+// the older export's family and stays Ready everywhere; the conflict clears once the younger export goes. A
+// family mismatch, by mistake or by a hostile member, never takes a service's ClusterSetIP.
+func TestDisjointFamilyIsLeftOut(t *testing.T) {
 	ns := namespace(t)
 	a, c := members["cluster-a"], members["cluster-c"]
 	single := func(f corev1.IPFamily) func(*corev1.Service) {
@@ -353,14 +355,26 @@ func TestNoCommonFamilyIsNotReady(t *testing.T) {
 	deploy(t, c, ns, app{name: "split", replicas: 1, edit: single(corev1.IPv6Protocol)})
 	exportService(t, a, ns, "split")
 	exportService(t, c, ns, "split")
-	poll.T(t, wait, "Ready=False/IPFamilyNotSupported in every member", func() error {
+	poll.T(t, wait, "IPFamilyConflict on both exports, an IPv4 import Ready in every member", func() error {
+		for _, m := range []*member{a, c} {
+			if err := wantCondition(m, ns, "split", "Conflict", metav1.ConditionTrue, "IPFamilyConflict"); err != nil {
+				return err
+			}
+		}
 		return everywhere(func(m *member) error {
-			return wantImportReady(m, ns, "split", metav1.ConditionFalse, "IPFamilyNotSupported")
+			imp, err := readImport(m, ns, "split")
+			if err != nil || imp.si == nil {
+				return fmt.Errorf("no import: %v", err)
+			}
+			if s := imp.si.Spec; !slices.Equal(s.IPFamilies, []corev1.IPFamily{corev1.IPv4Protocol}) || len(s.IPs) != 1 {
+				return fmt.Errorf("families %v, ips %v; want one IPv4", s.IPFamilies, s.IPs)
+			}
+			return wantImportReady(m, ns, "split", metav1.ConditionTrue, "Ready")
 		})
 	})
 	unexport(t, c, ns, "split")
-	poll.T(t, wait, "Ready once only the IPv4 export is left", func() error {
-		return everywhere(func(m *member) error { return wantImportReady(m, ns, "split", metav1.ConditionTrue, "Ready") })
+	poll.T(t, wait, "NoConflicts once only the IPv4 export is left", func() error {
+		return wantCondition(a, ns, "split", "Conflict", metav1.ConditionFalse, "NoConflicts")
 	})
 }
 
@@ -418,7 +432,9 @@ func TestExportedLabelsAndAnnotations(t *testing.T) {
 			if err != nil || imp.si == nil {
 				return fmt.Errorf("no import: %v", err)
 			}
-			if want := map[string]string{"team": "blue"}; !maps.Equal(imp.si.Labels, want) {
+			// The exported labels, and the controller's mark of the ServiceImports it made (the exported ones may not
+			// carry its prefix).
+			if want := map[string]string{"team": "blue", names.LabelImportManagedBy: names.ManagedBy}; !maps.Equal(imp.si.Labels, want) {
 				return fmt.Errorf("labels = %v, want %v", imp.si.Labels, want)
 			}
 			if want := map[string]string{"example.com/owner": "blue-team"}; !maps.Equal(imp.si.Annotations, want) {
