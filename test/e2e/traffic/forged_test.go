@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -57,13 +56,7 @@ func (e *env) testForgedRecord(t *testing.T) {
 
 	pod := workload.LoopPod("forged-client", ns,
 		fmt.Sprintf("%s:%d", names.ServiceDNSName(ns, "forged"), workload.EchoPort), 50*time.Millisecond, 10*time.Minute)
-	loopCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	loop, err := workload.StartLoop(loopCtx, e.a.Kube, pod, timeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = e.a.Kube.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}) }()
+	loop := e.startLoop(t, pod)
 	var from int64
 	poll.T(t, timeout, "the loop answered by both clusters", func() error {
 		reqs := loop.Requests(0, 0)

@@ -11,7 +11,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -51,13 +50,7 @@ func (e *env) testLeaderNodeCut(t *testing.T) {
 	pod := workload.LoopPod("solo-client", ns,
 		fmt.Sprintf("%s:%d", names.ServiceDNSName(ns, "solo"), workload.EchoPort), 50*time.Millisecond, 10*time.Minute)
 	pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: client.Name}
-	loopCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	loop, err := workload.StartLoop(loopCtx, e.a.Kube, pod, timeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = e.a.Kube.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}) }()
+	loop := e.startLoop(t, pod)
 	var from int64
 	poll.T(t, timeout, "the client's requests answered by cluster-b", func() error {
 		reqs := loop.Requests(0, 0)

@@ -471,3 +471,19 @@ func processesUnder(dirs ...string) []string {
 	}
 	return found
 }
+
+// startLoop starts a loop pod in cluster-a and follows its requests until the test ends, when the pod is deleted.
+func (e *env) startLoop(t *testing.T, pod *corev1.Pod) *workload.Loop {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	loop, err := workload.StartLoop(ctx, e.a.Kube, pod, timeout)
+	if err != nil {
+		stop()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stop()
+		_ = e.a.Kube.CoreV1().Pods(pod.Namespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{})
+	})
+	return loop
+}
