@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -58,6 +59,12 @@ type replicas struct {
 	node      string
 	addrs     []string                // this replica's probe addresses, host:port
 	owner     []metav1.OwnerReference // its pod, so that the record goes with it
+	// dns is this member's DNS Service (Options.DNSAddress, when it names one): its pods, ours, go on the Lease
+	// beside the replicas. They outlive the controller's pods, which a stopped or crash-looping controller, or a
+	// rollout, takes away while the Lease still names them: without them, a member whose controller merely went
+	// would look cut off until its Lease lapsed.
+	dns     types.NamespacedName
+	dnsPort string
 
 	written *coordinationv1.Lease // as last written; nil before the first write and after a failed one
 }
@@ -164,8 +171,48 @@ func (r *replicas) peers(ctx context.Context, now time.Time) ([]reach.Verdict, [
 		return nil, nil, err
 	}
 	verdicts, addrs := replicaVerdicts(list.Items, r.name, now)
-	addrs, _ = admit.ProbeAddresses(strings.Join(append(addrs, r.addrs...), ","))
+	addrs = append(addrs, r.addrs...)
+	if r.dns.Name != "" {
+		slices := &discoveryv1.EndpointSliceList{}
+		if err := r.client.List(ctx, slices, client.InNamespace(r.dns.Namespace),
+			client.MatchingLabels{discoveryv1.LabelServiceName: r.dns.Name}, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, nil, err
+		}
+		addrs = append(addrs, dnsAddresses(slices.Items, r.dnsPort)...)
+	}
+	addrs, _ = admit.ProbeAddresses(strings.Join(addrs, ","))
 	return verdicts, addrs, nil
+}
+
+// dnsService is the Service a DNS address names, "<service>.<namespace>.svc[.<domain>][.]:<port>", with the port;
+// ok is false for an address that names none (an IP address).
+func dnsService(addr string) (svc types.NamespacedName, port string, ok bool) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return svc, "", false
+	}
+	labels := strings.Split(strings.TrimSuffix(host, "."), ".")
+	if len(labels) < 3 || labels[2] != "svc" {
+		return svc, "", false
+	}
+	return types.NamespacedName{Namespace: labels[1], Name: labels[0]}, port, true
+}
+
+// dnsAddresses are the ready endpoints of the DNS Service's slices, on port: the DNS address's, which our CoreDNS
+// pods listen on too, over TCP as over UDP.
+func dnsAddresses(list []discoveryv1.EndpointSlice, port string) []string {
+	var addrs []string
+	for _, s := range list {
+		for _, e := range s.Endpoints {
+			if !ptr.Deref(e.Conditions.Ready, true) {
+				continue
+			}
+			for _, a := range e.Addresses {
+				addrs = append(addrs, net.JoinHostPort(a, port))
+			}
+		}
+	}
+	return addrs
 }
 
 // replicaVerdicts reads the replicas' records but self's: their verdicts, and the probe addresses of those younger

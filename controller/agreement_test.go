@@ -9,8 +9,10 @@ import (
 	"github.com/go-logr/logr"
 	dto "github.com/prometheus/client_model/go"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -229,5 +231,30 @@ func TestProbeAgree(t *testing.T) {
 	p.agree(ctx, at.Add(reach.Agreement))
 	if got := tracker.State("cluster-b"); got == reach.Unreachable || enqueued() != 1 {
 		t.Errorf("with a stale verdict: %v", got)
+	}
+}
+
+// TestDNSProbeAddresses: the DNS Service a --dns-address names, and its ready pods on that port, which go on the
+// Lease beside the replicas' (they outlive a stopped controller's pods).
+func TestDNSProbeAddresses(t *testing.T) {
+	for addr, want := range map[string]string{
+		"kube-dns.kube-system.svc.cluster.local.:53": "kube-system/kube-dns:53",
+		"mcs-dns.mcs-system.svc:53":                  "mcs-system/mcs-dns:53",
+		"10.96.0.10:53":                              "",
+		"127.0.0.1:5353":                             "",
+		"kube-dns:53":                                "",
+	} {
+		svc, port, ok := dnsService(addr)
+		if got := svc.String() + ":" + port; ok != (want != "") || ok && got != want {
+			t.Errorf("dnsService(%q) = %s, %v; want %q", addr, got, ok, want)
+		}
+	}
+	slice := discoveryv1.EndpointSlice{Endpoints: []discoveryv1.Endpoint{
+		{Addresses: []string{"10.1.0.2"}},
+		{Addresses: []string{"10.1.1.2"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false)}},
+		{Addresses: []string{"fd00::2"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}},
+	}}
+	if got, want := dnsAddresses([]discoveryv1.EndpointSlice{slice}, "53"), []string{"10.1.0.2:53", "[fd00::2]:53"}; !slices.Equal(got, want) {
+		t.Errorf("dnsAddresses = %v, want %v", got, want)
 	}
 }

@@ -289,6 +289,9 @@ func runManager(ctx context.Context, opts Options, id string, a apis, scope brok
 	if r.reach != nil {
 		probe := newDataPlaneProbe(id, brokerCluster.GetCache(), r.reach, r.liveness, r.staleAfter, enqueue, log)
 		probe.replicas = replicaOf(mgr.GetClient(), opts.LeaderElectionNamespace, opts.HealthProbeBindAddress, os.Getenv)
+		if probe.replicas != nil {
+			probe.replicas.dns, probe.replicas.dnsPort, _ = dnsService(opts.DNSAddress)
+		}
 		probe.addresses, probe.elected = kept.addresses, mgr.Elected()
 		if probe.replicas == nil {
 			log.Info("no --leader-election-namespace: this replica cannot compare its probes with another node's, and " +

@@ -69,9 +69,12 @@ func (e *env) testLeaderNodeCut(t *testing.T) {
 	if err := dataplane.Drop(fault, cut.PodCIDRs, others, 100); err != nil {
 		t.Fatal(err)
 	}
+	healed := false
 	defer func() {
-		if err := dataplane.Remove(fault); err != nil {
-			t.Error(err)
+		if !healed {
+			if err := dataplane.Remove(fault); err != nil {
+				t.Error(err)
+			}
 		}
 	}()
 	cutAt := time.Now()
@@ -103,9 +106,10 @@ func (e *env) testLeaderNodeCut(t *testing.T) {
 	if err := dataplane.Remove(fault); err != nil {
 		t.Fatal(err)
 	}
-	healed := time.Now().UnixMilli()
+	healed = true
+	healedAt := time.Now().UnixMilli()
 	poll.T(t, timeout, "requests after the cut healed", func() error {
-		if n := len(loop.Requests(healed, 0)); n < 40 {
+		if n := len(loop.Requests(healedAt, 0)); n < 40 {
 			return fmt.Errorf("%d so far", n)
 		}
 		return nil
