@@ -70,6 +70,7 @@ type dataPlaneProbe struct {
 	mu             sync.Mutex
 	targets        map[string]probeTarget // member -> what to probe
 	next           map[string]int         // member -> index in its targets of the next address to probe
+	nextEndpoint   map[string]int         // member -> index in its endpoints of the next to confirm with
 	overdue        map[string]bool        // members past the stale limit at the last round
 	uncorroborated []string               // members found unreachable here alone at the last agreement
 }
@@ -79,12 +80,23 @@ type dataPlaneProbe struct {
 type probeTarget struct {
 	addrs       []string
 	controllers bool
+	// namespace is the member's broker namespace, where a confirming round of a member probed at its own pods
+	// (controllers) also takes a few of its exported endpoints (confirmEndpoints).
+	namespace string
 }
+
+// confirmEndpoints is how many of a member's exported endpoints a confirming round probes beside its own pods: its
+// controller and DNS pods are all replaced at once when its release is rolled out (or back), and a member whose
+// pods are being replaced is not cut off. A namespace user's endpoints can then only keep a member in use, never
+// take it out of use: they are probed only to confirm a loss its own pods suggest, and only a completed
+// connection to one counts.
+const confirmEndpoints = 2
 
 func newDataPlaneProbe(self string, broker client.Reader, tracker *reach.Tracker, liveness *broker.Liveness,
 	staleAfter time.Duration, enqueue *triggers, log logr.Logger) *dataPlaneProbe {
 	return &dataPlaneProbe{self: self, broker: broker, tracker: tracker, liveness: liveness, staleAfter: staleAfter,
-		dial: dialTCP, enqueue: enqueue, log: log.WithName("dataplane"), next: map[string]int{}, overdue: map[string]bool{}}
+		dial: dialTCP, enqueue: enqueue, log: log.WithName("dataplane"), next: map[string]int{}, nextEndpoint: map[string]int{},
+		overdue: map[string]bool{}}
 }
 
 // NeedLeaderElection is false: every replica probes, so that the leader's verdicts can be checked against another
@@ -195,7 +207,7 @@ func (p *dataPlaneProbe) refresh(ctx context.Context) error {
 				p.log.V(1).Info("probe addresses refused", "member", id, "reason", problem.Reason, "message", problem.Message)
 			}
 			if len(addrs) > 0 {
-				targets[id] = probeTarget{addrs: addrs, controllers: true}
+				targets[id] = probeTarget{addrs: addrs, controllers: true, namespace: lease.Namespace}
 			}
 			continue
 		}
@@ -291,12 +303,16 @@ func (p *dataPlaneProbe) probeRound(ctx context.Context, now time.Time) {
 	p.mu.Lock()
 	picks := map[string][]string{}
 	controllers := map[string]bool{}
+	confirm := map[string]string{} // suspected members probed at their own pods -> their broker namespace
 	for id, target := range p.targets {
 		addrs := target.addrs
 		controllers[id] = target.controllers
 		n := min(probesPerRound, len(addrs))
 		if p.tracker.Suspected(id) {
 			n = confirmProbes
+			if target.controllers && target.namespace != "" {
+				confirm[id] = target.namespace
+			}
 		}
 		for range n {
 			picks[id] = append(picks[id], addrs[p.next[id]%len(addrs)])
@@ -304,6 +320,7 @@ func (p *dataPlaneProbe) probeRound(ctx context.Context, now time.Time) {
 		}
 	}
 	p.mu.Unlock()
+	backups := p.endpointPicks(ctx, confirm)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	answered, refused := map[string]bool{}, map[string]bool{}
@@ -318,6 +335,18 @@ func (p *dataPlaneProbe) probeRound(ctx context.Context, now time.Time) {
 					answered[id] = true
 				case errors.Is(err, syscall.ECONNREFUSED):
 					refused[id] = true
+				}
+			})
+		}
+	}
+	for id, addrs := range backups {
+		for _, a := range addrs {
+			wg.Go(func() {
+				// An endpoint's refusal proves nothing of the member (a vacated address refuses too).
+				if p.dial(ctx, a) == nil {
+					mu.Lock()
+					answered[id] = true
+					mu.Unlock()
 				}
 			})
 		}
@@ -343,6 +372,30 @@ func (p *dataPlaneProbe) probeRound(ctx context.Context, now time.Time) {
 			p.changed(ctx, id)
 		}
 	}
+}
+
+// endpointPicks returns, per member of confirm (id -> broker namespace), the next confirmEndpoints of its ready
+// exported endpoints, read from the broker cache without copies: only for members a failed round made suspect, so
+// that the cost of a round still grows with members, not endpoints.
+func (p *dataPlaneProbe) endpointPicks(ctx context.Context, confirm map[string]string) map[string][]string {
+	picks := map[string][]string{}
+	for id, ns := range confirm {
+		list := &discoveryv1.EndpointSliceList{}
+		if err := p.broker.List(ctx, list, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
+			continue
+		}
+		addrs := probeTargets(p.self, list.Items)[id]
+		p.mu.Lock()
+		if p.nextEndpoint == nil {
+			p.nextEndpoint = map[string]int{}
+		}
+		for range min(confirmEndpoints, len(addrs)) {
+			picks[id] = append(picks[id], addrs[p.nextEndpoint[id]%len(addrs)])
+			p.nextEndpoint[id]++
+		}
+		p.mu.Unlock()
+	}
+	return picks
 }
 
 // lateAfter is how long a round of probes, each bounded by probeTimeout and run at once, may take before it counts

@@ -475,3 +475,46 @@ func TestProbeRoundsControllerRefused(t *testing.T) {
 		t.Errorf("a silent controller replica: %v, want unreachable", got)
 	}
 }
+
+// TestProbeConfirmsWithEndpoints: a member probed at its own pods that all go silent (its release rolled out: the
+// controller and DNS pods replaced at once) stays reachable while a confirming round reaches one of its exported
+// endpoints; silent everywhere, it is unreachable. Its endpoints are asked only to confirm.
+func TestProbeConfirmsWithEndpoints(t *testing.T) {
+	slice := probeSlice("cluster-b", "web", 80, corev1.ProtocolTCP, nil, "10.2.1.7")
+	for _, c := range []struct {
+		name      string
+		endpoints bool // whether the endpoint answers
+		want      reach.State
+	}{
+		{"its pods replaced, its endpoints answer", true, reach.Reachable},
+		{"silent everywhere", false, reach.Unreachable},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tracker := reach.New(probeDown, probeUp)
+			t0 := time.Unix(1000, 0)
+			tracker.Observe("cluster-b", true, t0)
+			var dialed []string
+			p := &dataPlaneProbe{self: "cluster-a", tracker: tracker, liveness: broker.NewLiveness("cluster-a", time.Minute),
+				broker: newFakeCluster(t, &slice), log: logr.Discard(), next: map[string]int{},
+				enqueue: newTriggers(newFakeCluster(t), newFakeCluster(t)),
+				targets: map[string]probeTarget{"cluster-b": {addrs: []string{"10.2.0.5:8081"}, controllers: true,
+					namespace: names.BrokerNamespace("cluster-b")}},
+				dial: func(_ context.Context, addr string) error {
+					dialed = append(dialed, addr)
+					if addr == "10.2.1.7:80" && c.endpoints {
+						return nil
+					}
+					return os.ErrDeadlineExceeded
+				}}
+			for round := range probeDown + 1 {
+				p.probeRound(context.Background(), t0.Add(time.Duration(round+1)*probeInterval))
+			}
+			if got := tracker.State("cluster-b"); got != c.want {
+				t.Errorf("cluster-b is %v, want %v (dialed %v)", got, c.want, dialed)
+			}
+			if dialed[0] != "10.2.0.5:8081" {
+				t.Errorf("the first round dialed %s, want its own pod only", dialed[0])
+			}
+		})
+	}
+}
