@@ -424,7 +424,8 @@ func (p *dataPlaneProbe) checkStaleLimit(ctx context.Context, now time.Time) {
 		}
 	}
 	for id := range p.targets {
-		if past := pastStaleLimit(members, id, p.staleAfter); past != p.overdue[id] {
+		m, seen := members[id]
+		if past := pastStaleLimit(m, seen, p.staleAfter); past != p.overdue[id] {
 			p.overdue[id] = past
 			changed[id] = past
 		}

@@ -46,7 +46,11 @@ func (r *reconciler) useOf(cluster string) memberUse {
 		}
 		return skipEndpoints
 	}
-	overdue := !alive && pastStaleLimit(r.liveness.Members(time.Now()), cluster, r.staleAfter)
+	overdue := false
+	if !alive {
+		m, seen := r.liveness.Member(cluster, time.Now())
+		overdue = pastStaleLimit(m, seen, r.staleAfter)
+	}
 	switch reach.Decide(alive, overdue, r.reach.State(cluster)) {
 	case reach.Fallback:
 		return fallbackEndpoints
@@ -56,12 +60,11 @@ func (r *reconciler) useOf(cluster string) memberUse {
 	return useEndpoints
 }
 
-// pastStaleLimit says whether member id's endpoints have outlived the stale limit: after (Options.LeaseGrace +
-// Options.StaleLimit, 0 for no limit) has passed since its Lease was last seen renewed, or no Lease of it is seen
-// at all, so that nothing vouches for them.
-func pastStaleLimit(members map[string]broker.Member, id string, after time.Duration) bool {
-	m, ok := members[id]
-	return after > 0 && !m.Alive && (!ok || m.Age > after)
+// pastStaleLimit says whether a member's endpoints have outlived the stale limit: after (Options.LeaseGrace +
+// Options.StaleLimit, 0 for no limit) has passed since its Lease m was last seen renewed, or no Lease of it is
+// seen at all (seen false), so that nothing vouches for them.
+func pastStaleLimit(m broker.Member, seen bool, after time.Duration) bool {
+	return after > 0 && !m.Alive && (!seen || m.Age > after)
 }
 
 // withVerdicts applies the verdicts of use to one service's sources, each exporter's slices as published: the
@@ -201,12 +204,13 @@ func (r *reconciler) memberConditions(exports []merge.Export, sources []imports.
 			}
 		case state == reach.Reachable && !r.liveness.Alive(e.Cluster):
 			seen := e.Cluster + " (no Lease seen)"
-			if m, ok := members[e.Cluster]; ok {
+			m, ok := members[e.Cluster]
+			if ok {
 				renewed := now.Add(-m.Age).Truncate(time.Second)
 				seen = fmt.Sprintf("%s (Lease last seen renewed at %s)", e.Cluster, renewed.UTC().Format(time.RFC3339))
 			}
 			switch {
-			case !pastStaleLimit(members, e.Cluster, r.staleAfter):
+			case !pastStaleLimit(m, ok, r.staleAfter):
 				lost = append(lost, seen)
 			case inUse:
 				overdueOpen = append(overdueOpen, seen)

@@ -277,7 +277,8 @@ func TestPastStaleLimit(t *testing.T) {
 		{"old", 0, false},                    // no limit
 		{"no-lease", 11 * time.Minute, true}, // nothing vouches for it
 	} {
-		if got := pastStaleLimit(members, tt.id, tt.after); got != tt.want {
+		m, seen := members[tt.id]
+		if got := pastStaleLimit(m, seen, tt.after); got != tt.want {
 			t.Errorf("pastStaleLimit(%s, %v) = %v, want %v", tt.id, tt.after, got, tt.want)
 		}
 	}

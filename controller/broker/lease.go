@@ -253,6 +253,17 @@ type Member struct {
 	Age time.Duration
 }
 
+// Member returns what Members would say of member id at now, and whether its Lease was seen, without the others.
+func (l *Liveness) Member(id string, now time.Time) (Member, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r, ok := l.seen[id]
+	if !ok {
+		return Member{}, false
+	}
+	return Member{Alive: l.alive[id], Age: now.Sub(r.seenAt)}, true
+}
+
 // Members returns every other member whose Lease the last Observe saw, at now.
 func (l *Liveness) Members(now time.Time) map[string]Member {
 	l.mu.Lock()
