@@ -32,7 +32,9 @@ const maxNote = 1024
 func conditionEvents(rec events.EventRecorder, obj runtime.Object, before, after []metav1.Condition) {
 	for _, c := range after {
 		old := meta.FindStatusCondition(before, c.Type)
-		if old != nil && old.Status == c.Status && old.Reason == c.Reason {
+		// A refused derived Service's message is the API server's answer: a new answer is a new refusal.
+		if old != nil && old.Status == c.Status && old.Reason == c.Reason &&
+			(old.Message == c.Message || c.Reason != ReasonDerivedServiceRefused) {
 			continue
 		}
 		healthy := c.Status == metav1.ConditionTrue
@@ -51,10 +53,7 @@ func conditionEvents(rec events.EventRecorder, obj runtime.Object, before, after
 			was = fmt.Sprintf("%s/%s", old.Status, old.Reason)
 		}
 		note := fmt.Sprintf("%s %s/%s (was %s): %s", c.Type, c.Status, c.Reason, was, c.Message)
-		if len(note) > maxNote {
-			note = strings.ToValidUTF8(note[:maxNote-3], "") + "..."
-		}
-		rec.Eventf(obj, nil, kind, c.Reason, c.Type, "%s", note)
+		rec.Eventf(obj, nil, kind, c.Reason, c.Type, "%s", cutNote(note))
 	}
 }
 
@@ -81,9 +80,7 @@ func (m *memberEvents) changed(member string, alive bool) {
 	if !ok || was == alive {
 		return
 	}
-	property := &aboutv1alpha1.ClusterProperty{}
-	property.SetGroupVersionKind(aboutv1alpha1.GroupVersion.WithKind("ClusterProperty"))
-	property.Name = aboutv1alpha1.ClusterIDName
+	property := clusterIDProperty()
 	if alive {
 		m.rec.Eventf(property, nil, corev1.EventTypeNormal, "MemberReturned", "Observe",
 			"Member %s renews its broker Lease again: its endpoints are imported.", member)
@@ -91,6 +88,23 @@ func (m *memberEvents) changed(member string, alive bool) {
 	}
 	m.rec.Eventf(property, nil, corev1.EventTypeWarning, "MemberLost", "Observe",
 		"Member %s's broker Lease was not renewed within the lease grace, or is gone: its endpoints are withdrawn.", member)
+}
+
+// clusterIDProperty refers to this member's cluster id ClusterProperty, which Events about other members hang on:
+// it stands for the member in its own cluster, and every member has it.
+func clusterIDProperty() *aboutv1alpha1.ClusterProperty {
+	property := &aboutv1alpha1.ClusterProperty{}
+	property.SetGroupVersionKind(aboutv1alpha1.GroupVersion.WithKind("ClusterProperty"))
+	property.Name = aboutv1alpha1.ClusterIDName
+	return property
+}
+
+// cutNote cuts note to what the events API takes.
+func cutNote(note string) string {
+	if len(note) > maxNote {
+		return strings.ToValidUTF8(note[:maxNote-3], "") + "..."
+	}
+	return note
 }
 
 // limitEvent records a Warning Event on the service's ServiceImport for what a limit left out of its import, with
@@ -102,4 +116,12 @@ func limitEvent(ctx context.Context, local client.Reader, rec events.EventRecord
 		si = &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
 	}
 	rec.Eventf(si, nil, corev1.EventTypeWarning, p.Reason, "Import", "Member %s: %s.", from, p.Message)
+}
+
+// recordEvent records a Warning Event on this member's cluster id ClusterProperty for another member's export record
+// that the import of the service refused whole (admitRecord): no ServiceImport here carries it, as none is made of
+// the record, and its service may have a name or namespace no object can have.
+func recordEvent(rec events.EventRecorder, key types.NamespacedName, from string, p admit.Problem) {
+	rec.Eventf(clusterIDProperty(), nil, corev1.EventTypeWarning, p.Reason, "Import", "%s", cutNote(fmt.Sprintf(
+		"Member %s's export of %s is not imported: %s.", from, key, p.Message)))
 }

@@ -49,6 +49,9 @@ func TestConditionEvents(t *testing.T) {
 		{"a conflict arises", []metav1.Condition{valid, ready, conflict}, []metav1.Condition{valid, ready, portConflict},
 			[]string{"Warning PortConflict Conflict True/PortConflict (was False/NoConflicts): m"}},
 		{"a new message alone records nothing", []metav1.Condition{pending}, []metav1.Condition{cond("Ready", "False", "Pending")}, nil},
+		{"a derived Service refused with another answer", []metav1.Condition{cond("Ready", "False", ReasonDerivedServiceRefused)},
+			[]metav1.Condition{{Type: "Ready", Status: "False", Reason: ReasonDerivedServiceRefused, Message: "n"}},
+			[]string{"Warning DerivedServiceRefused Ready False/DerivedServiceRefused (was False/DerivedServiceRefused): n"}},
 		{"Ready again", []metav1.Condition{pending}, []metav1.Condition{ready},
 			[]string{"Normal Exported Ready True/Exported (was False/Pending): m"}},
 	}

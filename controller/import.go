@@ -143,11 +143,11 @@ func (r *reconciler) take(key types.NamespacedName, cluster string, ss []*discov
 func (r *reconciler) admitRecord(key types.NamespacedName, rec *mcsv1beta1.ServiceImport) (merge.Export, bool) {
 	e, err := broker.ParseRecord(rec)
 	if err != nil {
-		r.refuse(key, rec.Namespace, admit.Problem{Reason: admit.ReasonRecord, Message: err.Error()})
+		r.refuseRecord(key, rec.Namespace, admit.Problem{Reason: admit.ReasonRecord, Message: err.Error()})
 		return e, false
 	}
 	if p := admit.ClusterID(e.Cluster); p != nil {
-		r.refuse(key, rec.Namespace, *p)
+		r.refuseRecord(key, rec.Namespace, *p)
 		return e, false
 	}
 	if rec.Namespace != names.BrokerNamespace(e.Cluster) {
@@ -155,7 +155,11 @@ func (r *reconciler) admitRecord(key types.NamespacedName, rec *mcsv1beta1.Servi
 	}
 	e, problems, ok := admit.Record(key, e, r.deniedImport)
 	for _, p := range problems {
-		r.refuse(key, e.Cluster, p)
+		if ok {
+			r.refuse(key, e.Cluster, p)
+		} else {
+			r.refuseRecord(key, e.Cluster, p)
+		}
 	}
 	return e, ok
 }
@@ -184,15 +188,24 @@ func (r *reconciler) refuse(key types.NamespacedName, from string, p admit.Probl
 	r.refusals.add(key, refusal{from: from, problem: p})
 }
 
+// refuseRecord notes, as refuse does, a cluster's export record that the service's import leaves out whole.
+func (r *reconciler) refuseRecord(key types.NamespacedName, from string, p admit.Problem) {
+	r.refusals.add(key, refusal{from: from, problem: p, whole: true})
+}
+
 // reportRefusals reports what the gather of key refused that the previous one did not (refusalLog): in the
-// refusal metric, by reason, and in the log; what a limit refused, in a Warning Event on the ServiceImport too,
-// since an import short of endpoints is not otherwise seen where it is used.
+// refusal metric, by reason, and in the log; in a Warning Event too what a limit refused, on the ServiceImport,
+// since an import short of endpoints is not otherwise seen where it is used, and a record refused whole, on this
+// member's cluster id ClusterProperty (recordEvent), since an export it takes out is seen nowhere here.
 func (r *reconciler) reportRefusals(ctx context.Context, key types.NamespacedName) {
 	for _, f := range r.refusals.settle(key) {
 		refusedTotal.WithLabelValues(r.id, f.problem.Reason).Inc()
 		r.log.Info("leaving out of the import what a cluster published", "service", key, "from", f.from,
 			"reason", f.problem.Reason, "problem", f.problem.Message)
-		if slices.Contains(admit.LimitReasons, f.problem.Reason) {
+		switch {
+		case f.whole:
+			recordEvent(r.events, key, f.from, f.problem)
+		case slices.Contains(admit.LimitReasons, f.problem.Reason):
 			limitEvent(ctx, r.local, r.events, key, f.from, f.problem)
 		}
 	}
@@ -288,28 +301,32 @@ func (r *reconciler) importService(ctx context.Context, key types.NamespacedName
 	if err != nil {
 		return 0, errors.Join(derivedErr, fmt.Errorf("reflecting %s into cluster.local: %w", key, err))
 	}
-	if derivedErr != nil {
+	var ready *metav1.Condition
+	var requeue time.Duration
+	switch {
+	case derivedErr != nil && !refusedDerived(derivedErr):
 		return 0, derivedErr
-	}
-	if holding && held == nil {
+	case holding && held == nil:
 		// The status waits the short hold with the withdrawal: the import is not what the view shows yet.
-		return holdWait, nil
-	}
-	if !programmed {
+		return holdWait, derivedErr
+	case derivedErr != nil:
+		// Shown on the import, and still returned: the retries back off.
+		ready = r.derivedRefused(si, derivedErr)
+	case !programmed:
 		// The slices were just created: their events bring the service back once the cache has them, and the status
 		// is written then, once, instead of Pending now and Ready a moment later.
 		return 0, nil
-	}
-	missing := imports.Missing(exports, sources, r.id, func(c string) bool { return r.useOf(c) != skipEndpoints })
-	ready, requeue := r.ready(si, want, exported, desiredSlices, missing)
-	if ready == nil {
-		return requeue, nil
+	default:
+		missing := imports.Missing(exports, sources, r.id, func(c string) bool { return r.useOf(c) != skipEndpoints })
+		if ready, requeue = r.ready(si, want, exported, desiredSlices, missing); ready == nil {
+			return requeue, nil
+		}
 	}
 	if held != nil {
 		held.ObservedGeneration = si.Generation
 	}
 	stale, unreachable := r.memberConditions(exports, sources, time.Now())
-	return requeue, r.importStatus(ctx, si, want, *ready, clusterLocalCond, held, stale, unreachable)
+	return requeue, errors.Join(derivedErr, r.importStatus(ctx, si, want, *ready, clusterLocalCond, held, stale, unreachable))
 }
 
 // storedImport is what the controller has stored of a service's import, or has in the way of it.

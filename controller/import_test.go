@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"runtime"
@@ -17,7 +18,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -275,6 +278,84 @@ func TestImportRefusesServicesNoMemberMayImport(t *testing.T) {
 	}
 }
 
+// TestRefusedRecordEvent: a record refused whole is told in one Warning Event on this member's cluster id
+// ClusterProperty, naming the member and the problem, when it appears: not at every gather while it stands, and
+// again once it went and came back. A record that still counts, with a field dropped, records none.
+func TestRefusedRecordEvent(t *testing.T) {
+	ctx := context.Background()
+	spec := mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+		Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}
+	const property = " {kind=ClusterProperty,apiVersion=about.k8s.io/v1alpha1}"
+	cases := []struct {
+		name    string
+		key     types.NamespacedName
+		cluster string
+		edit    func(*merge.Export)
+		want    string // the Event, "" for none
+	}{
+		{"an invalid service name", types.NamespacedName{Namespace: "ns", Name: "Web_1"}, "b", nil,
+			`Warning InvalidServiceName Import Member b's export of ns/Web_1 is not imported: service name "Web_1": `},
+		{"a namespace that takes no import", types.NamespacedName{Namespace: "kube-system", Name: "kube-dns"}, "b", nil,
+			"Warning NamespaceNotAllowed Import Member b's export of kube-system/kube-dns is not imported: namespace kube-system takes no imports"},
+		{"a spec no Service could have", types.NamespacedName{Namespace: "ns", Name: "web"}, "b",
+			func(e *merge.Export) { e.Spec.Type = "LoadBalancer" },
+			`Warning InvalidServiceType Import Member b's export of ns/web is not imported: type "LoadBalancer" is neither`},
+		{"an invalid cluster id", types.NamespacedName{Namespace: "ns", Name: "web"}, "-b-", nil,
+			"Warning InvalidClusterID Import Member " + names.BrokerNamespace("-b-") + "'s export of ns/web is not imported: "},
+		{"a region dropped: the export counts", types.NamespacedName{Namespace: "ns", Name: "web"}, "b",
+			func(e *merge.Export) { e.Region = "region 1" }, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := merge.Export{Cluster: c.cluster, Created: time.Now(), Slices: -1, Spec: spec}
+			if c.edit != nil {
+				c.edit(&e)
+			}
+			record, err := broker.Record(c.key, e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			brokerCluster := newFakeCluster(t, record.DeepCopyObject().(client.Object))
+			r := testReconciler(newFakeCluster(t), brokerCluster)
+			r.liveness = broker.NewLiveness("a", time.Minute)
+			recorder := events.NewFakeRecorder(10)
+			recorder.Verbose = true
+			r.events = recorder
+			gather := func() []string {
+				t.Helper()
+				if _, _, err := r.gather(ctx, c.key, nil, nil); err != nil {
+					t.Fatal(err)
+				}
+				return drain(recorder)
+			}
+			check := func(when string, got []string) {
+				t.Helper()
+				if c.want == "" {
+					if len(got) != 0 {
+						t.Errorf("%s: events %q, want none", when, got)
+					}
+					return
+				}
+				if len(got) != 1 || !strings.HasPrefix(got[0], c.want) || !strings.HasSuffix(got[0], property) {
+					t.Errorf("%s: events %q, want one %q... on the ClusterProperty", when, got, c.want)
+				}
+			}
+			check("first gather", append(gather(), gather()...))
+			// The record goes and comes back: a new appearance.
+			if err := brokerCluster.Delete(ctx, record.DeepCopyObject().(client.Object)); err != nil {
+				t.Fatal(err)
+			}
+			if got := gather(); len(got) != 0 {
+				t.Errorf("record gone: events %q, want none", got)
+			}
+			if err := brokerCluster.Create(ctx, record.DeepCopyObject().(client.Object)); err != nil {
+				t.Fatal(err)
+			}
+			check("back", append(gather(), gather()...))
+		})
+	}
+}
+
 // TestGatherRanksByRecords: a forged export time does not win the merge against a record created before it, and
 // this member ranks its own export as the others do, by its record.
 func TestGatherRanksByRecords(t *testing.T) {
@@ -452,6 +533,110 @@ func TestUntrustedViewShowsOnTheImport(t *testing.T) {
 	}
 	if held(si) != nil || len(slices.Items) != 1 || slices.Items[0].Annotations[names.AnnotationClusterID] != "b" {
 		t.Errorf("view trusted: WithdrawalHeld %+v and %d slices, want none and b's alone", held(si), len(slices.Items))
+	}
+}
+
+// refusingServices is a fake cluster whose API server refuses every Service create and update with refusal while it
+// is set, and otherwise allocates a ClusterIP to each Service it creates.
+type refusingServices struct {
+	*fakeCluster
+	refusal error
+}
+
+func (c *refusingServices) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	if s, ok := obj.(*corev1.Service); ok {
+		if c.refusal != nil {
+			return c.refusal
+		}
+		s.Spec.ClusterIP, s.Spec.ClusterIPs = "10.96.0.10", []string{"10.96.0.10"}
+	}
+	return c.fakeCluster.Create(ctx, obj, opts...)
+}
+
+func (c *refusingServices) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	if _, ok := obj.(*corev1.Service); ok && c.refusal != nil {
+		return c.refusal
+	}
+	return c.fakeCluster.Update(ctx, obj, opts...)
+}
+
+// TestRefusedDerivedServiceShowsOnTheImport: a derived Service the API server refuses turns the import
+// Ready=False/DerivedServiceRefused with the API server's answer, and records one Warning Event for each new answer,
+// not one at every retry; the error still returns, so that the retries back off. Once the Service is written, Ready
+// is what it would otherwise be. A race with the cache shows nothing.
+func TestRefusedDerivedServiceShowsOnTheImport(t *testing.T) {
+	ctx := context.Background()
+	key := types.NamespacedName{Namespace: "ns", Name: "web"}
+	local := &refusingServices{fakeCluster: newFakeCluster(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}})}
+	r := testReconciler(local, newFakeCluster(t))
+	r.trust, r.withdrawals, r.readyWaits = broker.NewTrust(time.Minute), newHold(0), newHold(0)
+	r.liveness = broker.NewLiveness("a", time.Minute)
+	recorder := events.NewFakeRecorder(100)
+	r.events = recorder
+	exports := []merge.Export{{Cluster: "b", Created: time.Unix(0, 0), Slices: 1, Spec: mcsv1beta1.ServiceImportSpec{
+		Type: mcsv1beta1.ClusterSetIP, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+		Ports: []mcsv1beta1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}}}
+	sources := []imports.Source{{Cluster: "b", Slice: discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "b-1"}, AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.1"}}},
+	}}}
+	gr, derived := schema.GroupResource{Resource: "services"}, names.DerivedServiceName("ns", "web")
+	denied := apierrors.NewForbidden(gr, derived, errors.New("admission webhook \"policy.example.com\" denied the request"))
+	invalid := apierrors.NewInvalid(schema.GroupKind{Kind: "Service"}, derived,
+		field.ErrorList{field.Invalid(field.NewPath("spec", "ports"), 80, "not allowed here")})
+	// run imports the service, wanting an error or not, and returns the stored Ready condition and the
+	// DerivedServiceRefused Events recorded.
+	run := func(wantErr bool) (*metav1.Condition, []string) {
+		t.Helper()
+		_, err := r.importService(ctx, key, exports, merge.Merge(exports), sources, locality.Topology{})
+		if (err != nil) != wantErr {
+			t.Fatalf("importService() = %v, want an error: %v", err, wantErr)
+		}
+		si := &mcsv1beta1.ServiceImport{}
+		if err := local.Get(ctx, key, si); err != nil {
+			t.Fatal(err)
+		}
+		var refused []string
+		for _, e := range drain(recorder) {
+			if strings.Contains(e, ReasonDerivedServiceRefused) {
+				refused = append(refused, e)
+			}
+		}
+		return meta.FindStatusCondition(si.Status.Conditions, string(mcsv1beta1.ServiceImportConditionReady)), refused
+	}
+	isRefused := func(c *metav1.Condition, answer error) bool {
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == ReasonDerivedServiceRefused &&
+			strings.Contains(c.Message, answer.Error())
+	}
+
+	// A race with the cache is retried at once and shows nothing.
+	local.refusal = apierrors.NewAlreadyExists(gr, derived)
+	if ready, refused := run(true); ready != nil || len(refused) != 0 {
+		t.Errorf("a race: Ready %+v, Events %q; want neither", ready, refused)
+	}
+	local.refusal = denied
+	for i := range 2 {
+		ready, refused := run(true)
+		if !isRefused(ready, denied) {
+			t.Errorf("refused, run %d: Ready %+v, want False/%s with the API server's answer", i+1, ready, ReasonDerivedServiceRefused)
+		}
+		if want := 1 - i; len(refused) != want || (want == 1 && !strings.HasPrefix(refused[0], "Warning "+ReasonDerivedServiceRefused)) {
+			t.Errorf("refused, run %d: Events %q, want %d Warning", i+1, refused, want)
+		}
+	}
+	// Another answer is another refusal.
+	local.refusal = invalid
+	if ready, refused := run(true); !isRefused(ready, invalid) || len(refused) != 1 {
+		t.Errorf("another answer: Ready %+v, Events %q; want it, and one Event", ready, refused)
+	}
+	// Written at last: Ready again, as without the refusal.
+	local.refusal = nil
+	ready, refused := run(false)
+	if ready == nil || ready.Status != metav1.ConditionTrue || ready.Reason != string(mcsv1beta1.ServiceImportReasonReady) {
+		t.Errorf("written: Ready %+v, want True/Ready", ready)
+	}
+	if len(refused) != 1 || !strings.HasPrefix(refused[0], "Normal Ready Ready True/Ready (was False/"+ReasonDerivedServiceRefused) {
+		t.Errorf("written: Events %q, want the Normal Ready one", refused)
 	}
 }
 

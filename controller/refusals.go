@@ -8,10 +8,12 @@ import (
 	"vksfleet.dev/fleet/controller/admit"
 )
 
-// refusal is one value a service's import leaves out, with the cluster that wrote it.
+// refusal is one value a service's import leaves out, with the cluster that wrote it; whole when it is the
+// cluster's export record, which takes its export out of the import.
 type refusal struct {
 	from    string
 	problem admit.Problem
+	whole   bool
 }
 
 // refusalLog remembers what each service's last gather refused, so that a refusal that stands across reconciles

@@ -11,9 +11,9 @@ import (
 
 func TestRefusalLog(t *testing.T) {
 	web, db := types.NamespacedName{Namespace: "ns", Name: "web"}, types.NamespacedName{Namespace: "ns", Name: "db"}
-	a := refusal{"b", admit.Problem{Reason: admit.ReasonRecord, Message: "broken"}}
-	b := refusal{"c", admit.Problem{Reason: admit.ReasonTooManySlices, Message: "too many"}}
-	c := refusal{"c", admit.Problem{Reason: admit.ReasonRecord, Message: "other"}}
+	a := refusal{"b", admit.Problem{Reason: admit.ReasonRecord, Message: "broken"}, false}
+	b := refusal{"c", admit.Problem{Reason: admit.ReasonTooManySlices, Message: "too many"}, false}
+	c := refusal{"c", admit.Problem{Reason: admit.ReasonRecord, Message: "other"}, false}
 	var l refusalLog
 	for i, step := range []struct {
 		key  types.NamespacedName

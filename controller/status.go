@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -92,6 +93,32 @@ func setCondition(conds *[]metav1.Condition, typ string, c *metav1.Condition) {
 	} else {
 		meta.RemoveStatusCondition(conds, typ)
 	}
+}
+
+// ReasonDerivedServiceRefused is the reason of an import's Ready=False while its derived Service, which gives it its
+// IPs, cannot be written, and of the Warning Event each new refusal records.
+const ReasonDerivedServiceRefused = "DerivedServiceRefused"
+
+// refusedDerived says whether a failure to write the derived Service is one to show on the import: the API server
+// answered and refused it (invalid, forbidden, denied by a webhook), or a Service of the user's has its name. A
+// race with the cache is retried at once, and a request that got no answer in time or was throttled refuses nothing.
+func refusedDerived(err error) bool {
+	return !onlyRaces(err) && !slices.Contains([]string{"Timeout", "Unreachable", string(metav1.StatusReasonServerTimeout),
+		string(metav1.StatusReasonTooManyRequests)}, cause(err))
+}
+
+// derivedRefused returns the Ready condition of the stored import si while the API server refuses its derived
+// Service with err: False, with the API server's answer (its first KiB: the log has all of it). The import waits
+// for nothing else meanwhile.
+func (r *reconciler) derivedRefused(si *mcsv1beta1.ServiceImport, err error) *metav1.Condition {
+	key := types.NamespacedName{Namespace: si.Namespace, Name: si.Name}
+	r.readyWaits.forget(key)
+	if r.dns != nil {
+		r.dns.forget(key)
+	}
+	return &metav1.Condition{Type: string(mcsv1beta1.ServiceImportConditionReady), Status: metav1.ConditionFalse,
+		Reason: ReasonDerivedServiceRefused, ObservedGeneration: si.Generation, Message: cutNote(
+			"The derived Service, which gives the import its IPs, cannot be written; retrying: " + err.Error())}
 }
 
 const (
