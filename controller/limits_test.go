@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -161,5 +162,25 @@ func TestBrokerCacheStripsManagedFields(t *testing.T) {
 	}
 	if _, err := transform(s); err != nil || s.ManagedFields != nil {
 		t.Errorf("transform left managedFields %v (error %v)", s.ManagedFields, err)
+	}
+}
+
+// TestBrokerCacheTrimsSlices: the broker cache keeps of an EndpointSlice only what the import reads.
+func TestBrokerCacheTrimsSlices(t *testing.T) {
+	opts := brokerScope{all: true}.cacheOptions()
+	var transform func(any) (any, error)
+	for obj, by := range opts.ByObject {
+		if _, ok := obj.(*discoveryv1.EndpointSlice); ok {
+			transform = by.Transform
+		}
+	}
+	if transform == nil {
+		t.Fatal("the broker cache has no EndpointSlice transform")
+	}
+	s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "x",
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "mcs-controller"}}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1", "10.0.0.2"}, NodeName: ptr.To("n")}}}
+	if _, err := transform(s); err != nil || s.ManagedFields != nil || len(s.Endpoints[0].Addresses) != 1 || s.Endpoints[0].NodeName != nil {
+		t.Errorf("transform left %+v (error %v)", s, err)
 	}
 }

@@ -12,10 +12,12 @@ import (
 	"github.com/go-logr/logr"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"vksfleet.dev/fleet/controller/admit"
 	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/mcs/names"
 )
@@ -46,9 +48,12 @@ func (s brokerScope) String() string {
 }
 
 // cacheOptions confine the broker cache to the scope, and to the objects members write there, without their
-// managedFields: the controller never reads them, and they are a good part of every object it holds.
+// managedFields: the controller never reads them, and they are a good part of every object it holds. EndpointSlices,
+// most of what it holds and what a hostile member would write most of, keep only what the import reads
+// (admit.TrimSlice).
 func (s brokerScope) cacheOptions() cache.Options {
-	o := cache.Options{DefaultLabelSelector: broker.Selector, DefaultTransform: cache.TransformStripManagedFields()}
+	o := cache.Options{DefaultLabelSelector: broker.Selector, DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{&discoveryv1.EndpointSlice{}: {Transform: trimSlice}}}
 	if !s.all {
 		o.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range s.namespaces {
@@ -264,3 +269,12 @@ func (w *scopeWatch) Start(ctx context.Context) error {
 
 // NeedLeaderElection is false: every replica's broker cache follows the scope.
 func (w *scopeWatch) NeedLeaderElection() bool { return false }
+
+// trimSlice is the broker cache's transform of an EndpointSlice (admit.TrimSlice); objects of other types, which
+// it is not given, pass as they are.
+func trimSlice(obj any) (any, error) {
+	if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
+		admit.TrimSlice(s)
+	}
+	return obj, nil
+}

@@ -15,6 +15,7 @@ import (
 
 	"vksfleet.dev/fleet/build/deploy"
 	"vksfleet.dev/fleet/controller/broker"
+	"vksfleet.dev/fleet/controller/export"
 	"vksfleet.dev/fleet/mcs/names"
 )
 
@@ -119,6 +120,7 @@ func TestBrokerPolicies(t *testing.T) {
 			"'system:serviceaccounts:" + prefix + "'",
 		},
 		"mcs-broker-member-tokens": {"'system:serviceaccount:" + prefix + "'", "'" + credentialPrefix + "'", limit},
+		"mcs-broker-member-slices": {"'system:serviceaccount:" + prefix + "'", "size(object.endpoints) <= " + strconv.Itoa(export.MaxEndpointsPerSlice)},
 	} {
 		p, ok := policies[name]
 		if !ok {

@@ -79,9 +79,10 @@ func list(problems []string) string {
 
 // Slices are the endpoints of a Service's local EndpointSlices as this cluster publishes them: one slice per
 // source slice (split at MaxEndpointsPerSlice), named for the broker, with address type, ports and, per endpoint,
-// addresses, conditions, hostname and zone, and the source's last-change-trigger-time, which broker.Slice carries
-// on so that importers' kube-proxies measure from the change here. Node names, target references and hints stay
-// local. The result is sorted by name.
+// its first address, conditions, hostname and zone, and the source's last-change-trigger-time, which broker.Slice
+// carries on so that importers' kube-proxies measure from the change here. Node names, target references and hints
+// stay local; so do an endpoint's other addresses, which the API makes fungible and kube-proxy never uses, and which
+// importers would drop (admit.TrimSlice). The result is sorted by name.
 //
 // An empty source slice is published empty rather than withdrawn. Scaled to zero, a Service keeps its slice
 // (the EndpointSlice controller turns it into an empty placeholder): published as an update, the change reaches
@@ -97,7 +98,7 @@ func Slices(namespace, service string, local []discoveryv1.EndpointSlice) []disc
 		eps := make([]discoveryv1.Endpoint, 0, len(s.Endpoints))
 		for _, e := range s.Endpoints {
 			c := e.DeepCopy()
-			eps = append(eps, discoveryv1.Endpoint{Addresses: c.Addresses, Conditions: c.Conditions, Hostname: c.Hostname, Zone: c.Zone})
+			eps = append(eps, discoveryv1.Endpoint{Addresses: c.Addresses[:min(1, len(c.Addresses))], Conditions: c.Conditions, Hostname: c.Hostname, Zone: c.Zone})
 		}
 		slices.SortFunc(eps, func(a, b discoveryv1.Endpoint) int { return strings.Compare(first(a.Addresses), first(b.Addresses)) })
 		for part := 0; part == 0 || part*MaxEndpointsPerSlice < len(eps); part++ {
