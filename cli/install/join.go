@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -49,6 +50,19 @@ type JoinOptions struct {
 	Region string
 	// Wait bounds the wait for the controller, DNS and the member's first Lease renewal.
 	Wait time.Duration
+	// Given says whether the user gave a flag (FlagDNS, ...): the options of the flags not given take the values
+	// the member recorded at its last join, if any. Nil means every option is given.
+	Given func(flag string) bool
+	// DryRun changes nothing on the member or the broker: join prints what it would change instead, object by
+	// object, the diff of each live object and a server-side dry run of join's write.
+	DryRun bool
+	// ForceConflicts takes over the fields another field manager set to other values, as `kubectl apply
+	// --server-side --force-conflicts` does; without it such a conflict stops join, named. The replace DNS mode
+	// takes over the cluster's DNS objects (build/deploy/coredns's) in any case: replacing them is what it is for.
+	ForceConflicts bool
+	// CredentialsOnly gives the member its cluster id, its identity on the broker and its broker credentials, and
+	// installs nothing else: for a member whose controller and DNS Helm or GitOps install.
+	CredentialsOnly bool
 }
 
 // The member's Deployments, as build/deploy names them.
@@ -64,25 +78,61 @@ const minCredentialLeft = time.Hour
 // Join makes the cluster memberCfg reaches a member of the broker's clusterset, in an order that works on a fresh
 // cluster: the CRDs, the cluster id and clusterset name, the member's identity on the broker and its region in
 // the member directory, its broker credentials, then the controller, the admission policy and DNS in the mode
-// asked for. Running it again changes nothing but the region, if the member's is another now: objects are
-// applied server-side, and credentials the broker still accepts are kept.
+// asked for, with the record of the settings it joined with. The settings not given are the recorded ones, so
+// that running it again changes nothing but the region, if the member's is another now: objects are applied
+// server-side, and credentials the broker still accepts are kept. With CredentialsOnly it stops after the
+// credentials; with DryRun it changes nothing, and prints what it would change.
 func Join(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts JoinOptions, out io.Writer) (string, error) {
-	if err := checkLifetime(opts.TokenExpiration); err != nil {
-		return "", err
-	}
-	if err := broker.ValidRegion(opts.Region); err != nil {
-		return "", fmt.Errorf("--region: %w", err)
-	}
 	s := steps{out}
-	m, b, err := clients(memberCfg, info)
+	mc, bc, err := clients(memberCfg, info)
 	if err != nil {
 		return "", err
 	}
+	record, err := readRecord(ctx, mc)
+	if err != nil {
+		return "", fmt.Errorf("reading the settings of the last join, ConfigMap %s/%s: %w", controllerNamespace, recordName, err)
+	}
+	opts, origins, err := withRecorded(opts, record, opts.Given)
+	if err != nil {
+		return "", err
+	}
+	if opts.DNS == "" {
+		opts.DNS = DNSStandalone
+	}
+	if err := checkOptions(opts); err != nil {
+		return "", err
+	}
+	var p *plan
+	if opts.DryRun {
+		p = &plan{}
+		fmt.Fprintln(out, "dry run: nothing changes on the member or the broker")
+	}
+	m := &writer{Client: mc, cluster: "member", force: opts.ForceConflicts, plan: p}
+	b := &writer{Client: bc, cluster: "broker", force: opts.ForceConflicts, plan: p}
+	if opts.DNS == DNSReplace && !opts.CredentialsOnly {
+		if m.takeOver, err = replacedDNS(); err != nil {
+			return "", err
+		}
+	}
+	if opts.CredentialsOnly {
+		// Only the settings of what it writes: the DNS mode and images are the chart's.
+		origins = slices.DeleteFunc(origins, func(o origin) bool {
+			return o.flag != FlagClusterID && o.flag != FlagRegion && o.flag != FlagTokenExpiration
+		})
+	}
 	start := time.Now()
-	err = s.do("CRDs", func() (string, error) {
-		n, err := applyRendered(ctx, m, func() ([]byte, error) { return deploy.Render("crds") })
-		return fmt.Sprintf("applied %d", n), err
-	})
+	err = s.do("settings", func() (string, error) { return describeOrigins(origins, record), nil })
+	if err != nil {
+		return "", err
+	}
+	if opts.CredentialsOnly {
+		err = s.do("ClusterProperty CRD", func() (string, error) { return clusterPropertyCRD(ctx, m) })
+	} else {
+		err = s.do("CRDs", func() (string, error) {
+			n, err := applyRendered(ctx, m, func() ([]byte, error) { return deploy.Render("crds") })
+			return fmt.Sprintf("%s %d", p.applied(), n), err
+		})
+	}
 	if err != nil {
 		return "", err
 	}
@@ -92,21 +142,20 @@ func Join(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts Joi
 		if err != nil {
 			return "", err
 		}
-		if id, err = resolveID(ctx, dyn, opts.ClusterID); err != nil {
-			return "", err
+		if p != nil {
+			id, err = planIdentity(ctx, dyn, m, p, opts.ClusterID, info.ClusterSet)
+		} else {
+			id, err = ensureIdentity(ctx, dyn, opts.ClusterID, info.ClusterSet)
 		}
-		if err := clusterid.Ensure(ctx, dyn, aboutv1alpha1.ClusterSetName, info.ClusterSet); err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("%s in clusterset %s", id, info.ClusterSet), nil
+		return fmt.Sprintf("%s in clusterset %s", id, info.ClusterSet), err
 	})
 	if err != nil {
 		return "", err
 	}
 	err = s.do("broker identity", func() (string, error) {
 		others, err := brokerIdentity(ctx, b, id)
-		if err != nil {
-			return "", err
+		if err != nil || p != nil {
+			return p.applied(), err
 		}
 		return fmt.Sprintf("namespace %s, which it writes; reads and is read by %d other members; listed in the member directory",
 			names.BrokerNamespace(id), others), nil
@@ -130,60 +179,28 @@ func Join(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts Joi
 	if err != nil {
 		return "", err
 	}
-	err = s.do("broker credentials", func() (string, error) {
-		current, err := readMemberKubeconfig(ctx, m)
-		if err != nil {
-			return "", err
-		}
-		why := "none yet"
-		if current != nil {
-			if why = "unusable"; usableCredential(ctx, current, info, minCredentialLeft) == nil {
-				return fmt.Sprintf("kept Secret %s/%s: the broker accepts its token", controllerNamespace, brokerSecret), nil
-			}
-		}
-		kubeconfig, anchor, err := mintCredential(ctx, b, info, id, opts.TokenExpiration)
-		if err != nil {
-			return "", err
-		}
-		if err := writeMemberKubeconfig(ctx, m, kubeconfig); err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("wrote Secret %s/%s (%s before) with a token of credential %s/%s, for %v", controllerNamespace, brokerSecret, why, names.BrokerNamespace(id), anchor, opts.TokenExpiration), nil
-	})
+	err = s.do("broker credentials", func() (string, error) { return credentials(ctx, m, b, info, id, opts.TokenExpiration) })
 	if err != nil {
 		return "", err
 	}
-	if opts.DNS == "" {
-		opts.DNS = DNSStandalone
+	if opts.CredentialsOnly {
+		return id, p.finish(out)
 	}
 	err = s.do("controller, policy and DNS", func() (string, error) {
-		overlay, err := memberOverlay(opts.DNS, opts.ControllerImage, opts.DNSImage, opts.ClusterDomain)
-		if err != nil {
-			return "", err
-		}
-		manifests, err := deploy.RenderOverlay(overlay)
-		if err != nil {
-			return "", err
-		}
-		objs, err := decode(manifests)
-		if err != nil {
-			return "", err
-		}
-		objs, dropped := withoutUnservedPolicy(objs, func(gvk schema.GroupVersionKind) bool {
-			_, err := m.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
-			return !meta.IsNoMatchError(err)
-		})
-		if err := apply(ctx, m, objs); err != nil {
-			return "", err
-		}
-		did := fmt.Sprintf("applied %d objects, DNS mode %s", len(objs), opts.DNS)
-		if dropped > 0 {
-			did += fmt.Sprintf("; the cluster serves no ValidatingAdmissionPolicy (Kubernetes before 1.30), so the controller's --denied-export-namespaces alone refuses exports in the shared namespaces (%d policy objects left out)", dropped)
-		}
-		return did, nil
+		recorded := opts
+		recorded.ClusterID = id
+		return installMember(ctx, m, recorded)
 	})
 	if err != nil {
 		return "", err
+	}
+	if p != nil {
+		if opts.DNS == DNSStandalone {
+			if err := forward(ctx, s, memberCfg, m, opts.Wait); err != nil {
+				return "", err
+			}
+		}
+		return id, p.finish(out)
 	}
 	rollouts := []client.ObjectKey{{Namespace: controllerNamespace, Name: controllerDeployment}}
 	switch opts.DNS {
@@ -221,28 +238,195 @@ func Join(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts Joi
 	return id, err
 }
 
-// forward makes the cluster's DNS forward clusterset.local to the standalone DNS, and waits until every CoreDNS
-// replica that ran before runs the new Corefile.
-func forward(ctx context.Context, s steps, cfg *rest.Config, m client.Client, wait time.Duration) error {
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
+// checkOptions says why join cannot run with opts, before it changes anything.
+func checkOptions(opts JoinOptions) error {
+	if err := checkLifetime(opts.TokenExpiration); err != nil {
 		return err
 	}
-	before, err := dnsReplicas(ctx, kube, m)
+	if err := broker.ValidRegion(opts.Region); err != nil {
+		return fmt.Errorf("--region: %w", err)
+	}
+	if opts.CredentialsOnly {
+		return nil
+	}
+	_, err := memberOverlay(opts.DNS, opts.ControllerImage, opts.DNSImage, opts.ClusterDomain)
+	return err
+}
+
+// clusterPropertyCRD applies the ClusterProperty CRD, where the cluster id goes, when the member does not serve
+// the kind yet: join --credentials-only installs no other CRD, which the chart's crds/ hold and Helm skips as
+// present.
+func clusterPropertyCRD(ctx context.Context, m *writer) (string, error) {
+	gk := schema.GroupKind{Group: aboutv1alpha1.GroupVersion.Group, Kind: "ClusterProperty"}
+	_, err := m.RESTMapper().RESTMapping(gk)
+	if err == nil {
+		return "served already", nil
+	}
+	if !meta.IsNoMatchError(err) {
+		return "", err
+	}
+	manifests, err := deploy.Render("crds")
 	if err != nil {
-		return err
+		return "", err
+	}
+	objs, err := decode(manifests)
+	if err != nil {
+		return "", err
+	}
+	for _, o := range objs {
+		if o.GetName() == "clusterproperties."+gk.Group {
+			return m.plan.applied() + " " + o.GetName() + ", which the member did not serve", apply(ctx, m, []*unstructured.Unstructured{o})
+		}
+	}
+	return "", fmt.Errorf("build/deploy/crds holds no CRD of %s", gk)
+}
+
+// ensureIdentity gives the member its cluster id, as resolveID does, and the broker's clusterset name, and returns
+// the id.
+func ensureIdentity(ctx context.Context, dyn dynamic.Interface, want, clusterSet string) (string, error) {
+	id, err := resolveID(ctx, dyn, want)
+	if err != nil {
+		return "", err
+	}
+	return id, clusterid.Ensure(ctx, dyn, aboutv1alpha1.ClusterSetName, clusterSet)
+}
+
+// planIdentity is the cluster id step of a dry run: it returns the id join would give the member, adds the
+// ClusterProperties it would create to the plan, and refuses, as clusterid.Ensure does, to change either.
+func planIdentity(ctx context.Context, dyn dynamic.Interface, m client.Reader, p *plan, want, clusterSet string) (string, error) {
+	have, haveSet, err := clusterid.Read(ctx, dyn)
+	if err != nil {
+		return "", err
+	}
+	id := want
+	switch {
+	case want == "" && have != "":
+		id = have
+	case want == "":
+		// What clusterid.Resolve makes when it is absent.
+		var ns corev1.Namespace
+		if err := m.Get(ctx, client.ObjectKey{Name: metav1.NamespaceSystem}, &ns); err != nil {
+			return "", fmt.Errorf("reading the kube-system namespace for a default cluster id: %w", err)
+		}
+		id = string(ns.UID)
+	}
+	if err := clusterid.Validate(id); err != nil {
+		return "", err
+	}
+	for _, prop := range []struct{ name, have, want string }{
+		{aboutv1alpha1.ClusterIDName, have, id},
+		{aboutv1alpha1.ClusterSetName, haveSet, clusterSet},
+	} {
+		c := change{cluster: "member", kind: "ClusterProperty", name: prop.name, note: prop.want}
+		switch prop.have {
+		case prop.want:
+			c.action = actionUnchanged
+		case "":
+			c.action = actionCreated
+		default:
+			return "", fmt.Errorf("ClusterProperty %s is %q, not %q: a member keeps its value for life (unjoin, then delete it, to change it)", prop.name, prop.have, prop.want)
+		}
+		p.add(c)
+	}
+	return id, nil
+}
+
+// credentials keeps the member's broker credentials if the broker still accepts them, else gives it new ones, and
+// says which. In a dry run it mints none, and adds what it would write to the plan.
+func credentials(ctx context.Context, m, b *writer, info BrokerInfo, id string, expiration time.Duration) (string, error) {
+	secret := controllerNamespace + "/" + brokerSecret
+	current, err := readMemberKubeconfig(ctx, m)
+	if err != nil {
+		return "", err
+	}
+	why := "none yet"
+	if current != nil {
+		if why = "unusable"; usableCredential(ctx, current, info, minCredentialLeft) == nil {
+			m.plan.add(change{cluster: "member", kind: "Secret", name: secret, action: actionUnchanged, note: "the broker accepts its token"})
+			return fmt.Sprintf("kept Secret %s: the broker accepts its token", secret), nil
+		}
+	}
+	if p := m.plan; p != nil {
+		p.add(change{cluster: "broker", kind: "ServiceAccount and Secret", name: names.BrokerNamespace(id) + "/" + credentialPrefix + "<random>",
+			action: actionCreated, note: fmt.Sprintf("a credential, and a token of it for %v", expiration)})
+		c := change{cluster: "member", kind: "Secret", name: secret, action: actionCreated, note: "the new token's kubeconfig, not shown"}
+		if current != nil {
+			c.action, c.note = actionChanged, "the new token's kubeconfig in place of an unusable one, not shown"
+		}
+		p.add(c)
+		return fmt.Sprintf("dry run: a new credential (%s before)", why), nil
+	}
+	kubeconfig, anchor, err := mintCredential(ctx, b, info, id, expiration)
+	if err != nil {
+		return "", err
+	}
+	if err := writeMemberKubeconfig(ctx, m, kubeconfig); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("wrote Secret %s (%s before) with a token of credential %s/%s, for %v", secret, why, names.BrokerNamespace(id), anchor, expiration), nil
+}
+
+// installMember applies the member's controller, admission policy and DNS in the mode of opts, and the record of
+// opts, and says what it applied.
+func installMember(ctx context.Context, m *writer, opts JoinOptions) (string, error) {
+	overlay, err := memberOverlay(opts.DNS, opts.ControllerImage, opts.DNSImage, opts.ClusterDomain)
+	if err != nil {
+		return "", err
+	}
+	manifests, err := deploy.RenderOverlay(overlay)
+	if err != nil {
+		return "", err
+	}
+	objs, err := decode(manifests)
+	if err != nil {
+		return "", err
+	}
+	objs, dropped := withoutUnservedPolicy(objs, func(gvk schema.GroupVersionKind) bool {
+		_, err := m.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
+		return !meta.IsNoMatchError(err)
+	})
+	objs = append(objs, recordObject(opts))
+	if err := apply(ctx, m, objs); err != nil {
+		return "", err
+	}
+	did := fmt.Sprintf("%s %d objects, DNS mode %s, settings recorded in ConfigMap %s/%s", m.plan.applied(), len(objs), opts.DNS, controllerNamespace, recordName)
+	if dropped > 0 {
+		did += fmt.Sprintf("; the cluster serves no ValidatingAdmissionPolicy (Kubernetes before 1.30), so the controller's --denied-export-namespaces alone refuses exports in the shared namespaces (%d policy objects left out)", dropped)
+	}
+	return did, nil
+}
+
+// forward makes the cluster's DNS forward clusterset.local to the standalone DNS, and waits until every CoreDNS
+// replica that ran before runs the new Corefile. A dry run only plans the edit, to the standalone DNS's address
+// where its Service is yet to be created.
+func forward(ctx context.Context, s steps, cfg *rest.Config, m *writer, wait time.Duration) error {
+	var kube kubernetes.Interface
+	var before map[string]replica
+	if m.plan == nil {
+		var err error
+		if kube, err = kubernetes.NewForConfig(cfg); err != nil {
+			return err
+		}
+		if before, err = dnsReplicas(ctx, kube, m); err != nil {
+			return err
+		}
 	}
 	var changed bool
-	err = s.do("cluster DNS forwards "+zone, func() (string, error) {
+	err := s.do("cluster DNS forwards "+zone, func() (string, error) {
 		var svc corev1.Service
-		if err := m.Get(ctx, client.ObjectKey{Namespace: controllerNamespace, Name: standaloneDNS}, &svc); err != nil {
+		ip := "<ClusterIP of " + controllerNamespace + "/" + standaloneDNS + ">"
+		err := m.Get(ctx, client.ObjectKey{Namespace: controllerNamespace, Name: standaloneDNS}, &svc)
+		switch {
+		case err == nil:
+			ip = svc.Spec.ClusterIP
+		case m.plan == nil || !apierrors.IsNotFound(err):
 			return "", err
 		}
-		did, c, err := forwardToStandalone(ctx, m, svc.Spec.ClusterIP)
+		did, c, err := forwardToStandalone(ctx, m, ip)
 		changed = c
 		return did, err
 	})
-	if err != nil || !changed {
+	if err != nil || !changed || m.plan != nil {
 		return err
 	}
 	return s.do("cluster DNS replicas reloaded", func() (string, error) { return waitReloaded(ctx, kube, m, before, wait) })

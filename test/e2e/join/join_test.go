@@ -1,17 +1,20 @@
 // Package join proves the README's install section on a bare local clusterset (real kubelets, kubeadm's DNS,
 // nothing of ours installed): `kubectl mcs broker init`, then `kubectl mcs join` for each member, in each DNS mode
 // (our DNS in place of kube-dns, our DNS standalone behind kubeadm's, no DNS of ours and cluster-local names),
-// brings a service exported in one member to the pods of the others, through kube-proxy; a second join changes
-// nothing; status and diagnose pass on contexts named anything;
+// brings a service exported in one member to the pods of the others, through kube-proxy; a second join given no
+// flag but the broker-info changes nothing, its DNS mode included, as its --dry-run says beforehand, and a
+// --dry-run changes nothing either; status and diagnose pass on contexts named anything;
 // `kubectl mcs rotate` replaces a member's broker credential and revokes the old one without dropping a request;
 // `kubectl mcs unjoin` removes the member from the broker and the other member, restores its Corefile, and leaves
-// of ours only what it says it leaves.
+// of ours only what it says it leaves; `kubectl mcs join --credentials-only` then writes the member's broker
+// Secret and nothing else of it.
 package join
 
 import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -116,7 +119,10 @@ func TestJoinAndUnjoin(t *testing.T) {
 		}
 	}
 
-	t.Run("a second join changes nothing", func(t *testing.T) { rejoin(t, f, b) })
+	// cluster-c's mode is not the default: a join given no --dns that did not take the recorded one would change it.
+	for _, m := range []*framework.Member{b, c} {
+		t.Run("a second join of "+m.Name+" given no flag changes nothing", func(t *testing.T) { rejoin(t, f, m, modes[m]) })
+	}
 
 	for _, m := range f.Members {
 		if err := m.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
@@ -139,24 +145,162 @@ func TestJoinAndUnjoin(t *testing.T) {
 
 	t.Run("rotating cluster-a's credential drops no request", func(t *testing.T) { rotate(t, f, a, b) })
 
-	t.Run("unjoin leaves nothing of cluster-b", func(t *testing.T) { unjoin(t, f, a, b) })
+	if !t.Run("unjoin leaves nothing of cluster-b", func(t *testing.T) { unjoin(t, f, a, b) }) {
+		return
+	}
+	t.Run("join --credentials-only writes cluster-b's broker Secret alone", func(t *testing.T) { credentialsOnly(t, f, b) })
 }
 
-// rejoin runs join again on m and checks that no object of ours changed on the member or the broker.
-func rejoin(t *testing.T, f *framework.Fleet, m *framework.Member) {
+// rejoin runs join again on m, joined in mode, given no flag but the broker-info, after a dry run of it: the dry
+// run says that nothing would change, and nothing of ours changes on the member or the broker, the images and DNS
+// mode included, which the first join recorded. A dry run of another image shows the change and makes none.
+func rejoin(t *testing.T, f *framework.Fleet, m *framework.Member, mode string) {
 	ctx := context.Background()
-	before := versions(t, f, m)
-	if _, err := f.KubectlMCS(ctx, "--context", m.Name, "join", "--broker-info", f.BrokerInfoPath, "--cluster-id", m.ID, "--dns", install.DNSStandalone); err != nil {
-		t.Fatal(err)
+	before, images := versions(t, f, m), deployedImages(t, m)
+	record := &corev1.ConfigMap{}
+	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: "mcs-system", Name: "mcs-join"}, record); err != nil {
+		t.Fatalf("the first join recorded no settings: %v", err)
 	}
-	after := versions(t, f, m)
-	for k, v := range before {
-		if after[k] != v {
-			t.Errorf("%s: resourceVersion %s before the second join, %s after", k, v, after[k])
+	if record.Data["dns"] != mode || record.Data["cluster-id"] != m.ID {
+		t.Errorf("the first join recorded %v, want DNS mode %s and cluster id %s", record.Data, mode, m.ID)
+	}
+	unchanged := func(step string) {
+		t.Helper()
+		after := versions(t, f, m)
+		for k, v := range before {
+			if after[k] != v {
+				t.Errorf("%s: %s: resourceVersion %s before, %s after", step, k, v, after[k])
+			}
+		}
+		if len(before) < 10 || len(after) != len(before) {
+			t.Errorf("%s: %d objects before, %d after; want the same, at least 10", step, len(before), len(after))
+		}
+		if now := deployedImages(t, m); !maps.Equal(now, images) {
+			t.Errorf("%s: images %v before, %v after", step, images, now)
+		}
+		now := &corev1.ConfigMap{}
+		if err := m.Client.Get(ctx, client.ObjectKeyFromObject(record), now); err != nil || now.ResourceVersion != record.ResourceVersion {
+			t.Errorf("%s: the record's resourceVersion %s before, %s after (%v)", step, record.ResourceVersion, now.ResourceVersion, err)
 		}
 	}
-	if len(before) < 10 || len(after) != len(before) {
-		t.Errorf("%d objects before, %d after; want the same, at least 10", len(before), len(after))
+	join := func(args ...string) string {
+		t.Helper()
+		out, err := f.KubectlMCS(ctx, append([]string{"--context", m.Name, "join", "--broker-info", f.BrokerInfoPath}, args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+
+	out := join("--dry-run")
+	for _, want := range []string{"dry run, member: 0 created, 0 changed,", "dry run, broker: 0 created, 0 changed,", `recorded --cluster-id="` + m.ID + `"`, `--dns="` + mode + `"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("join --dry-run does not say %q:\n%s", want, out)
+		}
+	}
+	unchanged("join --dry-run")
+
+	const mirror = "mirror.invalid/mcs-controller:v9"
+	out = join("--dry-run", "--controller-image", mirror)
+	for _, want := range []string{"changed    member Deployment mcs-system/mcs-controller", "changed    member ConfigMap mcs-system/mcs-join", "+        image: " + mirror} {
+		if !strings.Contains(out, want) {
+			t.Errorf("join --dry-run --controller-image does not say %q:\n%s", want, out)
+		}
+	}
+	unchanged("join --dry-run --controller-image")
+
+	join()
+	unchanged("a second join given no flag")
+}
+
+// deployedImages maps the Deployments of mcs-system and kube-system of m to their containers' images.
+func deployedImages(t *testing.T, m *framework.Member) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, ns := range []string{"mcs-system", "kube-system"} {
+		var list appsv1.DeploymentList
+		if err := m.Client.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range list.Items {
+			for _, c := range d.Spec.Template.Spec.Containers {
+				out[ns+"/"+d.Name+"/"+c.Name] = c.Image
+			}
+		}
+	}
+	return out
+}
+
+// credentialsOnly runs `kubectl mcs join --credentials-only` on m, unjoined: it changes none of m's objects but
+// its broker Secret, in mcs-system, which it creates, and installs nothing (no Deployment, no record of
+// settings, kubeadm's Corefile as it was); the Secret's token is the member's on the broker again.
+func credentialsOnly(t *testing.T, f *framework.Fleet, m *framework.Member) {
+	ctx := context.Background()
+	member := func() map[string]string {
+		out := map[string]string{}
+		for k, v := range versions(t, f, m) {
+			if strings.HasPrefix(k, m.Name+" ") {
+				out[k] = v
+			}
+		}
+		return out
+	}
+	before := member()
+	out, err := f.KubectlMCS(ctx, "--context", m.Name, "join", "--broker-info", f.BrokerInfoPath, "--credentials-only")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, m.ID+" has its credentials") {
+		t.Errorf("join --credentials-only does not name %s as having its credentials:\n%s", m.ID, out)
+	}
+	after := member()
+	for k, v := range before {
+		if after[k] != v {
+			t.Errorf("%s: resourceVersion %s before, %s after", k, v, after[k])
+		}
+	}
+	secret := m.Name + " SecretList mcs-system/broker-kubeconfig"
+	for k := range after {
+		// The namespace's default ServiceAccount is the API server's.
+		if _, ok := before[k]; !ok && k != secret && k != m.Name+" ServiceAccountList mcs-system/default" {
+			t.Errorf("join --credentials-only wrote %s", k)
+		}
+	}
+	if _, ok := after[secret]; !ok {
+		t.Fatalf("join --credentials-only wrote no Secret mcs-system/broker-kubeconfig:\n%s", out)
+	}
+	var deployments appsv1.DeploymentList
+	if err := m.Client.List(ctx, &deployments, client.InNamespace("mcs-system")); err != nil || len(deployments.Items) > 0 {
+		t.Errorf("%d Deployments in mcs-system (%v), want none", len(deployments.Items), err)
+	}
+	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: "mcs-system", Name: "mcs-join"}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a record of settings: %v, want none", err)
+	}
+	var cm corev1.ConfigMap
+	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "coredns"}, &cm); err != nil {
+		t.Fatal(err)
+	}
+	if cm.Data["Corefile"] != clusterset.KubeadmCorefile {
+		t.Errorf("the Corefile is not kubeadm's:\n%s", cm.Data["Corefile"])
+	}
+	secretObj := &corev1.Secret{}
+	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: "mcs-system", Name: "broker-kubeconfig"}, secretObj); err != nil {
+		t.Fatal(err)
+	}
+	cred, err := brokercred.Parse(secretObj.Data["kubeconfig"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cred.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	review := &authenticationv1.SelfSubjectReview{}
+	if err := c.Create(ctx, review); err != nil {
+		t.Fatalf("the broker refuses the new token: %v", err)
+	}
+	if want := "system:serviceaccount:" + names.BrokerNamespace(m.ID) + ":"; !strings.HasPrefix(review.Status.UserInfo.Username, want) {
+		t.Errorf("the new token is %s's, want a ServiceAccount of %s", review.Status.UserInfo.Username, names.BrokerNamespace(m.ID))
 	}
 }
 
@@ -381,7 +525,9 @@ func statusAndDiagnose(t *testing.T, f *framework.Fleet) {
 	ctx := context.Background()
 	for _, args := range [][]string{
 		{"--context", "hub-prod", "status"},
-		{"--context", "hub-prod", "--contexts", "eu-west-1/admin,us-east@ops", "diagnose", ns + "/web", "--in-cluster"},
+		// The probe's image is our controller's as the nodes hold it: built at no version, the command in process
+		// defaults to the bases' tag.
+		{"--context", "hub-prod", "--contexts", "eu-west-1/admin,us-east@ops", "--image", f.Images.Controller, "diagnose", ns + "/web", "--in-cluster"},
 	} {
 		var out bytes.Buffer
 		cmd := cli.NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &out})
