@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,9 +12,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/controller/imports"
 )
@@ -245,4 +253,179 @@ func question(c imports.DNSCheck) string {
 
 func sameCheck(a, b imports.DNSCheck) bool {
 	return a.Name == b.Name && a.IPv6 == b.IPv6 && slices.Equal(a.Want, b.Want)
+}
+
+const (
+	// dnsPathInterval is how often the leader asks its DNS server about one Ready import: a cluster DNS that stops
+	// forwarding clusterset.local to ours (a managed add-on or a GitOps tool that reverts the forward block) is seen
+	// within dnsPathFailures of them, at one question per interval however many imports there are.
+	dnsPathInterval = 30 * time.Second
+	// dnsPathFailures is how many questions in a row must go unanswered as expected before the path is taken as
+	// broken, so that one lost UDP packet or an answer racing an endpoint change does not alert; one answered
+	// question makes it good again.
+	dnsPathFailures = 2
+)
+
+// Reasons of the Events on the cluster id ClusterProperty when the DNS path breaks and when it works again.
+const (
+	reasonDNSPathBroken   = "DNSPathBroken"
+	reasonDNSPathRestored = "DNSPathRestored"
+)
+
+// pathState is the verdict on the DNS path of Ready imports.
+type pathState int
+
+const (
+	pathUnknown pathState = iota // nothing asked yet, or nothing to ask
+	pathOK
+	pathBroken
+)
+
+// pathHealth turns the periodic questions' outcomes into a verdict: broken after dnsPathFailures failures in a
+// row, good after one success.
+type pathHealth struct {
+	state    pathState
+	failures int // questions failed in a row
+}
+
+// observe takes one question's outcome and returns the verdict before it.
+func (h *pathHealth) observe(answered bool) (was pathState) {
+	was = h.state
+	if answered {
+		h.state, h.failures = pathOK, 0
+		return was
+	}
+	h.failures++
+	if h.failures >= dnsPathFailures {
+		h.state = pathBroken
+	}
+	return was
+}
+
+// dnsPath keeps asking this member's DNS server about the imports that are Ready, which the readiness check
+// (dnsProbe) no longer asks about: in the standalone DNS mode the cluster's own DNS forwards clusterset.local to
+// ours, and a forward block reverted after the imports turned Ready would otherwise go unnoticed. A broken path
+// is said loudly (mcs_controller_dns_path_ok, a Warning Event, the log) and changes no import's Ready: flipping
+// every status restores nothing and would churn them, and the imports' IPs and endpoints stay programmed. Its
+// verdict is kept from one run of the manager to the next (decisions), so that a restart neither repeats nor
+// loses the Events of a change.
+type dnsPath struct {
+	id     string
+	clock  clock.Clock
+	health pathHealth
+	// last is the import asked about last: each question is about the next Ready import after it, round robin.
+	last types.NamespacedName
+}
+
+func newDNSPath(id string) *dnsPath { return &dnsPath{id: id, clock: clock.RealClock{}} }
+
+// readyQuestions finds the next question to ask: the key and DNS checks of the first Ready import after the one
+// given, or no checks when no import has a question.
+type readyQuestions func(ctx context.Context, after types.NamespacedName) (types.NamespacedName, []imports.DNSCheck, error)
+
+// run asks probe's server one question every dnsPathInterval, from now until ctx ends; runs of the manager call it
+// one after the other, as a runnable that only the leader runs.
+func (p *dnsPath) run(ctx context.Context, probe *dnsProbe, next readyQuestions, rec events.EventRecorder, log logr.Logger) error {
+	for {
+		p.round(ctx, probe, next, rec, log)
+		timer := p.clock.NewTimer(dnsPathInterval)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		case <-timer.C():
+		}
+	}
+}
+
+// round asks the question of the next Ready import and records the outcome.
+func (p *dnsPath) round(ctx context.Context, probe *dnsProbe, next readyQuestions, rec events.EventRecorder, log logr.Logger) {
+	key, checks, err := next(ctx, p.last)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Error(err, "reading the Ready imports to ask this member's DNS server about")
+		}
+		return
+	}
+	if len(checks) == 0 {
+		// Nothing to ask is no verdict: a 0 kept from before would alert on a path no longer checked.
+		if p.health.state == pathBroken {
+			log.Info("no Ready import left to ask this member's DNS server about: its clusterset.local path is no longer checked")
+		}
+		p.health = pathHealth{}
+		dnsPathOK.DeleteLabelValues(p.id)
+		return
+	}
+	p.last = key
+	// One question of the import's: the path that answers one answers all.
+	why := probe.ask(ctx, checks[:1])
+	if ctx.Err() != nil {
+		return // stopping: the answer may be the cancellation's
+	}
+	if why != "" {
+		dnsPathFailuresTotal.WithLabelValues(p.id).Inc()
+	}
+	was := p.health.observe(why == "")
+	property := clusterIDProperty()
+	switch {
+	case p.health.state == pathBroken && was != pathBroken:
+		log.Info("this member's DNS server no longer answers a Ready import's clusterset.local name: check that the "+
+			"cluster DNS still forwards clusterset.local to ours (kubectl mcs diagnose); imports stay Ready",
+			"dnsAddress", probe.addr, "service", key, "answer", why)
+		rec.Eventf(property, nil, corev1.EventTypeWarning, reasonDNSPathBroken, "Observe", "%s", cutNote(fmt.Sprintf(
+			"This member's DNS server %s did not answer %d questions in a row about Ready imports as expected, the last "+
+				"%s: clusterset.local names may not resolve in this cluster. Check that the cluster DNS still forwards "+
+				"clusterset.local to ours (kubectl mcs diagnose). The imports stay Ready.", probe.addr, dnsPathFailures, why)))
+	case p.health.state == pathOK && was == pathBroken:
+		log.Info("this member's DNS server answers Ready imports' clusterset.local names again", "dnsAddress", probe.addr, "service", key)
+		rec.Eventf(property, nil, corev1.EventTypeNormal, reasonDNSPathRestored, "Observe",
+			"This member's DNS server %s answers Ready imports' clusterset.local names again.", probe.addr)
+	}
+	if p.health.state != pathUnknown {
+		dnsPathOK.WithLabelValues(p.id).Set(gauge(p.health.state == pathOK))
+	}
+}
+
+// readyQuestion returns the key and DNS checks of the controller's first Ready import after the one given, in
+// namespace and name order and round, with the questions the readiness check asked of it (imports.DNSChecks over
+// the stored import and its imported slices); no checks when no import is Ready at its generation or has a
+// question (a headless import with no ready endpoint). Another implementation's ServiceImport is none of ours
+// to ask about.
+func (r *reconciler) readyQuestion(ctx context.Context, after types.NamespacedName) (types.NamespacedName, []imports.DNSCheck, error) {
+	list := &mcsv1beta1.ServiceImportList{}
+	if err := r.local.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+		return types.NamespacedName{}, nil, err
+	}
+	var ready []types.NamespacedName
+	for i := range list.Items {
+		si := &list.Items[i]
+		c := meta.FindStatusCondition(si.Status.Conditions, string(mcsv1beta1.ServiceImportConditionReady))
+		// Ready at an older generation, the import waits for the readiness check to ask again.
+		if c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == si.Generation {
+			ready = append(ready, types.NamespacedName{Namespace: si.Namespace, Name: si.Name})
+		}
+	}
+	slices.SortFunc(ready, compareKeys)
+	start, found := slices.BinarySearchFunc(ready, after, compareKeys)
+	if found {
+		start++
+	}
+	for n := range len(ready) {
+		key := ready[(start+n)%len(ready)]
+		got, err := r.stored(ctx, key)
+		if err != nil {
+			return types.NamespacedName{}, nil, err
+		}
+		if got.si == nil || !ownsImport(got) {
+			continue
+		}
+		if checks := imports.DNSChecks(got.si, got.slices); len(checks) > 0 {
+			return key, checks, nil
+		}
+	}
+	return types.NamespacedName{}, nil, nil
+}
+
+func compareKeys(a, b types.NamespacedName) int {
+	return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 }

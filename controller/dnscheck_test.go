@@ -12,14 +12,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/controller/imports"
+	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/env/poll"
 )
 
@@ -463,5 +469,228 @@ func TestReadyNotAskedYet(t *testing.T) {
 	got, _ := r.ready(si, want, want.Spec.IPFamilies, nil, "")
 	if got == nil || got.Status != metav1.ConditionFalse || !strings.HasSuffix(got.Message, "web.ns.svc.clusterset.local. A: not asked yet.") {
 		t.Errorf("condition %+v, want False saying the server is not asked yet", got)
+	}
+}
+
+func TestPathHealth(t *testing.T) {
+	cases := []struct {
+		name     string
+		answered []bool
+		want     []pathState // after each question
+	}{
+		{"answered at once", []bool{true}, []pathState{pathOK}},
+		{"one failure first is no verdict", []bool{false, true}, []pathState{pathUnknown, pathOK}},
+		{"two failures first", []bool{false, false}, []pathState{pathUnknown, pathBroken}},
+		{"a lost packet now and then", []bool{true, false, true, false, true}, []pathState{pathOK, pathOK, pathOK, pathOK, pathOK}},
+		{"broken after two failures in a row", []bool{true, false, false, false}, []pathState{pathOK, pathOK, pathBroken, pathBroken}},
+		{"good again after one answer", []bool{false, false, true, false}, []pathState{pathUnknown, pathBroken, pathOK, pathOK}},
+	}
+	for _, c := range cases {
+		var h pathHealth
+		var got []pathState
+		for _, a := range c.answered {
+			h.observe(a)
+			got = append(got, h.state)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: states %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// pathImport is a ServiceImport in ns, the controller's when ours, of type ClusterSetIP with ips (headless without),
+// Ready at its generation when ready.
+func pathImport(ns, name string, ours, ready bool, ips ...string) *mcsv1beta1.ServiceImport {
+	si := &mcsv1beta1.ServiceImport{ObjectMeta: objMeta(ns, name), Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.Headless, IPs: ips}}
+	if ours {
+		si.Labels = map[string]string{names.LabelImportManagedBy: names.ManagedBy}
+	}
+	if len(ips) > 0 {
+		si.Spec.Type = mcsv1beta1.ClusterSetIP
+	}
+	si.Generation = 2
+	status := metav1.ConditionFalse
+	if ready {
+		status = metav1.ConditionTrue
+	}
+	si.Status.Conditions = []metav1.Condition{{Type: string(mcsv1beta1.ServiceImportConditionReady), Status: status,
+		Reason: "R", ObservedGeneration: 2, LastTransitionTime: metav1.Now()}}
+	return si
+}
+
+// The Ready imports of the controller's are asked about in turn, each with the first of its readiness questions.
+func TestReadyQuestion(t *testing.T) {
+	olderGeneration := pathImport("ns", "d", true, true, "10.0.0.4")
+	olderGeneration.Generation = 3
+	ready := true
+	slice := &discoveryv1.EndpointSlice{ObjectMeta: objMeta("ns", "f-x", discoveryv1.LabelManagedBy, names.ManagedBy,
+		mcsv1beta1.LabelServiceName, "f"), AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.1.0.6"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}}}
+	local := newFakeCluster(t,
+		pathImport("ns", "a", true, true, "10.0.0.1"),
+		pathImport("ns", "b", true, false, "10.0.0.2"),
+		pathImport("ns", "c", false, true, "10.0.0.3"), // another implementation's
+		olderGeneration,
+		pathImport("ns", "e", true, true), // headless, no ready endpoint: nothing to ask
+		pathImport("ns", "f", true, true), slice,
+		pathImport("other", "g", true, true, "fd00::7", "10.0.0.7"))
+	r := testReconciler(local, nil)
+	question := func(name string, v6 bool, want ...string) string {
+		return fmt.Sprintf("%s %v %v", name, v6, addrs(want...))
+	}
+	var after types.NamespacedName
+	var got []string
+	for range 4 {
+		key, checks, err := r.readyQuestion(context.Background(), after)
+		if err != nil || len(checks) == 0 {
+			t.Fatalf("after %v: %v, %v", after, checks, err)
+		}
+		got = append(got, fmt.Sprintf("%s: %s", key, question(checks[0].Name, checks[0].IPv6, netipStrings(checks[0].Want)...)))
+		after = key
+	}
+	want := []string{
+		"ns/a: " + question("a.ns.svc.clusterset.local.", false, "10.0.0.1"),
+		"ns/f: " + question("f.ns.svc.clusterset.local.", false),
+		"other/g: " + question("g.other.svc.clusterset.local.", false, "10.0.0.7"),
+		"ns/a: " + question("a.ns.svc.clusterset.local.", false, "10.0.0.1"),
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("questions in turn:\n%q\nwant\n%q", got, want)
+	}
+	// After an import that is not Ready, the next that is.
+	if key, _, _ := r.readyQuestion(context.Background(), types.NamespacedName{Namespace: "ns", Name: "b"}); key.Name != "f" {
+		t.Errorf("after ns/b: %v, want ns/f", key)
+	}
+
+	none := testReconciler(newFakeCluster(t, pathImport("ns", "b", true, false, "10.0.0.2"), pathImport("ns", "c", false, true, "10.0.0.3"),
+		pathImport("ns", "e", true, true)), nil)
+	if key, checks, err := none.readyQuestion(context.Background(), types.NamespacedName{}); checks != nil || err != nil {
+		t.Errorf("no Ready import with a question: %v %v, %v", key, checks, err)
+	}
+}
+
+func netipStrings(as []netip.Addr) []string {
+	var out []string
+	for _, a := range as {
+		out = append(out, a.String())
+	}
+	return out
+}
+
+// pathGauge returns the gauge mcs_controller_dns_path_ok of the cluster id, and whether it has one.
+func pathGauge(t *testing.T, id string) (float64, bool) {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 16)
+	dnsPathOK.Collect(ch)
+	close(ch)
+	for m := range ch {
+		var pb dto.Metric
+		if err := m.Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range pb.GetLabel() {
+			if l.GetName() == "cluster_id" && l.GetValue() == id {
+				return pb.GetGauge().GetValue(), true
+			}
+		}
+	}
+	return 0, false
+}
+
+// pathFailures returns the counter mcs_controller_dns_path_failures_total of the cluster id.
+func pathFailures(t *testing.T, id string) float64 {
+	t.Helper()
+	var pb dto.Metric
+	if err := dnsPathFailuresTotal.WithLabelValues(id).Write(&pb); err != nil {
+		t.Fatal(err)
+	}
+	return pb.GetCounter().GetValue()
+}
+
+// The DNS path of Ready imports turns bad after two questions in a row are not answered as expected, with a
+// Warning Event, and good after one that is, with a Normal one; the gauge says so, and is absent while no import is
+// Ready. Only a Ready import of the controller's is asked about.
+func TestDNSPath(t *testing.T) {
+	const id = "path-test"
+	// Another run of the test (-count) left its series.
+	dnsPathOK.DeleteLabelValues(id)
+	dnsPathFailuresTotal.DeleteLabelValues(id)
+	srv := startDNS(t)
+	webName, wrongName := "web.ns.svc.clusterset.local.", "wrong.ns.svc.clusterset.local."
+	local := newFakeCluster(t, pathImport("ns", "web", true, true, "10.0.0.1"),
+		pathImport("ns", "wrong", false, true, "10.0.0.9")) // another implementation's, which the server answers wrong
+	r := testReconciler(local, nil)
+	clk := clocktesting.NewFakeClock(time.Now())
+	path := newDNSPath(id)
+	path.clock = clk
+	probe := newDNSProbe(srv.addr)
+	probe.clock = clk
+	rec := events.NewFakeRecorder(10)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- path.run(ctx, probe, r.readyQuestion, rec, logr.Discard()) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	// round waits for the round that asks the asked-th question about web, or asks none more, to end, and checks
+	// what it leaves: the gauge (-1 for none), the failures counted and the Events recorded.
+	round := func(asked int, gauge, failures float64, events ...string) {
+		t.Helper()
+		until(t, fmt.Sprintf("the round of question %d", asked), func() error {
+			if got := srv.questions(webName); got != asked || !clk.HasWaiters() {
+				return fmt.Errorf("%d questions, waiting for the next round: %v", got, clk.HasWaiters())
+			}
+			return nil
+		})
+		got, ok := pathGauge(t, id)
+		if !ok {
+			got = -1
+		}
+		recorded := drain(rec)
+		if got != gauge || pathFailures(t, id) != failures || len(recorded) != len(events) {
+			t.Fatalf("question %d: gauge %v, %v failures, events %q; want %v, %v, %d events", asked, got, pathFailures(t, id),
+				recorded, gauge, failures, len(events))
+		}
+		for i, e := range events {
+			if !strings.HasPrefix(recorded[i], e) {
+				t.Errorf("question %d: event %q, want %q...", asked, recorded[i], e)
+			}
+		}
+	}
+	next := func() { clk.Step(dnsPathInterval) }
+	round(1, 1, 0)
+	// The cluster DNS no longer forwards clusterset.local to ours: the name is answered otherwise.
+	srv.set(t, webName+" 5 IN A 10.9.9.9")
+	next()
+	round(2, 1, 1)
+	next()
+	round(3, 0, 2, "Warning DNSPathBroken This member's DNS server "+srv.addr+" did not answer 2 questions in a row "+
+		"about Ready imports as expected, the last "+webName+" A: answered [10.9.9.9], want [10.0.0.1]")
+	next()
+	round(4, 0, 3)
+	srv.set(t, webName+" 5 IN A 10.0.0.1")
+	next()
+	round(5, 1, 3, "Normal DNSPathRestored")
+	srv.set(t, webName+" 5 IN A 10.9.9.9")
+	next()
+	round(6, 1, 4)
+	next()
+	round(7, 0, 5, "Warning DNSPathBroken")
+	// No import is Ready any more: nothing is asked, and the gauge is gone with the verdict, without an Event.
+	web := &mcsv1beta1.ServiceImport{}
+	if err := local.Get(ctx, types.NamespacedName{Namespace: "ns", Name: "web"}, web); err != nil {
+		t.Fatal(err)
+	}
+	web.Status.Conditions[0].Status = metav1.ConditionFalse
+	if err := local.Status().Update(ctx, web); err != nil {
+		t.Fatal(err)
+	}
+	next()
+	round(7, -1, 5)
+	if n := srv.questions(wrongName); n != 0 {
+		t.Errorf("another implementation's import asked about %d times", n)
 	}
 }

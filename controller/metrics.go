@@ -78,6 +78,17 @@ var (
 			"broker) and its cause: the Kubernetes status reason (Conflict and AlreadyExists are races with the caches, " +
 			"retried at once), Timeout, Unreachable or Other.",
 	}, []string{"cluster_id", "target", "reason"})
+	dnsPathOK = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "mcs_controller_dns_path_ok",
+		Help: "1 while this member's DNS server (--dns-address) answered the last periodic question about a Ready " +
+			"import as expected, 0 once two in a row were not: clusterset.local names may not resolve in the member, as " +
+			"when its cluster DNS no longer forwards clusterset.local. Imports stay Ready meanwhile. Absent without " +
+			"--dns-address, before the first verdict and while no import is Ready to ask about.",
+	}, []string{"cluster_id"})
+	dnsPathFailuresTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mcs_controller_dns_path_failures_total",
+		Help: "Periodic questions about a Ready import that this member's DNS server did not answer as expected.",
+	}, []string{"cluster_id"})
 	buildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "mcs_controller_build_info",
 		Help: "Constant 1, labelled with the controller's version, git revision and Go version.",
@@ -92,7 +103,8 @@ func init() {
 	}
 	buildInfo.WithLabelValues(b.Version, revision, b.GoVersion).Set(1)
 	metrics.Registry.MustRegister(writesTotal, brokerReachable, brokerViewTrusted, clusterIDConflict, localityTier,
-		localityEndpoints, refusedTotal, failoversTotal, failedOpenTotal, reconcileErrors, buildInfo, states, importsNotOurs)
+		localityEndpoints, refusedTotal, failoversTotal, failedOpenTotal, reconcileErrors, dnsPathOK, dnsPathFailuresTotal,
+		buildInfo, states, importsNotOurs)
 }
 
 // recordLocality publishes an import's plan in the locality gauges.

@@ -210,6 +210,9 @@ type decisions struct {
 	renewer *broker.Renewer
 	// addresses are the controller replicas' probe addresses the renewer writes, nil without the probe.
 	addresses *probeAddresses
+	// dnsPath is the verdict on this member's own DNS path of Ready imports, nil without --dns-address: a run's
+	// start is no change of it.
+	dnsPath *dnsPath
 }
 
 func newDecisions(id string, opts Options) *decisions {
@@ -238,6 +241,9 @@ func newDecisions(id string, opts Options) *decisions {
 	}
 	if opts.BrokerCredentials != nil {
 		d.renewer.Credential = opts.BrokerCredentials.ID
+	}
+	if opts.DNSAddress != "" {
+		d.dnsPath = newDNSPath(id)
 	}
 	return d
 }
@@ -281,6 +287,12 @@ func runManager(ctx context.Context, opts Options, id string, a apis, scope brok
 	}
 	if opts.DNSAddress != "" {
 		r.dns = newDNSProbe(opts.DNSAddress)
+		// A runnable of the manager's, so that only the leader asks, as only it writes the imports' Ready.
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			return kept.dnsPath.run(ctx, r.dns, r.readyQuestion, r.events, log)
+		})); err != nil {
+			return err
+		}
 	}
 	enqueue := newTriggers(r.local, r.broker)
 	if err := mgr.Add(&scopeWatch{reader: scopes, scope: scope, regions: r.regions, enqueue: enqueue, elected: mgr.Elected()}); err != nil {
