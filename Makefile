@@ -8,6 +8,13 @@ TOOLS_CACHE    := $(CURDIR)/.cache/tools
 STATICCHECK    := $(TOOLS_CACHE)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 # Integration tests start real control planes; on 2 cores a whole run takes several minutes.
 TEST_TIMEOUT   ?= 30m
+# The version of every binary `make build` and `make images` build, and our images' tag: `git describe` of the tree
+# (build/images/version.sh; "dev" without git). Linked into vksfleet.dev/fleet/mcs/buildinfo, so that `kubectl mcs
+# join` installs the images of its own version and `kubectl mcs version` says it. Expanded once.
+VERSION        ?= $(shell bash build/images/version.sh)
+VERSION        := $(VERSION)
+REVISION       := $(shell bash build/images/version.sh revision)
+LDFLAGS        := -X vksfleet.dev/fleet/mcs/buildinfo.version=$(VERSION) -X vksfleet.dev/fleet/mcs/buildinfo.revision=$(REVISION)
 
 .PHONY: help tools build test lint fuzz generate helm-chart up down fault demo bench-memberloss bench-takeover bench-upgrade chaos bench-dns bench-sync bench-fleet manifests images conformance
 
@@ -17,8 +24,8 @@ help: ## list the targets
 tools: ## build etcd, kube-apiserver, kube-controller-manager, kubectl, kustomize and helm from source (cached); install dig, dnsperf and promtool
 	@bash build/tools.sh
 
-build: ## build every command into bin/, with the local clusterset's test programs (serve, pause)
-	$(GO) build -o bin/ ./cmd/... ./test/cmd/... ./test/env/cmd/...
+build: ## build every command into bin/, with the local clusterset's test programs (serve, pause), at VERSION
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/... ./test/cmd/... ./test/env/cmd/...
 
 test: tools images ## unit and integration tests against real control planes, kubelets and our images
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
@@ -105,20 +112,26 @@ bench-fleet: tools build images ## the local clusterset's cost: start, stop and 
 
 KUSTOMIZE := $(TOOLS_CACHE)/current/kustomize
 
-manifests: tools ## render the kustomize bases under build/deploy into bin/manifests/
-	@mkdir -p bin/manifests
-	$(KUSTOMIZE) build build/deploy > bin/manifests/member.yaml
+# The member's manifests name our images at VERSION, as `make images` tags them: the bases, which name a release's
+# tag, through an overlay that sets it.
+manifests: tools ## render the kustomize bases under build/deploy into bin/manifests/, our images at VERSION
+	@mkdir -p bin/manifests/member-overlay
+	@printf 'resources:\n  - ../../../build/deploy\nimages:\n  - name: ghcr.io/vksfleet/mcs-controller\n    newTag: "%s"\n  - name: ghcr.io/vksfleet/coredns\n    newTag: "%s"\n' \
+		'$(VERSION)' '$(VERSION)' > bin/manifests/member-overlay/kustomization.yaml
+	$(KUSTOMIZE) build bin/manifests/member-overlay > bin/manifests/member.yaml
 	$(KUSTOMIZE) build build/deploy/broker > bin/manifests/broker.yaml
 	$(KUSTOMIZE) build build/deploy/member > bin/manifests/broker-member-example.yaml
 
-images: ## build the coredns and mcs-controller images into bin/images/*.tar (root: starts a private Docker engine under .cache/docker, stops it after)
-	@bash build/docker.sh run bash build/images/build.sh
+images: ## build the coredns and mcs-controller images, tagged VERSION, into bin/images/*.tar (root: starts a private Docker engine under .cache/docker, stops it after)
+	@VERSION='$(VERSION)' bash build/docker.sh run bash build/images/build.sh
 
-# The upstream MCS API conformance suite, kept unmodified outside the repository; a path relative to the repository's
-# root, or absolute. test/e2e/conformance copies it into .conformance/ (git-ignored) and builds it there, once per version.
-CONFORMANCE_SUITE ?= ../shared/mcs-api-conformance
+# The upstream MCS API conformance suite, run unmodified: by default sigs.k8s.io/mcs-api's conformance/ at the commit
+# test/e2e/conformance pins, fetched through the Go module proxy into the module cache; CONFORMANCE_SUITE=PATH (absolute,
+# or relative to the repository's root) runs a local copy of that folder instead, where the proxy is out of reach.
+# test/e2e/conformance copies the suite into .conformance/ (git-ignored) and builds it there, once per version.
+CONFORMANCE_SUITE ?=
 # A run takes about 15 minutes on 2 cores, plus up to 15 more waiting for another clusterset's data plane to stop.
 CONFORMANCE_TIMEOUT ?= 60m
 
-conformance: tools ## run the upstream MCS API conformance suite against a fleet on kubelet nodes (root); writes test/e2e/conformance/results/
+conformance: tools ## run the upstream MCS API conformance suite (fetched, or CONFORMANCE_SUITE=PATH) against a fleet on kubelet nodes (root); writes test/e2e/conformance/results/
 	FLEET_CONFORMANCE=1 FLEET_CONFORMANCE_SUITE=$(CONFORMANCE_SUITE) $(GO) test -count=1 -v -timeout $(CONFORMANCE_TIMEOUT) -run '^TestConformance$$' ./test/e2e/conformance

@@ -43,6 +43,8 @@ const (
 	corefileKey          = "Corefile"
 	kubeDNSService       = "kube-dns"
 	corednsDeployment    = "coredns"
+	// standaloneDNSDeployment is our CoreDNS in the standalone DNS mode, in controllerNamespace.
+	standaloneDNSDeployment = "mcs-dns"
 )
 
 // kubeDNSSource is Member.DNSSource when the DNS address is the kube-dns Service's ClusterIP.
@@ -231,7 +233,9 @@ func fillMember(ctx context.Context, m *Member, src source) error {
 	case err != nil:
 		return err
 	default:
-		m.ControllerVersion = imageVersion(dep.Spec.Template.Spec.Containers)
+		if m.ControllerVersion, err = runningVersion(ctx, c, dep); err != nil {
+			return err
+		}
 		if len(dep.Spec.Template.Spec.Containers) > 0 {
 			m.ClusterLocal = clusterLocalMode(dep.Spec.Template.Spec.Containers[0].Args)
 		}
@@ -243,6 +247,21 @@ func fillMember(ctx context.Context, m *Member, src source) error {
 		return err
 	case len(coredns.Spec.Template.Spec.Containers) > 0:
 		m.CoreDNSImage = coredns.Spec.Template.Spec.Containers[0].Image
+	}
+	// Our DNS: mcs-dns in mcs-system (standalone), else kube-system/coredns where it runs our image (replace).
+	standalone := &appsv1.Deployment{}
+	switch err := c.Get(ctx, client.ObjectKey{Namespace: controllerNamespace, Name: standaloneDNSDeployment}, standalone); {
+	case apierrors.IsNotFound(err) && m.ourCoreDNS():
+		if m.DNSVersion, err = runningVersion(ctx, c, coredns); err != nil {
+			return err
+		}
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return err
+	default:
+		if m.DNSVersion, err = runningVersion(ctx, c, standalone); err != nil {
+			return err
+		}
 	}
 	m.DNS, m.DNSSource = src.dns, src.dnsSource
 	if m.DNS == "" && !src.inCluster {
@@ -273,21 +292,6 @@ func clusterLocalMode(args []string) bool {
 		}
 	}
 	return on
-}
-
-// imageVersion is the tag (or digest) of the first container's image.
-func imageVersion(containers []corev1.Container) string {
-	if len(containers) == 0 {
-		return ""
-	}
-	image := containers[0].Image
-	if _, digest, ok := strings.Cut(image, "@"); ok {
-		return digest
-	}
-	if i := strings.LastIndex(image, ":"); i > strings.LastIndex(image, "/") {
-		return image[i+1:]
-	}
-	return "latest"
 }
 
 // ignoreAbsent treats a missing object or an unserved kind as no error.

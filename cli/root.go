@@ -72,12 +72,13 @@ Exit codes: 0 healthy, 1 unhealthy (a diagnose check failed), 2 could not run.`,
 	pf.StringVar(&o.broker, "broker-context", "", "alias of --context: the broker's context")
 	pf.StringArrayVar(&o.dns, "dns", nil, "a member's DNS server as member=host:port, the member named by context or cluster id (repeatable); default $FLEET_DNS_<MEMBER>, else its kube-dns Service")
 	pf.BoolVar(&o.inCluster, "in-cluster", false, "ask each member's DNS from a short-lived pod (kubectl exec of dig), as its pods see it")
-	pf.StringVar(&o.image, "image", defaultProbeImage, "the --in-cluster pod's image, which must have dig (e.g. nicolaka/netshoot)")
+	pf.StringVar(&o.image, "image", defaultProbeImage, "the --in-cluster pod's image: our mcs-controller's (this plugin's version by default, or a mirror's), or any with sleep and dig (e.g. nicolaka/netshoot)")
 	pf.IntVarP(&o.verbose, "v", "v", 0, "verbosity: 1 says which contexts were left out and why")
 	pf.Lookup("v").NoOptDefVal = "1"
 	root.AddCommand(o.versionCommand())
 	root.AddCommand(o.statusCommand(), o.servicesCommand(), o.diagnoseCommand(), o.exportCommand(), o.unexportCommand())
 	root.AddCommand(o.brokerCommand(), o.joinCommand(), o.unjoinCommand(), o.rotateCommand())
+	root.AddCommand(o.dnsProbeCommand())
 	return root
 }
 

@@ -37,8 +37,10 @@ type Member struct {
 	// MissingAPIs are the resources the project needs that the member does not serve, such as
 	// "serviceexports.multicluster.x-k8s.io".
 	MissingAPIs []string
-	// ControllerVersion is the mcs-controller's version where the member runs it as a Deployment; empty if unknown.
-	ControllerVersion string
+	// ControllerVersion is the mcs-controller's version as its running pods report it (runningVersion), where the
+	// member runs it as a Deployment; empty if unknown. DNSVersion is the same of our CoreDNS: mcs-dns in
+	// mcs-system (standalone mode), else kube-system/coredns where it runs our image (replace mode).
+	ControllerVersion, DNSVersion string
 	// ClusterLocal says the controller runs in the cluster-local DNS mode (--cluster-local-services): it reflects
 	// every import into cluster.local as <svc>-clusterset, and the member's DNS need not serve clusterset.local.
 	ClusterLocal bool

@@ -2,12 +2,18 @@ package cli
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // StatusRow is one member in `kubectl mcs status`.
@@ -19,8 +25,10 @@ type StatusRow struct {
 	Error      string `json:"error,omitempty"`
 	ClusterID  string `json:"clusterID,omitempty"`
 	ClusterSet string `json:"clusterSet,omitempty"`
-	// Controller is the mcs-controller's version, "" when the member does not say.
+	// Controller is the mcs-controller's version as its running pods report it, "" when the member does not say;
+	// DNSVersion the same of our CoreDNS (Member.DNSVersion).
 	Controller string `json:"controller,omitempty"`
+	DNSVersion string `json:"dnsVersion,omitempty"`
 	// LeaseAgeSeconds is how long ago the member's broker Lease was renewed (on the broker's clock); nil without
 	// a Lease. Alive says whether that is within the Lease's grace.
 	LeaseAgeSeconds *float64 `json:"leaseAgeSeconds,omitempty"`
@@ -53,7 +61,7 @@ func Status(s *Snapshot) []StatusRow {
 		row.UnreachableFrom = s.unreachableFrom(m.ClusterID)
 		row.DNS = dnsUnknown
 		if row.Reachable {
-			row.ClusterSet, row.Controller, row.DNS = m.ClusterSet, m.ControllerVersion, zoneServed(m)
+			row.ClusterSet, row.Controller, row.DNSVersion, row.DNS = m.ClusterSet, m.ControllerVersion, m.DNSVersion, zoneServed(m)
 		}
 		rows = append(rows, row)
 	}
@@ -85,7 +93,7 @@ func statusTable(rows []StatusRow) *metav1.Table {
 		{Name: "Name", Type: "string"}, {Name: "Status", Type: "string"}, {Name: "Cluster-ID", Type: "string"},
 		{Name: "ClusterSet", Type: "string"}, {Name: "Controller", Type: "string"}, {Name: "Lease-Age", Type: "string"},
 		{Name: "Alive", Type: "string"}, {Name: "Unreachable-From", Type: "string"}, {Name: "Broker", Type: "string"},
-		{Name: "DNS", Type: "string"},
+		{Name: "DNS", Type: "string"}, {Name: "DNS-Version", Type: "string"},
 		{Name: "DNS-Address", Type: "string", Priority: 1}, {Name: "Message", Type: "string", Priority: 1},
 	}}
 	for _, r := range rows {
@@ -109,17 +117,85 @@ func statusTable(rows []StatusRow) *metav1.Table {
 		}
 		t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{
 			r.Name, status, dash(r.ClusterID), dash(r.ClusterSet), dash(controller), age, alive,
-			dash(strings.Join(r.UnreachableFrom, ",")), dash(r.Broker), r.DNS,
+			dash(strings.Join(r.UnreachableFrom, ",")), dash(r.Broker), r.DNS, dash(r.DNSVersion),
 			dash(r.DNSAddress), dash(r.Error),
 		}})
 	}
 	return t
 }
 
+// notRunning is the version of a Deployment none of whose pods runs.
+const notRunning = "none running"
+
+// runningVersion is the version of a Deployment of ours as its running pods report it (podsVersion). Where the
+// pods may not be listed, it is the tag of the Deployment's image, the version it runs or rolls out.
+func runningVersion(ctx context.Context, c client.Client, dep *appsv1.Deployment) (string, error) {
+	if len(dep.Spec.Template.Spec.Containers) == 0 {
+		return "", nil
+	}
+	selector, err := metav1.LabelSelectorAsSelector(dep.Spec.Selector)
+	if err != nil {
+		return "", fmt.Errorf("the selector of Deployment %s/%s: %w", dep.Namespace, dep.Name, err)
+	}
+	var pods corev1.PodList
+	err = c.List(ctx, &pods, client.InNamespace(dep.Namespace), client.MatchingLabelsSelector{Selector: selector})
+	switch {
+	case apierrors.IsForbidden(err):
+		return tagOf(dep.Spec.Template.Spec.Containers[0].Image), nil
+	case err != nil:
+		return "", err
+	}
+	return podsVersion(pods.Items, dep.Spec.Template.Spec.Containers[0].Name), nil
+}
+
+// podsVersion is the tag of the image each running container named container of pods runs: the one the kubelet
+// reports, or the pod's own where the runtime reports none by tag. Several, comma-separated, while a rollout is
+// under way; notRunning when none runs.
+func podsVersion(pods []corev1.Pod, container string) string {
+	var tags []string
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		for _, st := range p.Status.ContainerStatuses {
+			if st.Name != container || st.State.Running == nil {
+				continue
+			}
+			image := st.Image
+			if strings.HasPrefix(image, "sha256:") {
+				for _, c := range p.Spec.Containers {
+					if c.Name == container {
+						image = c.Image
+					}
+				}
+			}
+			if tag := tagOf(image); !slices.Contains(tags, tag) {
+				tags = append(tags, tag)
+			}
+		}
+	}
+	if len(tags) == 0 {
+		return notRunning
+	}
+	slices.Sort(tags)
+	return strings.Join(tags, ",")
+}
+
+// tagOf is the tag of an image reference, or its digest; "latest" for neither, as the runtime reads it.
+func tagOf(image string) string {
+	if _, digest, ok := strings.Cut(image, "@"); ok {
+		return digest
+	}
+	if i := strings.LastIndex(image, ":"); i > strings.LastIndex(image, "/") {
+		return image[i+1:]
+	}
+	return "latest"
+}
+
 func (o *options) statusCommand() *cobra.Command {
 	return o.readCommand(&cobra.Command{
 		Use:   "status",
-		Short: "Every member: cluster id, clusterset, controller, broker Lease, and whether its DNS serves clusterset.local",
+		Short: "Every member: cluster id, clusterset, controller version, broker Lease, and whether its DNS serves clusterset.local, at which version",
 		Args:  cobra.NoArgs,
 	}, false, func(ctx context.Context, _ string, _ []string) (view, error) {
 		s, err := o.snapshot(ctx, true, nil)

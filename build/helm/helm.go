@@ -33,7 +33,8 @@ const ChartDir = "vksfleet-member"
 // defaultClusterDomain is the controller base's --cluster-domain, controller.clusterDomain's default.
 const defaultClusterDomain = "cluster.local"
 
-// chartVersion is the chart's own SemVer version, which Helm requires; the images' tag is its appVersion.
+// chartVersion is the chart's own SemVer version, which Helm requires; the images' tag, the bases', is its
+// appVersion, at which the templates run them unless the values name images.
 const chartVersion = "0.1.0"
 
 // generated heads every file the generator writes.
@@ -96,6 +97,11 @@ func Files() (map[string][]byte, error) {
 			return nil, fmt.Errorf("helm: no Deployment of the %s in the bases", name)
 		}
 	}
+	// Both images default to the appVersion's tag: the bases must give them one.
+	tag := defaults["controller"].tag
+	if dnsTag := defaults["dns"].tag; tag != dnsTag {
+		return nil, fmt.Errorf("helm: the bases tag the controller's image %s and the DNS's %s: the chart's appVersion is one tag", tag, dnsTag)
+	}
 	monitors, err := serviceMonitors()
 	if err != nil {
 		return nil, err
@@ -107,12 +113,6 @@ func Files() (map[string][]byte, error) {
 		return nil, err
 	}
 	files["values.schema.json"] = schema
-	image := defaults["controller"].image
-	i := strings.LastIndex(image, ":")
-	if i < 0 || strings.ContainsAny(image[i:], "/@") {
-		return nil, fmt.Errorf("helm: the controller's image %s has no tag for the chart's appVersion", image)
-	}
-	tag := image[i+1:]
 	files["Chart.yaml"] = fmt.Appendf(nil, `%sapiVersion: v2
 name: %s
 description: A member cluster of a VKS Fleet clusterset (the MCS CRDs, the mcs-controller, the admission policy and the DNS of clusterset.local), rendered from the kustomize bases of build/deploy.
@@ -187,8 +187,10 @@ func serviceMonitors() (string, error) {
 
 // componentDefaults are what the bases set for the values of a component, the values' defaults.
 type componentDefaults struct {
-	image    string
-	replicas int
+	// image is the bases' image of the component; name and tag its parts. The chart's appVersion is the tag, and
+	// an empty image value the name at the appVersion.
+	image, name, tag string
+	replicas         int
 	// resources are each base's, by base: a DNS mode keeps its own unless the values give some.
 	resources map[string]string
 }
@@ -374,8 +376,15 @@ func (t *templater) deployment(d *yaml.RNode, p part, defaults *componentDefault
 	if defaults.image != "" && defaults.image != image {
 		return fmt.Errorf("image %s where another base of the %s has %s", image, c, defaults.image)
 	}
-	defaults.image = image
-	if err := ctr.PipeE(yaml.SetField("image", t.inline(fmt.Sprintf("{{ .Values.image.%s | quote }}", c)))); err != nil {
+	i := strings.LastIndex(image, ":")
+	if i < 0 || strings.ContainsAny(image[i:], "/@") {
+		return fmt.Errorf("image %s has no tag for the chart's appVersion", image)
+	}
+	defaults.image, defaults.name, defaults.tag = image, image[:i], image[i+1:]
+	// As charts do: the image at the chart's appVersion unless the values name one, so that a chart packaged
+	// with `helm package --app-version` runs the images of that version.
+	expr := fmt.Sprintf("{{ .Values.image.%s | default (print %q .Chart.AppVersion) | quote }}", c, defaults.name+":")
+	if err := ctr.PipeE(yaml.SetField("image", t.inline(expr))); err != nil {
 		return err
 	}
 
@@ -535,10 +544,12 @@ func valuesFile(defaults map[string]*componentDefaults) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `%s
 image:
-  # The mcs-controller image, a full reference (name:tag or name@digest; a mirror's).
-  controller: %s
-  # Our CoreDNS image, in the DNS modes standalone and replace.
-  dns: %s
+  # The mcs-controller image, a full reference (name:tag or name@digest; a mirror's); empty:
+  # %s at the chart's appVersion (helm package --app-version sets it).
+  controller: ""
+  # Our CoreDNS image, in the DNS modes standalone and replace; empty: %s at the chart's
+  # appVersion.
+  dns: ""
 
 controller:
   replicas: %d
@@ -583,7 +594,7 @@ metrics:
     # yours, or {} where the selector matches every ServiceMonitor.
     labels:
       release: kube-prometheus-stack
-`, generated, ctl.image, dns.image, ctl.replicas, ctl.resources["controller"], defaultClusterDomain, strings.Join(install.DNSModes, ", "),
+`, generated, ctl.name, dns.name, ctl.replicas, ctl.resources["controller"], defaultClusterDomain, strings.Join(install.DNSModes, ", "),
 		install.DNSModes[0], dns.replicas, strings.Join(dnsRes, "\n"))
 	return b.Bytes()
 }
@@ -599,8 +610,8 @@ func valuesSchema() ([]byte, error) {
 	// Open at the top, where a parent chart passes global; closed within, where a key is a typo.
 	schema := map[string]any{"type": "object", "properties": map[string]any{
 		"image": section(map[string]any{
-			"controller": map[string]any{"type": "string", "minLength": 1},
-			"dns":        map[string]any{"type": "string", "minLength": 1},
+			"controller": str,
+			"dns":        str,
 		}),
 		"controller": section(map[string]any{"replicas": replicas, "resources": obj, "leaseGrace": str,
 			"clusterDomain": map[string]any{"type": "string", "minLength": 1}}),

@@ -351,3 +351,39 @@ func TestClusterDomain(t *testing.T) {
 		t.Errorf("the controller's arguments do not set --cluster-domain=corp.example alone:\n%s", b)
 	}
 }
+
+// TestAppVersion packages the chart at another appVersion, as a release of that version does: with no image in
+// the values, both Deployments run our images at it, and an image the values name wins.
+func TestAppVersion(t *testing.T) {
+	bin := helmBinary(t)
+	const version = "v9.8.7-3-gb35ea41"
+	dir := t.TempDir()
+	run(t, bin, "package", ChartDir, "--app-version", version, "--destination", dir)
+	pkgs, err := filepath.Glob(filepath.Join(dir, "*.tgz"))
+	if err != nil || len(pkgs) != 1 {
+		t.Fatalf("helm package wrote %v (%v), want one chart", pkgs, err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want map[string]string // image by Deployment
+	}{
+		{[]string{"--set", "dns.mode=standalone"}, map[string]string{
+			"Deployment/mcs-system/mcs-controller": "ghcr.io/vksfleet/mcs-controller:" + version,
+			"Deployment/mcs-system/mcs-dns":        "ghcr.io/vksfleet/coredns:" + version}},
+		{[]string{"--set", "dns.mode=replace", "--set", "image.dns=mirror.example/coredns:mine"}, map[string]string{
+			"Deployment/mcs-system/mcs-controller": "ghcr.io/vksfleet/mcs-controller:" + version,
+			"Deployment/kube-system/coredns":       "mirror.example/coredns:mine"}},
+	} {
+		got := map[string]string{}
+		for key, obj := range decode(t, "helm", run(t, bin, append([]string{"template", "mcs", pkgs[0], "--namespace", "mcs-system"}, tc.args...)...)) {
+			if !strings.HasPrefix(key, "Deployment/") {
+				continue
+			}
+			spec := obj["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+			got[key] = spec["containers"].([]any)[0].(map[string]any)["image"].(string)
+		}
+		if !maps.Equal(got, tc.want) {
+			t.Errorf("helm template %v: images %v, want %v", tc.args, got, tc.want)
+		}
+	}
+}

@@ -5,19 +5,23 @@
 # engine stores it and compressed as a registry stores it, and saves each as a docker-archive,
 # bin/images/<name>.tar, which the local clusterset's kubelet nodes load.
 #
-# Environment: VERSION (default v0.1.0, the tag build/deploy uses), IMAGE_REPO (default ghcr.io/vksfleet),
-# IMAGE_SOURCE (the org.opencontainers.image.source label).
+# Environment: VERSION, the images' tag and the version linked into their binaries (default: build/images/version.sh,
+# `git describe` of the tree, as the Makefile passes it), IMAGE_REPO (default ghcr.io/vksfleet), IMAGE_SOURCE (the
+# org.opencontainers.image.source label).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 # shellcheck source=build/apt.sh
 . "$root/build/apt.sh"
-version=${VERSION:-v0.1.0}
+version=${VERSION:-$(bash build/images/version.sh)}
 repo=${IMAGE_REPO:-ghcr.io/vksfleet}
 source=${IMAGE_SOURCE:-https://github.com/vksfleet/fleet}
-revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
-if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then revision=$revision-dirty; fi
+revision=$(bash build/images/version.sh revision)
+if ! [[ $version =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]]; then
+	echo "images: VERSION $version is not an image tag (letters, digits, _ . -; at most 128)" >&2
+	exit 1
+fi
 docker=/usr/bin/docker
 ctx=$root/bin/images
 
@@ -27,13 +31,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 	apt_install images "${missing[@]}"
 fi
 
-# binary NAME PKG: a static, stripped binary without local paths in $ctx/NAME/NAME, which knows its version and
-# revision (mcs_controller_build_info).
+# binary IMAGE NAME PKG: a static, stripped binary without local paths in $ctx/IMAGE/NAME, which knows its version
+# and revision (mcs_controller_build_info, kubectl mcs version).
 binary() {
 	mkdir -p "$ctx/$1"
-	rm -f "$ctx/$1/"*
 	CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X vksfleet.dev/fleet/mcs/buildinfo.version=$version -X vksfleet.dev/fleet/mcs/buildinfo.revision=$revision" \
-		-o "$ctx/$1/$1" "$2"
+		-o "$ctx/$1/$2" "$3"
 }
 
 # image NAME DOCKERFILE: builds $repo/NAME:$version from build/images/DOCKERFILE and the context $ctx/NAME.
@@ -52,8 +55,12 @@ image() {
 	awk -v r="$ref" -v s="$size" -v p="$packed" 'BEGIN { printf "images: %s  %.1f MB, %.1f MB compressed\n", r, s / 1e6, p / 1e6 }'
 }
 
-binary mcs-controller ./cmd/controller
-binary coredns ./cmd/coredns
+rm -rf "$ctx/mcs-controller" "$ctx/coredns"
+binary mcs-controller mcs-controller ./cmd/controller
+# kubectl-mcs beside the controller: `kubectl mcs diagnose --in-cluster` runs its DNS probe pod from this image, at
+# the plugin's own version (the image has no shell, no sleep and no dig).
+binary mcs-controller kubectl-mcs ./cmd/kubectl-mcs
+binary coredns coredns ./cmd/coredns
 # Port 53 as a non-root user needs CAP_NET_BIND_SERVICE as a file capability, as upstream CoreDNS images have it.
 # COPY drops extended attributes, so the binary goes in as a tar that carries the capability, which ADD applies.
 setcap cap_net_bind_service=+ep "$ctx/coredns/coredns"

@@ -73,6 +73,8 @@ type Fleet struct {
 	BrokerInfoPath string
 	// PrometheusURL, with Options.Monitoring, is where Prometheus answers: http://127.0.0.1:port.
 	PrometheusURL string
+	// Images, with nodes, are our images the nodes hold, which this tree's joins install (ImageArgs).
+	Images ProductImages
 
 	opts     Options
 	dir      string
@@ -132,8 +134,9 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 	if err != nil {
 		return nil, err
 	}
+	var images ProductImages
 	if pods {
-		if err := podsMode(ctx, &opts, dir); err != nil {
+		if images, err = podsMode(ctx, &opts, dir); err != nil {
 			return nil, errors.Join(err, os.RemoveAll(dir))
 		}
 	}
@@ -141,7 +144,7 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 	if err != nil {
 		return nil, errors.Join(err, os.RemoveAll(dir))
 	}
-	f := &Fleet{ClusterSet: cs, opts: opts, dir: dir, pods: pods}
+	f := &Fleet{ClusterSet: cs, opts: opts, dir: dir, pods: pods, Images: images}
 	for _, c := range cs.Members {
 		f.Members = append(f.Members, &Member{Cluster: c, fleet: f})
 	}

@@ -55,9 +55,6 @@ const (
 	installTimeout = 3 * time.Minute
 	// replicas is what the manifests give both Deployments.
 	replicas = 2
-	// kubeadmDNSImage runs a bare member's kubeadm DNS: our image, which every node holds, is stock CoreDNS with
-	// one plugin more, which kubeadm's Corefile does not load.
-	kubeadmDNSImage = "ghcr.io/vksfleet/coredns:v0.1.0"
 )
 
 // BrokerSecret is the member Secret whose key "kubeconfig" the deployed controller reads the broker kubeconfig
@@ -127,7 +124,9 @@ func (f *Fleet) install(ctx context.Context) error {
 		// What kubeadm leaves: its CoreDNS running behind the kube-dns Service, which join's standalone mode
 		// forwards from.
 		for _, m := range f.Members {
-			if err := clusterset.InstallKubeadmDNS(ctx, m.Client, kubeadmDNSImage); err != nil {
+			// Our image, which every node holds, is stock CoreDNS with one plugin more, which kubeadm's Corefile
+			// does not load.
+			if err := clusterset.InstallKubeadmDNS(ctx, m.Client, f.Images.DNS); err != nil {
 				return fmt.Errorf("fleet: %s: %w", m.Name, err)
 			}
 		}
@@ -202,6 +201,13 @@ func (f *Fleet) kubectlMCSWith(ctx context.Context, bin string, args ...string) 
 	return out.String(), nil
 }
 
+// ImageArgs are the flags that make this tree's `kubectl mcs join` install our images as the nodes hold them:
+// run in process, built at no version, it would name the bases' tag, while `make images` tags the images with the
+// tree's version.
+func (f *Fleet) ImageArgs() []string {
+	return []string{"--controller-image", f.Images.Controller, "--dns-image", f.Images.DNS}
+}
+
 // Join runs `kubectl mcs join` for the member in a DNS mode, with its cluster id, waits until its controller,
 // with the fleet's flags, and its DNS are available, and returns join's output.
 func (m *Member) Join(ctx context.Context, dnsMode string) (string, error) {
@@ -210,8 +216,12 @@ func (m *Member) Join(ctx context.Context, dnsMode string) (string, error) {
 
 // JoinWith is Join run by the kubectl-mcs binary bin (a previous release's, say, which installs that release's
 // manifests), or in process when bin is "", with more join flags: joined again, a member is upgraded or
-// downgraded to what bin installs, as a user does it.
+// downgraded to what bin installs, as a user does it. In process, join installs the images the nodes hold
+// (ImageArgs), unless args name others.
 func (m *Member) JoinWith(ctx context.Context, bin, dnsMode string, args ...string) (string, error) {
+	if bin == "" {
+		args = append(m.fleet.ImageArgs(), args...)
+	}
 	out, err := m.fleet.kubectlMCSWith(ctx, bin, append([]string{"--context", m.Name, "join", "--broker-info", m.fleet.BrokerInfoPath, "--cluster-id", m.ID,
 		"--dns", dnsMode, "--wait", installTimeout.String()}, args...)...)
 	if err != nil {

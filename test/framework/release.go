@@ -20,7 +20,7 @@ import (
 type Release struct {
 	// Commit is the full commit the release is built from.
 	Commit string
-	// Tag is its images' tag: "prev-" and the commit's first 12 digits (this tree's images are v0.1.0).
+	// Tag is its images' tag: "prev-" and the commit's first 12 digits (this tree's: build/images/version.sh).
 	Tag string
 	// KubectlMCS is its kubectl-mcs binary.
 	KubectlMCS string

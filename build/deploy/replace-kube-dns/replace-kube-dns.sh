@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Replaces a cluster's stock kube-dns CoreDNS with ours in place, and back.
 #
-#   replace-kube-dns.sh install [IMAGE]   default IMAGE: ghcr.io/vksfleet/coredns:v0.1.0
+#   replace-kube-dns.sh install [IMAGE]   default IMAGE: the coredns base's (build/deploy/coredns/kustomization.yaml)
 #   replace-kube-dns.sh uninstall
 #
 # install keeps a copy of the Corefile and the image in the ConfigMap kube-system/coredns-vksfleet-original (once:
@@ -30,7 +30,13 @@ set_corefile() {
 
 case "${1:-}" in
 install)
-	image=${2:-ghcr.io/vksfleet/coredns:v0.1.0}
+	image=${2:-}
+	if [ -z "$image" ]; then
+		# The coredns base's newName and newTag, the image `kubectl apply -k build/deploy/coredns` runs.
+		image=$(awk '{ gsub(/["\047]/, "", $2) } $1 == "newName:" { name = $2 } $1 == "newTag:" { tag = $2 } END { if (name != "" && tag != "") print name ":" tag }' \
+			"$dir/../coredns/kustomization.yaml")
+		[ -n "$image" ] || { echo "replace-kube-dns: no image in $dir/../coredns/kustomization.yaml: give one" >&2; exit 1; }
+	fi
 	if ! k get configmap "$backup" >/dev/null 2>&1; then
 		k get configmap coredns -o jsonpath='{.data.Corefile}' >"$tmp/Corefile"
 		old=$(k get deployment coredns -o jsonpath='{.spec.template.spec.containers[?(@.name=="coredns")].image}')

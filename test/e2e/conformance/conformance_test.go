@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -24,7 +23,8 @@ import (
 const (
 	// envRun must be set for TestConformance to run: it takes minutes beyond the rest of `go test ./...`.
 	envRun = "FLEET_CONFORMANCE"
-	// envSuite is the suite's folder, absolute or relative to the repository's root; default DefaultSuite.
+	// envSuite is a local copy of the suite's folder, absolute or relative to the repository's root; unset, the
+	// pinned commit is fetched (SuiteModule, SuiteCommit).
 	envSuite = "FLEET_CONFORMANCE_SUITE"
 )
 
@@ -44,12 +44,11 @@ func TestConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := cmp.Or(os.Getenv(envSuite), DefaultSuite)
-	if !filepath.IsAbs(src) {
-		src = filepath.Join(repo, src)
-	}
-
 	start := time.Now()
+	src, err := findSuite(ctx, repo, os.Getenv(envSuite))
+	if err != nil {
+		t.Fatal(err)
+	}
 	suite, err := buildSuite(ctx, src, filepath.Join(repo, ".conformance"))
 	if err != nil {
 		t.Fatal(err)

@@ -1,9 +1,12 @@
 package conformance
 
 import (
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -129,5 +132,69 @@ func TestSuiteFiles(t *testing.T) {
 	}
 	if _, err := suiteFiles(filepath.Join(dir, "sub")); err == nil {
 		t.Error("a folder without the suite was accepted")
+	}
+}
+
+// TestParentVersion reads go.mod files as `go mod edit -json` prints them: upstream's, which takes
+// sigs.k8s.io/mcs-api from the folder above it, a copy that takes it from the module proxy, and replacements the
+// build cannot provide.
+func TestParentVersion(t *testing.T) {
+	const head = "module sigs.k8s.io/mcs-api/conformance\n\ngo 1.23.0\n\nrequire (\n\tk8s.io/api v0.32.5\n\tsigs.k8s.io/mcs-api v0.5.0\n)\n"
+	for _, tc := range []struct {
+		name, gomod, want string
+		wantErr           bool
+	}{
+		{name: "upstream's: the repository's root", gomod: head + "replace sigs.k8s.io/mcs-api => ..\n", want: "v0.5.0"},
+		{name: "the root written with a slash", gomod: head + "replace sigs.k8s.io/mcs-api => ../\n", want: "v0.5.0"},
+		{name: "no replacement", gomod: head},
+		{name: "a replacement by a module version", gomod: head + "replace k8s.io/api => k8s.io/api v0.32.6\n"},
+		{name: "another module by a folder", gomod: head + "replace k8s.io/api => ../api\n", wantErr: true},
+		{name: "mcs-api by another folder", gomod: head + "replace sigs.k8s.io/mcs-api => ../../mcs-api\n", wantErr: true},
+		{name: "the root without a version to put there", gomod: "module x\n\ngo 1.23.0\n\nreplace sigs.k8s.io/mcs-api => ..\n", wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "go.mod")
+			if err := os.WriteFile(p, []byte(tc.gomod), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			js, err := exec.Command("go", "mod", "edit", "-json", p).Output()
+			if err != nil {
+				t.Fatalf("go mod edit -json: %v", err)
+			}
+			got, err := parentVersion(js)
+			if (err != nil) != tc.wantErr || got != tc.want {
+				t.Errorf("parentVersion = %q, %v; want %q, error %v", got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestFindSuite checks where the suite's source comes from: a local copy, by a path absolute or relative to the
+// repository, else the pinned module, whose fetch, failing, names both ways.
+func TestFindSuite(t *testing.T) {
+	repo := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(repo, "copy"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, local := range []string{"copy", filepath.Join(repo, "copy")} {
+		if got, err := findSuite(ctx, repo, local); err != nil || got != filepath.Join(repo, "copy") {
+			t.Errorf("findSuite(%q) = %q, %v; want %s", local, got, err, filepath.Join(repo, "copy"))
+		}
+	}
+	if _, err := findSuite(ctx, repo, "absent"); err == nil || !strings.Contains(err.Error(), "CONFORMANCE_SUITE") {
+		t.Errorf("a missing local copy: %v; want an error naming CONFORMANCE_SUITE", err)
+	}
+	// No network and an empty module cache: the fetch fails, at once.
+	t.Setenv("GOPROXY", "off")
+	t.Setenv("GOMODCACHE", t.TempDir())
+	_, err := findSuite(ctx, repo, "")
+	if err == nil {
+		t.Fatal("the suite was fetched with GOPROXY=off")
+	}
+	for _, want := range []string{SuiteModule + "@" + SuiteCommit, "GOPROXY", "CONFORMANCE_SUITE=", SuiteCommit} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q:\n%v", want, err)
+		}
 	}
 }

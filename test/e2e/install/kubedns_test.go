@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/build/deploy"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/plugin/mcstest"
 	"vksfleet.dev/fleet/test/env/clusterset"
@@ -143,7 +144,13 @@ func TestReplaceKubeDNS(t *testing.T) {
 		before[q.name] = got
 	}
 
-	replaceKubeDNS(t, b, "install", coreDNSImage)
+	// Given no image, the script installs the coredns base's.
+	tag, err := deploy.ImageTag()
+	if err != nil {
+		t.Fatal(err)
+	}
+	coreDNSImage := "ghcr.io/vksfleet/coredns:" + tag
+	replaceKubeDNS(t, b, "install")
 	corefile, image := corefileAndImage(ctx, t, b)
 	block, err := os.ReadFile(filepath.Join(root, "build", "deploy", "replace-kube-dns", "clusterset.server"))
 	if err != nil {

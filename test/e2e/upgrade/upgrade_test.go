@@ -47,7 +47,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"vksfleet.dev/fleet/build/deploy"
 	"vksfleet.dev/fleet/cli/install"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/env/dataplane"
@@ -177,7 +176,8 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 	e.step(t, "all on "+rel.Tag+" (baseline)", version, soak, nil)
 
-	controllerImage, dnsImage := shippedImage(t, "controller"), shippedImage(t, "coredns")
+	// This tree's images, as `make images` tagged them, which its join (in process) installs.
+	controllerImage, dnsImage := f.Images.Controller, f.Images.DNS
 	_, tag, _ := strings.Cut(controllerImage, ":")
 	current := "current (" + tag + ")"
 	for i, m := range f.Members {
@@ -208,22 +208,6 @@ func TestRollingUpgrade(t *testing.T) {
 				r.step, r.failed, r.failures, r.dnsTimeout, r.badAnswers, r.lost)
 		}
 	}
-}
-
-// shippedImage is the image this tree's kustomize base (build/deploy/<base>) runs.
-func shippedImage(t *testing.T, base string) string {
-	t.Helper()
-	b, err := deploy.Render(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "image: "); ok {
-			return v
-		}
-	}
-	t.Fatalf("build/deploy/%s runs no image", base)
-	return ""
 }
 
 // checkVersion checks that the member's controller and CoreDNS Deployments run these images, rolled out.

@@ -27,8 +27,8 @@ import (
 )
 
 // A node runs Debian's containerd 1.6 and the kubelet built from the pinned Kubernetes
-// (build/tools.sh) in the node's network namespace (Node.start). Facts behind every setting:
-// ../shared/KUBELET-NOTES.md.
+// (build/tools.sh) in the node's network namespace (Node.start). Why each setting is as it is:
+// docs/local-clusterset.md, "How it is built" (Nodes).
 
 // kubeletCheck says what a kubelet node needs that is missing, before anything starts.
 func kubeletCheck(opts Options, assets string) error {

@@ -16,7 +16,9 @@ import (
 	"io"
 	"io/fs"
 	"maps"
+	"os"
 	"path"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"time"
@@ -160,4 +162,40 @@ func (im Image) layer() ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// ArchiveTags reads the tags the docker-archive tar archive names its images by (manifest.json's RepoTags, as
+// docker save and WriteArchive write them), in order: what a node that imports it can run, such as our images at
+// the version `make images` tagged them with.
+func ArchiveTags(archive string) ([]string, error) {
+	f, err := os.Open(archive)
+	if err != nil {
+		return nil, fmt.Errorf("nodeimages: %w", err)
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("nodeimages: no manifest.json in %s", archive)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("nodeimages: reading %s: %w", archive, err)
+		}
+		if filepath.Clean(h.Name) != "manifest.json" {
+			continue
+		}
+		var manifest []struct{ RepoTags []string }
+		if err := json.NewDecoder(tr).Decode(&manifest); err != nil {
+			return nil, fmt.Errorf("nodeimages: manifest.json of %s: %w", archive, err)
+		}
+		var tags []string
+		for _, m := range manifest {
+			tags = append(tags, m.RepoTags...)
+		}
+		if len(tags) == 0 {
+			return nil, fmt.Errorf("nodeimages: the manifest.json of %s names no tag", archive)
+		}
+		return tags, nil
+	}
 }

@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"io"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -190,4 +192,49 @@ func readLayer(t *testing.T, layer []byte) []entry {
 func hexDigest(b []byte) string {
 	d := sha256.Sum256(b)
 	return hex.EncodeToString(d[:])
+}
+
+// TestArchiveTags reads back the tags WriteArchive writes, as the framework reads those `make images` gave our
+// images, and refuses a tar that is no docker-archive.
+func TestArchiveTags(t *testing.T) {
+	dir := t.TempDir()
+	im := Image{Tags: []string{"ghcr.io/vksfleet/coredns:v0.2.0-3-gb35ea41", "ghcr.io/vksfleet/coredns:extra"},
+		Files: []File{{Path: "/coredns", Mode: 0o755, Data: []byte("ELF")}}}
+	archive := filepath.Join(dir, "coredns.tar")
+	var b bytes.Buffer
+	if err := im.WriteArchive(&b); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(archive, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ArchiveTags(archive); err != nil || !slices.Equal(got, im.Tags) {
+		t.Errorf("ArchiveTags = %q, %v; want %q", got, err, im.Tags)
+	}
+	// A tar without manifest.json, one whose manifest names no tag, and no file.
+	plain := filepath.Join(dir, "plain.tar")
+	untagged := filepath.Join(dir, "untagged.tar")
+	for p, files := range map[string]map[string]string{plain: {"layer.tar": "x"}, untagged: {"manifest.json": `[{"Config":"c.json","RepoTags":null}]`}} {
+		var b bytes.Buffer
+		tw := tar.NewWriter(&b)
+		for name, data := range files {
+			if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data))}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tw.Write([]byte(data)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{plain, untagged, filepath.Join(dir, "absent.tar")} {
+		if got, err := ArchiveTags(p); err == nil {
+			t.Errorf("ArchiveTags(%s) = %q, want an error", filepath.Base(p), got)
+		}
+	}
 }
