@@ -114,12 +114,12 @@ func probePort(bind string) string {
 	return port
 }
 
-// publish writes this replica's record at now when the members its probes find unreachable changed, or
-// replicaHeartbeat after its last write.
-func (r *replicas) publish(ctx context.Context, unreachable []string, now time.Time) error {
-	value := strings.Join(unreachable, ",")
-	if w := r.written; w != nil && w.Annotations[names.AnnotationUnreachable] == value && w.Spec.RenewTime != nil &&
-		now.Sub(w.Spec.RenewTime.Time) < replicaHeartbeat {
+// publish writes this replica's record at now when the members its probes find unreachable or reachable changed,
+// or replicaHeartbeat after its last write.
+func (r *replicas) publish(ctx context.Context, unreachable, reachable []string, now time.Time) error {
+	value, judged := strings.Join(unreachable, ","), strings.Join(reachable, ",")
+	if w := r.written; w != nil && w.Annotations[names.AnnotationUnreachable] == value && w.Annotations[names.AnnotationReachable] == judged &&
+		w.Spec.RenewTime != nil && now.Sub(w.Spec.RenewTime.Time) < replicaHeartbeat {
 		return nil
 	}
 	lease := r.written
@@ -137,7 +137,7 @@ func (r *replicas) publish(ctx context.Context, unreachable []string, now time.T
 	}
 	lease.Labels = map[string]string{names.LabelManagedBy: names.ManagedBy, names.LabelProbeReplica: "true"}
 	lease.OwnerReferences = r.owner
-	lease.Annotations = map[string]string{names.AnnotationNode: r.node}
+	lease.Annotations = map[string]string{names.AnnotationNode: r.node, names.AnnotationReachable: judged}
 	if value != "" {
 		lease.Annotations[names.AnnotationUnreachable] = value
 	}
@@ -227,6 +227,12 @@ func replicaVerdicts(records []coordinationv1.Lease, self string, now time.Time)
 		if u := l.Annotations[names.AnnotationUnreachable]; u != "" {
 			v.Unreachable = strings.Split(u, ",")
 		}
+		if r, ok := l.Annotations[names.AnnotationReachable]; ok {
+			v.ListsReachable = true
+			if r != "" {
+				v.Reachable = strings.Split(r, ",")
+			}
+		}
 		verdicts = append(verdicts, v)
 		if a := l.Annotations[names.AnnotationProbeAddresses]; a != "" && now.Sub(at) < replicaAddressAge {
 			addrs = append(addrs, strings.Split(a, ",")...)
@@ -262,7 +268,8 @@ func (p *dataPlaneProbe) agree(ctx context.Context, now time.Time) {
 	node := ""
 	if p.replicas != nil {
 		node = p.replicas.node
-		if err := p.replicas.publish(ctx, p.tracker.Own(), now); err != nil && ctx.Err() == nil {
+		unreachable, reachable := p.tracker.Own()
+		if err := p.replicas.publish(ctx, unreachable, reachable, now); err != nil && ctx.Err() == nil {
 			p.log.Error(err, "writing this replica's probe verdicts")
 		}
 		verdicts, addrs, err := p.replicas.peers(ctx, now)

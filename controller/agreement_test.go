@@ -75,23 +75,34 @@ func replicaRecord(pod, node string, at time.Time, addrs string, unreachable ...
 	return l
 }
 
+// judgedRecord is l as this release writes it, listing the members it finds reachable.
+func judgedRecord(l *coordinationv1.Lease, reachable string) *coordinationv1.Lease {
+	l.Annotations[names.AnnotationReachable] = reachable
+	return l
+}
+
 func TestReplicaVerdicts(t *testing.T) {
 	now := time.Unix(1000, 0)
 	verdicts, addrs := replicaVerdicts([]coordinationv1.Lease{
 		*replicaRecord("self", "n1", now, "10.1.0.1:8081", "b"),
 		*replicaRecord("peer", "n2", now.Add(-time.Second), "10.1.0.2:8081", "b,c"),
 		*replicaRecord("gone", "n3", now.Add(-replicaAddressAge), "10.1.0.3:8081"),
+		*judgedRecord(replicaRecord("new", "n4", now, "10.1.0.4:8081", "b"), "c,d"),
+		*judgedRecord(replicaRecord("started", "n5", now, "10.1.0.5:8081"), ""),
 	}, replicaRecordPrefix+"self", now)
 	want := []reach.Verdict{
 		{Node: "n2", At: now.Add(-time.Second), Unreachable: []string{"b", "c"}},
 		{Node: "n3", At: now.Add(-replicaAddressAge)},
+		{Node: "n4", At: now, Unreachable: []string{"b"}, Reachable: []string{"c", "d"}, ListsReachable: true},
+		{Node: "n5", At: now, ListsReachable: true},
 	}
 	if !slices.EqualFunc(verdicts, want, func(a, b reach.Verdict) bool {
-		return a.Node == b.Node && a.At.Equal(b.At) && slices.Equal(a.Unreachable, b.Unreachable)
+		return a.Node == b.Node && a.At.Equal(b.At) && slices.Equal(a.Unreachable, b.Unreachable) &&
+			slices.Equal(a.Reachable, b.Reachable) && a.ListsReachable == b.ListsReachable
 	}) {
 		t.Errorf("verdicts %+v, want %+v", verdicts, want)
 	}
-	if !slices.Equal(addrs, []string{"10.1.0.2:8081"}) {
+	if !slices.Equal(addrs, []string{"10.1.0.2:8081", "10.1.0.4:8081", "10.1.0.5:8081"}) {
 		t.Errorf("addresses %v, want only the young peer's", addrs)
 	}
 }
@@ -104,17 +115,18 @@ func TestReplicaPublish(t *testing.T) {
 	r := &replicas{client: local, namespace: "mcs-system", name: replicaRecordPrefix + "p1", pod: "p1", node: "n1",
 		addrs: []string{"10.1.0.1:8081"}}
 	for _, step := range []struct {
-		at          time.Duration
-		unreachable []string
-		writes      int32
+		at                     time.Duration
+		unreachable, reachable []string
+		writes                 int32
 	}{
-		{0, nil, 1},
-		{300 * time.Millisecond, nil, 1},
-		{600 * time.Millisecond, []string{"b"}, 2}, // a change, at once
-		{900 * time.Millisecond, []string{"b"}, 2},
-		{1600 * time.Millisecond, []string{"b"}, 3}, // the heartbeat
+		{0, nil, nil, 1},
+		{300 * time.Millisecond, nil, nil, 1},
+		{450 * time.Millisecond, nil, []string{"b"}, 2},        // judged: a change, at once
+		{600 * time.Millisecond, []string{"b"}, []string{}, 3}, // a change, at once
+		{900 * time.Millisecond, []string{"b"}, nil, 3},
+		{1700 * time.Millisecond, []string{"b"}, nil, 4}, // the heartbeat
 	} {
-		if err := r.publish(ctx, step.unreachable, t0.Add(step.at)); err != nil {
+		if err := r.publish(ctx, step.unreachable, step.reachable, t0.Add(step.at)); err != nil {
 			t.Fatal(err)
 		}
 		if got := local.writes.Load(); got != step.writes {
@@ -125,15 +137,18 @@ func TestReplicaPublish(t *testing.T) {
 	if err := local.Get(ctx, client.ObjectKey{Namespace: "mcs-system", Name: r.name}, got); err != nil {
 		t.Fatal(err)
 	}
+	if reachable, ok := got.Annotations[names.AnnotationReachable]; !ok || reachable != "" {
+		t.Errorf("record lists %q reachable (annotation present %v), want an empty list", reachable, ok)
+	}
 	if got.Annotations[names.AnnotationUnreachable] != "b" || got.Annotations[names.AnnotationNode] != "n1" ||
 		got.Annotations[names.AnnotationProbeAddresses] != "10.1.0.1:8081" || got.Labels[names.LabelProbeReplica] != "true" ||
-		!got.Spec.RenewTime.Time.Equal(t0.Add(1600*time.Millisecond)) {
+		!got.Spec.RenewTime.Time.Equal(t0.Add(1700*time.Millisecond)) {
 		t.Errorf("record %+v %+v", got.ObjectMeta, got.Spec)
 	}
 }
 
 // TestProbeAgree: the elected replica acts on a member's loss only while a replica on another node finds it lost
-// too, with a fresh verdict; alone, it counts it once and the member stays in use. Every replica publishes its own
+// too (or found it so, before it stopped); alone, it counts it once and the member stays in use. Every replica publishes its own
 // verdicts, and another replica's decisions enqueue nothing.
 func TestProbeAgree(t *testing.T) {
 	ctx := context.Background()
@@ -227,10 +242,27 @@ func TestProbeAgree(t *testing.T) {
 		t.Errorf("with another node's agreement: %v", got)
 	}
 
-	// The other node's verdict goes stale (it stopped writing): fail open again.
+	// The other node's verdict goes stale (its replica stopped, its pod being replaced): it agreed, and nothing
+	// contradicts it, so traffic does not go back to cluster-b meanwhile.
 	p.agree(ctx, at.Add(reach.Agreement))
+	if got := tracker.State("cluster-b"); got != reach.Unreachable || enqueued() != 0 {
+		t.Errorf("with a stale agreeing verdict: %v", got)
+	}
+
+	// The other node finds cluster-b reachable: fail open again.
+	later := at.Add(2 * reach.Agreement)
+	setPeer(later)
+	l := &coordinationv1.Lease{}
+	if err := local.Get(ctx, client.ObjectKeyFromObject(peer), l); err != nil {
+		t.Fatal(err)
+	}
+	l.Annotations[names.AnnotationReachable] = "cluster-b"
+	if err := local.Update(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	p.agree(ctx, later)
 	if got := tracker.State("cluster-b"); got == reach.Unreachable || enqueued() != 1 {
-		t.Errorf("with a stale verdict: %v", got)
+		t.Errorf("with a contradicting verdict: %v", got)
 	}
 }
 

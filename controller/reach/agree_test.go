@@ -9,6 +9,14 @@ import (
 func TestAgreed(t *testing.T) {
 	now := time.Unix(1000, 0)
 	peer := func(node string, age time.Duration, unreachable ...string) Verdict {
+		return Verdict{Node: node, At: now.Add(-age), Unreachable: unreachable, ListsReachable: true}
+	}
+	// judged is a peer that also finds reachable the members in reachable.
+	judged := func(node string, age time.Duration, reachable ...string) Verdict {
+		return Verdict{Node: node, At: now.Add(-age), Reachable: reachable, ListsReachable: true}
+	}
+	// old is the record of an earlier release, which lists only the members it finds unreachable.
+	old := func(node string, age time.Duration, unreachable ...string) Verdict {
 		return Verdict{Node: node, At: now.Add(-age), Unreachable: unreachable}
 	}
 	tests := []struct {
@@ -24,10 +32,19 @@ func TestAgreed(t *testing.T) {
 		{"another node agrees", Unreachable, "n1", []Verdict{peer("n2", 500*time.Millisecond, "b")}, Unreachable},
 		{"one replica, no other node to ask", Unreachable, "n1", nil, Unreachable},
 		{"both on one node, no other node to ask", Unreachable, "n1", []Verdict{peer("n1", 0), peer("n1", 0, "b")}, Unreachable},
-		{"the other node silent", Unreachable, "n1", []Verdict{peer("n2", time.Minute, "b")}, Unknown},
-		{"the other node finds it reachable", Unreachable, "n1", []Verdict{peer("n2", 0, "c")}, Unknown},
-		{"the other node's verdict is stale", Unreachable, "n1", []Verdict{peer("n2", Agreement, "b")}, Unknown},
+		{"the other node finds it reachable", Unreachable, "n1", []Verdict{judged("n2", 0, "b", "c")}, Unknown},
+		{"the other node has not judged it yet (just started)", Unreachable, "n1", []Verdict{judged("n2", 0, "c")}, Unreachable},
+		{"an earlier release's record that does not list it", Unreachable, "n1", []Verdict{old("n2", 0, "c")}, Unknown},
+		{"an earlier release's record that agrees", Unreachable, "n1", []Verdict{old("n2", 0, "b")}, Unreachable},
+		{"the other node stopped, having agreed (its pod replaced)", Unreachable, "n1", []Verdict{peer("n2", time.Minute, "b")}, Unreachable},
+		{"the other node stopped, having found it reachable", Unreachable, "n1", []Verdict{judged("n2", Agreement, "b")}, Unknown},
 		{"a verdict just fresh", Unreachable, "n1", []Verdict{peer("n2", Agreement-time.Millisecond, "b")}, Unreachable},
+		{"a fresh contradiction beats a stale agreement", Unreachable, "n1",
+			[]Verdict{peer("n2", Agreement, "b"), judged("n3", 0, "b")}, Unknown},
+		{"a fresh agreement beats a stale contradiction", Unreachable, "n1",
+			[]Verdict{judged("n2", Agreement, "b"), peer("n3", 0, "b")}, Unreachable},
+		{"the stopped replica agreed, its replacement has not judged yet", Unreachable, "n1",
+			[]Verdict{peer("n2", 3*time.Second, "b"), judged("n2", 0)}, Unreachable},
 		{"a verdict from a clock far ahead", Unreachable, "n1", []Verdict{peer("n2", -2*time.Second, "b")}, Unknown},
 		{"a verdict slightly ahead", Unreachable, "n1", []Verdict{peer("n2", -500*time.Millisecond, "b")}, Unreachable},
 		{"a peer without a node", Unreachable, "n1", []Verdict{peer("", 0, "b")}, Unknown},
@@ -44,8 +61,8 @@ func TestAgreed(t *testing.T) {
 	}
 }
 
-// Under agreement, a member's own failed rounds change nothing until another node's fresh verdict agrees, and
-// nothing more once that verdict goes stale.
+// Under agreement, a member's own failed rounds change nothing until another node's verdict agrees; a replica that
+// stopped having agreed still agrees, until a verdict contradicts it.
 func TestTrackerAgree(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	tr := New(1, 1)
@@ -57,8 +74,8 @@ func TestTrackerAgree(t *testing.T) {
 	if tr.Observe("b", false, t0.Add(time.Second)) {
 		t.Error("Observe says the state changed, which only Agree does")
 	}
-	if got := tr.Own(); !slices.Equal(got, []string{"b"}) {
-		t.Errorf("Own = %v, want [b]", got)
+	if unreachable, reachable := tr.Own(); !slices.Equal(unreachable, []string{"b"}) || len(reachable) != 0 {
+		t.Errorf("Own = %v, %v, want [b], []", unreachable, reachable)
 	}
 	silent := []Verdict{{Node: "n2", At: t0.Add(-time.Minute)}}
 	changed := tr.Agree("n1", silent, t0.Add(time.Second))
@@ -73,8 +90,13 @@ func TestTrackerAgree(t *testing.T) {
 	if got := tr.States(); got["b"] != Unreachable {
 		t.Errorf("States = %v", got)
 	}
-	tr.Agree("n1", []Verdict{{Node: "n2", At: at, Unreachable: []string{"b"}}}, at.Add(Agreement))
+	tr.Agree("n1", []Verdict{{Node: "n2", At: at, Unreachable: []string{"b"}, ListsReachable: true}}, at.Add(Agreement))
+	if tr.State("b") != Unreachable {
+		t.Errorf("the other node's agreeing verdict went stale (its replica stopped): state %v, want unreachable", tr.State("b"))
+	}
+	later := at.Add(Agreement)
+	tr.Agree("n1", []Verdict{{Node: "n2", At: later, Reachable: []string{"b"}, ListsReachable: true}}, later)
 	if tr.State("b") != Unknown {
-		t.Errorf("the other node's verdict went stale: state %v, want unknown", tr.State("b"))
+		t.Errorf("the other node finds it reachable again: state %v, want unknown", tr.State("b"))
 	}
 }

@@ -117,19 +117,23 @@ func (t *Tracker) Agree(node string, peers []Verdict, now time.Time) []string {
 	return changed
 }
 
-// Own returns the members this Tracker's own probes find unreachable, whatever the other replicas find: what this
-// replica publishes for the others to agree with.
-func (t *Tracker) Own() []string {
+// Own returns the members this Tracker's own probes find unreachable and those they find reachable, sorted,
+// whatever the other replicas find: what this replica publishes for the others to agree with. A member in neither
+// is not judged yet.
+func (t *Tracker) Own() (unreachable, reachable []string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var ids []string
 	for id, m := range t.members {
-		if m.state == Unreachable {
-			ids = append(ids, id)
+		switch m.state {
+		case Unreachable:
+			unreachable = append(unreachable, id)
+		case Reachable:
+			reachable = append(reachable, id)
 		}
 	}
-	slices.Sort(ids)
-	return ids
+	slices.Sort(unreachable)
+	slices.Sort(reachable)
+	return unreachable, reachable
 }
 
 // Uncorroborated returns the members this Tracker's own probes find unreachable but State does not: no other

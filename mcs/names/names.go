@@ -40,6 +40,11 @@ const (
 	// endpoints do not answer from that member's data-plane probe, so that `kubectl mcs status` shows each
 	// member's data plane as every other member sees it. Absent when all answer.
 	AnnotationUnreachable = "mcs.vksfleet.dev/unreachable"
+	// AnnotationReachable, on a controller replica's probe record (a Lease mcs-probe-<pod> in the controller's
+	// namespace), lists (comma-separated, sorted) the members whose data plane that replica's probes find reachable,
+	// so that the elected replica tells a replica that has not judged a member yet (one just started) from one that
+	// finds it reachable. Present, empty when it finds none, on every record since it was introduced.
+	AnnotationReachable = "mcs.vksfleet.dev/reachable"
 	// AnnotationProbeAddresses, on a member's broker Lease, lists (comma-separated host:port, sorted) the addresses
 	// of its controller replicas that other members' data-plane probes connect to: pods in the controller's own
 	// namespace, which no namespace user of the member writes, unlike its exported endpoints. On a replica's
