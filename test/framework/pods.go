@@ -217,10 +217,13 @@ func (m *Member) Join(ctx context.Context, dnsMode string) (string, error) {
 // JoinWith is Join run by the kubectl-mcs binary bin (a previous release's, say, which installs that release's
 // manifests), or in process when bin is "", with more join flags: joined again, a member is upgraded or
 // downgraded to what bin installs, as a user does it. In process, join installs the images the nodes hold
-// (ImageArgs), unless args name others.
+// (ImageArgs), unless args name others, and takes over what the fleet itself wrote of join's objects
+// (--force-conflicts): every cluster of the clusterset gets the export policy before any join, and the fleet runs
+// the controller with its own flags (started), both with the test's own field manager, which join now reports as
+// a conflict instead of overwriting. A previous release's join always forced, and knows no such flag.
 func (m *Member) JoinWith(ctx context.Context, bin, dnsMode string, args ...string) (string, error) {
 	if bin == "" {
-		args = append(m.fleet.ImageArgs(), args...)
+		args = append(append(m.fleet.ImageArgs(), "--force-conflicts"), args...)
 	}
 	out, err := m.fleet.kubectlMCSWith(ctx, bin, append([]string{"--context", m.Name, "join", "--broker-info", m.fleet.BrokerInfoPath, "--cluster-id", m.ID,
 		"--dns", dnsMode, "--wait", installTimeout.String()}, args...)...)

@@ -1,6 +1,11 @@
 package framework
 
-import "context"
+import (
+	"context"
+	"fmt"
+
+	"vksfleet.dev/fleet/test/env/proc"
+)
 
 // mib is a mebibyte.
 const mib = 1 << 20
@@ -42,4 +47,19 @@ func (f *Fleet) Usage(ctx context.Context, report func(figure string, mib float6
 		}
 	}
 	return nil
+}
+
+// ProcessUsage reads what the member's controller and CoreDNS processes use, in a fleet without nodes, where they
+// run on the host.
+func (m *Member) ProcessUsage() (controller, coredns proc.Usage, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.controller == nil || m.coredns == nil {
+		return controller, coredns, fmt.Errorf("%s: its controller or CoreDNS runs no process of its own", m.Name)
+	}
+	if controller, err = m.controller.Usage(); err != nil {
+		return controller, coredns, err
+	}
+	coredns, err = m.coredns.Usage()
+	return controller, coredns, err
 }

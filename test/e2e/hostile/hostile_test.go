@@ -99,6 +99,7 @@ func TestHostileMemberAndUser(t *testing.T) {
 	t.Run("a member's records for kube-system, default and names no Service may have", e.importDoor)
 	t.Run("a member's record declaring a million slices", e.forgedSliceCount)
 	t.Run("a namespace user's public address in a headless export", e.publicPTR)
+	t.Run("a member's million endpoints for one service", e.flood)
 	// Last: mallory is gone after it.
 	t.Run("a member evicted from the broker alone", e.evicted)
 }
@@ -114,17 +115,26 @@ func joinedIdentity(ctx context.Context, t *testing.T, f *framework.Fleet, id st
 	if err := install.BrokerIdentity(ctx, info, id); err != nil {
 		t.Fatal(err)
 	}
+	c, err := memberClient(f, id, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, info
+}
+
+// memberClient is a client of the broker with member id's identity, as join gives it; edit, if given, changes
+// its configuration first.
+func memberClient(f *framework.Fleet, id string, edit func(*rest.Config)) (client.Client, error) {
 	cfg := rest.CopyConfig(f.Broker.Config)
 	ns := names.BrokerNamespace(id)
 	cfg.Impersonate = rest.ImpersonationConfig{
 		UserName: "system:serviceaccount:" + ns + ":" + install.MemberServiceAccount(id),
 		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
 	}
-	c, err := client.New(cfg, client.Options{Scheme: f.Broker.Client.Scheme()})
-	if err != nil {
-		t.Fatal(err)
+	if edit != nil {
+		edit(cfg)
 	}
-	return c, info
+	return client.New(cfg, client.Options{Scheme: f.Broker.Client.Scheme()})
 }
 
 // export creates, in m, a selector-less Service with its own EndpointSlice of endpoints, and exports it.
@@ -262,11 +272,7 @@ func (e *env) publishKey(t *testing.T, cluster, namespace string, key types.Name
 	if namespace == names.BrokerNamespace(mallory) {
 		c = e.brokerC
 	}
-	rec, err := broker.Record(key, merge.Export{
-		Cluster: cluster, Created: time.Now().Add(-24 * time.Hour), Slices: len(slices),
-		Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
-			Ports: []mcsv1beta1.ServicePort{mcstest.Port("http", corev1.ProtocolTCP, 80)}},
-	})
+	rec, err := broker.Record(key, exportOf(cluster, len(slices)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,6 +297,16 @@ func (e *env) publishKey(t *testing.T, cluster, namespace string, key types.Name
 				t.Errorf("deleting %s from the broker: %v", o.GetName(), err)
 			}
 		}
+	}
+}
+
+// exportOf is the export a publishKey record says cluster made, a day ago, of a ClusterSetIP service on port 80
+// in slices slices.
+func exportOf(cluster string, slices int) merge.Export {
+	return merge.Export{
+		Cluster: cluster, Created: time.Now().Add(-24 * time.Hour), Slices: slices,
+		Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+			Ports: []mcsv1beta1.ServicePort{mcstest.Port("http", corev1.ProtocolTCP, 80)}},
 	}
 }
 

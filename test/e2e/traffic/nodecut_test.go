@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
@@ -34,7 +33,7 @@ func (e *env) testLeaderNodeCut(t *testing.T) {
 	ctx := context.Background()
 	e.deployExported(t, "solo", false, e.b)
 	e.waitImportedEndpoints(t, e.a, "solo", map[string]int{"cluster-b": 2})
-	leaderNode := e.leaderNode(t)
+	leaderNode := e.leaderPod(t).Spec.NodeName
 	var cut, client *clusterset.Node
 	for _, n := range e.a.Nodes {
 		if n.Name == leaderNode {
@@ -120,27 +119,4 @@ func (e *env) testLeaderNodeCut(t *testing.T) {
 	if len(failures) > 0 {
 		t.Errorf("requests failed: %s", strings.Join(failures, ", "))
 	}
-}
-
-// leaderNode is the node of cluster-a's elected controller, from its leader-election Lease.
-func (e *env) leaderNode(t *testing.T) string {
-	t.Helper()
-	var node string
-	poll.T(t, timeout, "cluster-a's elected controller", func() error {
-		lease := &coordinationv1.Lease{}
-		if err := e.a.Client.Get(context.Background(), types.NamespacedName{Namespace: "mcs-system", Name: controller.LeaderElectionID}, lease); err != nil {
-			return err
-		}
-		holder := ""
-		if lease.Spec.HolderIdentity != nil {
-			holder, _, _ = strings.Cut(*lease.Spec.HolderIdentity, "_")
-		}
-		pod := &corev1.Pod{}
-		if err := e.a.Client.Get(context.Background(), types.NamespacedName{Namespace: "mcs-system", Name: holder}, pod); err != nil {
-			return fmt.Errorf("the holder %q: %w", holder, err)
-		}
-		node = pod.Spec.NodeName
-		return nil
-	})
-	return node
 }

@@ -70,6 +70,10 @@ func TestTraffic(t *testing.T) {
 	t.Run("exported from B and C, both answer A", e.testSpread)
 	t.Run("a member's forged record changes no import and drops no request", e.testForgedRecord)
 	t.Run("the elected controller's node cut from the other members: a sole exporter's service drops no request", e.testLeaderNodeCut)
+	t.Run("the elected controller frozen 400 ms of every 500 ms: no request fails", e.testFrozenLeader)
+	t.Run("a default-deny NetworkPolicy in the exporting namespace: no member judged unreachable", e.testNetworkPolicy)
+	t.Run("a member cut while the elected controller restarts and the leader moves: no request to the cut member", e.testCutThroughRestart)
+	t.Run("the broker down while every controller of a member restarts: imports intact", e.testBrokerDownRestart)
 	t.Run("not exported: NXDOMAIN and no route", e.testNotExported)
 	t.Run("headless StatefulSet across B and C", e.testHeadless)
 	t.Run("kubectl expose on 80 in B and 8080 in C: both ports answer", e.testExposedPorts)
@@ -405,28 +409,37 @@ func (e *env) waitImportIP(t *testing.T, m *framework.Member, svc string) string
 func (e *env) waitImportedEndpoints(t *testing.T, m *framework.Member, svc string, want map[string]int) {
 	t.Helper()
 	poll.T(t, timeout, "imported endpoints of "+svc+" in "+m.Name, func() error {
-		slices, err := m.Kube.DiscoveryV1().EndpointSlices(ns).List(context.Background(), metav1.ListOptions{
-			LabelSelector: mcsv1beta1.LabelServiceName + "=" + svc,
-		})
+		got, err := readyEndpoints(context.Background(), m, svc)
 		if err != nil {
 			return err
-		}
-		got := map[string]int{}
-		for _, s := range slices.Items {
-			if s.AddressType != "IPv4" {
-				continue
-			}
-			for _, ep := range s.Endpoints {
-				if ep.Conditions.Ready != nil && *ep.Conditions.Ready {
-					got[s.Labels[mcsv1beta1.LabelSourceCluster]]++
-				}
-			}
 		}
 		if !maps.Equal(got, want) {
 			return fmt.Errorf("ready endpoints per cluster %v, want %v", got, want)
 		}
 		return nil
 	})
+}
+
+// readyEndpoints counts the ready endpoints of m's imported IPv4 slices of svc per source cluster.
+func readyEndpoints(ctx context.Context, m *framework.Member, svc string) (map[string]int, error) {
+	slices, err := m.Kube.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{
+		LabelSelector: mcsv1beta1.LabelServiceName + "=" + svc,
+	})
+	if err != nil {
+		return nil, err
+	}
+	got := map[string]int{}
+	for _, s := range slices.Items {
+		if s.AddressType != "IPv4" {
+			continue
+		}
+		for _, ep := range s.Endpoints {
+			if ep.Conditions.Ready != nil && *ep.Conditions.Ready {
+				got[s.Labels[mcsv1beta1.LabelSourceCluster]]++
+			}
+		}
+	}
+	return got, nil
 }
 
 // execOK runs a command in a pod through `kubectl exec` and fails the test unless it exits 0.
