@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# A private Docker engine for building and testing the images, with all its state under .cache/docker/ (git-ignored):
-# its socket, data-root, exec-root, pidfile and log. It pulls nothing and needs no network set-up: vfs storage, no
-# bridge and no iptables rules, so containers run with --network host (or none). It needs root.
+# A private Docker engine for running the images (test/e2e/install; `make images` needs none), with all its state
+# under .cache/docker/ (git-ignored): its socket, data-root, exec-root, pidfile and log. It pulls nothing and needs
+# no network set-up: vfs storage, no bridge and no iptables rules, so containers run with --network host (or none).
+# It needs root.
 #
 #   build/docker.sh start        start the engine unless it answers; prints "started" or "running"
 #   build/docker.sh stop         stop the engine if it runs, and wait until it has exited
@@ -88,7 +89,7 @@ env) echo "export DOCKER_HOST=$DOCKER_HOST" ;;
 run)
 	shift
 	mkdir -p "$state"
-	# One run at a time: a second `make images` waits instead of racing to start or stop the same engine.
+	# One run at a time: a second waits instead of racing to start or stop the same engine.
 	exec 9>"$state/lock"
 	flock 9
 	status=$(start)
@@ -98,7 +99,7 @@ run)
 	exit $rc
 	;;
 *)
-	sed -n '2,12p' "$0" >&2
+	sed -n '2,13p' "$0" >&2
 	exit 2
 	;;
 esac

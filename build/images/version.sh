@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The version of this tree's build, which build.sh tags our images with and the Makefile and build.sh link into
-# every binary (vksfleet.dev/fleet/mcs/buildinfo.version, which kubectl mcs join installs the images of).
+# The version of this tree's build, which mkimage (through build.sh) tags our images with and which it and the
+# Makefile link into every binary (vksfleet.dev/fleet/mcs/buildinfo.version, which kubectl mcs join installs the
+# images of).
 #
 #   build/images/version.sh            the version: `git describe --tags --always --dirty` of the work tree: the last
 #                                      version tag (v*) and, after it, the commits since and the commit
