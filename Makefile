@@ -21,8 +21,13 @@ LDFLAGS        := -X vksfleet.dev/fleet/mcs/buildinfo.version=$(VERSION) -X vksf
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
 
-tools: ## build etcd, kube-apiserver, kube-controller-manager, kubectl, kustomize and helm from source (cached); install dig, dnsperf and promtool
-	@bash build/tools.sh
+tools: ## every tool of build/tools.sh, which `make test` needs: the pinned Kubernetes, etcd, kustomize, helm and the oldest release from source (cached); dig, dnsperf, HAProxy, promtool and the nodes' Debian packages
+	@bash build/tools.sh all
+
+# tools-SET: one set of build/tools.sh (core, kustomize, helm, oldest, dnsperf, haproxy, prometheus; its header says
+# what each holds). A target asks only for the sets it runs, so that a first `make demo` builds no other.
+tools-%:
+	@bash build/tools.sh $*
 
 build: ## build every command into bin/, with the local clusterset's test programs (serve, pause), at VERSION
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/... ./test/cmd/... ./test/env/cmd/...
@@ -59,10 +64,13 @@ generate: ## regenerate the API types' DeepCopy methods with the pinned controll
 helm-chart: ## regenerate the Helm chart build/helm/vksfleet-member from the kustomize bases of build/deploy
 	$(GO) generate ./build/helm
 
-up: tools build images ## start a local clusterset in the background (MEMBERS=3 members + broker; BARE=1: nothing of ours installed, join with kubectl mcs; MONITORING=1: a Prometheus, PROMETHEUS_URL; BROKER=ha: the broker as 3 etcd members and 2 kube-apiservers behind HAProxy); writes .fleet/
+# `make up`'s sets: core, and HAProxy for BROKER=ha, Prometheus for MONITORING=1.
+UP_TOOLS := tools-core $(if $(filter ha,$(BROKER)),tools-haproxy) $(if $(MONITORING),tools-prometheus)
+
+up: $(UP_TOOLS) build images ## start a local clusterset in the background (MEMBERS=3 members + broker; BARE=1: nothing of ours installed, join with kubectl mcs; MONITORING=1: a Prometheus, PROMETHEUS_URL; BROKER=ha: the broker as 3 etcd members and 2 kube-apiservers behind HAProxy); writes .fleet/
 	@bin/localfleet up -members $(MEMBERS) -nodes $(NODES) -bare=$(if $(BARE),true,false) -monitoring=$(if $(MONITORING),true,false) -broker=$(or $(BROKER),single)
 
-demo: tools build images ## bring up a local fleet and walk both user stories; fails if any expectation fails
+demo: tools-core build images ## bring up a local fleet and walk both user stories; fails if any expectation fails
 	@bin/demo
 
 down: ## stop the local clusterset
@@ -73,22 +81,22 @@ LOSS ?= 5
 fault: ## cause a fault in the running local clusterset: FAULT=stop-control-plane|start-control-plane|cut-data-plane|lossy|heal MEMBER=cluster-b [PEER=cluster-a] [LOSS=5]
 	@bin/localfleet fault -kind "$(FAULT)" -member "$(MEMBER)" -peer "$(PEER)" -loss "$(LOSS)"
 
-bench-memberloss: tools images ## member loss with traffic: control plane stopped 10 minutes, each cut, whole loss and tier emptying 10 times, 2 minutes of packet loss: test/bench/results/memberloss.md
+bench-memberloss: tools-core images ## member loss with traffic: control plane stopped 10 minutes, each cut, whole loss and tier emptying 10 times, 2 minutes of packet loss: test/bench/results/memberloss.md
 	MEMBERLOSS_RUNS=10 MEMBERLOSS_STALE=10m MEMBERLOSS_LOSS=2m MEMBERLOSS_RESULTS=$(CURDIR)/test/bench/results/memberloss.md $(GO) test -count=1 -timeout 60m -run TestMemberLoss -v ./test/e2e/memberloss/
 
 # A chaos run (test/e2e/chaos): `make test` runs it for 2 minutes; CHAOS_SEED=N replays a run's faults.
 CHAOS_DURATION ?= 10m
 
-chaos: tools images ## faults drawn at random, one every 5 s for CHAOS_DURATION (10m), while users churn exports and send requests and lookups: test/bench/results/chaos.md
+chaos: tools-core tools-haproxy images ## faults drawn at random, one every 5 s for CHAOS_DURATION (10m), while users churn exports and send requests and lookups: test/bench/results/chaos.md
 	CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_RESULTS=$(CURDIR)/test/bench/results/chaos.md $(GO) test -count=1 -timeout 60m -run 'TestChaos$$' -v ./test/e2e/chaos/
 
-bench-takeover: tools images ## controller and CoreDNS replicas lost with traffic, deleted and force-deleted, 5 runs: test/bench/results/takeover.md
+bench-takeover: tools-core images ## controller and CoreDNS replicas lost with traffic, deleted and force-deleted, 5 runs: test/bench/results/takeover.md
 	TAKEOVER_RUNS=5 TAKEOVER_RESULTS=$(CURDIR)/test/bench/results/takeover.md $(GO) test -count=1 -timeout 60m -run TestTakeover -v ./test/e2e/takeover/
 
-bench-upgrade: tools images ## rolling upgrade from the previous release and back, 3 members, each step held 30 s, with traffic and DNS loops: test/bench/results/upgrade.md
+bench-upgrade: tools-core images ## rolling upgrade from the previous release and back, 3 members, each step held 30 s, with traffic and DNS loops: test/bench/results/upgrade.md
 	UPGRADE_MEMBERS=3 UPGRADE_SOAK=30s UPGRADE_RESULTS=$(CURDIR)/test/bench/results/upgrade.md $(GO) test -count=1 -timeout 60m -run TestRollingUpgrade -v ./test/e2e/upgrade/
 
-bench-dns: tools ## DNS benchmark: our CoreDNS vs stock CoreDNS 1.15.0 on the same data; writes test/bench/results/dns.md and its charts
+bench-dns: tools-core tools-dnsperf ## DNS benchmark: our CoreDNS vs stock CoreDNS 1.15.0 on the same data; writes test/bench/results/dns.md and its charts
 	$(GO) run ./test/bench/dnsbench -out test/bench/results/dns.md
 
 # The scale curve's grid: `make bench-sync SCALE=1` runs every SCALE_MEMBERS × SCALE_SERVICES point, each in a
@@ -99,7 +107,7 @@ SCALE_MEMBERS ?= 3,6,10
 SCALE_SERVICES ?= 1000,5000
 SCALE_FLAGS ?=
 
-bench-sync: tools ## export, readiness and restart propagation, and on to kube-proxy and CoreDNS in cluster-b (root), 3 and 10 members × 1,000 services: sync.md, sync-10.md; SCALE=1: the scale curve, scale.md and charts
+bench-sync: tools-core ## export, readiness and restart propagation, and on to kube-proxy and CoreDNS in cluster-b (root), 3 and 10 members × 1,000 services: sync.md, sync-10.md; SCALE=1: the scale curve, scale.md and charts
 ifdef SCALE
 	$(GO) run ./test/bench/syncbench -sweep -members $(SCALE_MEMBERS) -services $(SCALE_SERVICES) $(SCALE_FLAGS) -out test/bench/results/scale.md
 else
@@ -107,14 +115,14 @@ else
 	$(GO) run ./test/bench/syncbench -members 10 -out test/bench/results/sync-10.md
 endif
 
-bench-fleet: tools build images ## the local clusterset's cost: start, stop and demo times, memory per node and pod (3 runs): fleet.md
+bench-fleet: tools-core build images ## the local clusterset's cost: start, stop and demo times, memory per node and pod (3 runs): fleet.md
 	$(GO) run ./test/bench/fleetcost -out test/bench/results/fleet.md
 
 KUSTOMIZE := $(TOOLS_CACHE)/current/kustomize
 
 # The member's manifests name our images at VERSION, as `make images` tags them: the bases, which name a release's
 # tag, through an overlay that sets it.
-manifests: tools ## render the kustomize bases under build/deploy into bin/manifests/, our images at VERSION
+manifests: tools-kustomize ## render the kustomize bases under build/deploy into bin/manifests/, our images at VERSION
 	@mkdir -p bin/manifests/member-overlay
 	@printf 'resources:\n  - ../../../build/deploy\nimages:\n  - name: ghcr.io/vksfleet/mcs-controller\n    newTag: "%s"\n  - name: ghcr.io/vksfleet/coredns\n    newTag: "%s"\n' \
 		'$(VERSION)' '$(VERSION)' > bin/manifests/member-overlay/kustomization.yaml
@@ -122,8 +130,8 @@ manifests: tools ## render the kustomize bases under build/deploy into bin/manif
 	$(KUSTOMIZE) build build/deploy/broker > bin/manifests/broker.yaml
 	$(KUSTOMIZE) build build/deploy/member > bin/manifests/broker-member-example.yaml
 
-images: ## build the coredns and mcs-controller images, tagged VERSION, into bin/images/*.tar (root: starts a private Docker engine under .cache/docker, stops it after)
-	@VERSION='$(VERSION)' bash build/docker.sh run bash build/images/build.sh
+images: ## build the coredns and mcs-controller images for linux/amd64 and linux/arm64, tagged VERSION (IMAGE_REPO, IMAGE_SOURCE): OCI layouts in bin/images/oci/, the host's as bin/images/*.tar for the nodes; no Docker engine, no root
+	@VERSION='$(VERSION)' bash build/images/build.sh
 
 # The upstream MCS API conformance suite, run unmodified: by default sigs.k8s.io/mcs-api's conformance/ at the commit
 # test/e2e/conformance pins, fetched through the Go module proxy into the module cache; CONFORMANCE_SUITE=PATH (absolute,
@@ -133,5 +141,5 @@ CONFORMANCE_SUITE ?=
 # A run takes about 15 minutes on 2 cores, plus up to 15 more waiting for another clusterset's data plane to stop.
 CONFORMANCE_TIMEOUT ?= 60m
 
-conformance: tools ## run the upstream MCS API conformance suite (fetched, or CONFORMANCE_SUITE=PATH) against a fleet on kubelet nodes (root); writes test/e2e/conformance/results/
+conformance: tools-core ## run the upstream MCS API conformance suite (fetched, or CONFORMANCE_SUITE=PATH) against a fleet on kubelet nodes (root); writes test/e2e/conformance/results/
 	FLEET_CONFORMANCE=1 FLEET_CONFORMANCE_SUITE=$(CONFORMANCE_SUITE) $(GO) test -count=1 -v -timeout $(CONFORMANCE_TIMEOUT) -run '^TestConformance$$' ./test/e2e/conformance

@@ -184,7 +184,6 @@ func (c *Cluster) startKubeletNode(ctx context.Context, spec clusterSpec, assets
 		"--cert-dir="+filepath.Join(data, "pki"),
 		"--hostname-override="+n.Name,
 		"--node-ip="+joinAddrs(n.Addrs),
-		"--node-labels="+corev1.LabelTopologyZone+"="+n.Zone+","+corev1.LabelTopologyRegion+"="+n.Region,
 		"--v=1",
 	)
 	return err
@@ -404,17 +403,33 @@ func (n *Node) stopKubeletNode(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// setPodCIDRs records the node's pod CIDRs in its Node, as kube-controller-manager's node IPAM would: the
-// kubelet registers the Node without them, and its CNI configuration already uses them.
-func (c *Cluster) setPodCIDRs(ctx context.Context, n *Node) error {
-	patch, err := json.Marshal(map[string]any{"spec": map[string]any{
-		"podCIDR": n.PodCIDRs[0].String(), "podCIDRs": prefixStrings(n.PodCIDRs),
-	}})
+// completeNode gives the node's Node what its kubelet registers it without (nodePatch), once the node's kube-proxy
+// serves.
+func (c *Cluster) completeNode(ctx context.Context, n *Node) error {
+	patch, err := nodePatch(n)
 	if err != nil {
 		return err
 	}
 	_, err = c.Kube.CoreV1().Nodes().Patch(ctx, n.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
 	return err
+}
+
+// nodePatch sets the node's pod CIDRs, as kube-controller-manager's node IPAM would (its CNI configuration already uses
+// them), and its zone and region labels, as a cloud provider's node controller would.
+//
+// The labels must come after kube-proxy has started, not with the kubelet's registration (--node-labels): kube-proxy
+// 1.36 is sure to learn its zone only from a change it sees. A zone the Node already has reaches its NodeTopologyConfig
+// as the informer's initial Add, in a goroutine that races the registration of the proxier as its handler
+// (cmd/kube-proxy/app/server.go:628-629, pkg/proxy/config/config.go:473-531). When the Add wins, kube-proxy records the
+// zone without telling the proxier, skips every later event as no change, and ignores every zone hint for as long as it
+// runs: a PreferSameZone import's ClusterSetIP reaches all its endpoints from that node.
+func nodePatch(n *Node) ([]byte, error) {
+	return json.Marshal(map[string]any{
+		"metadata": map[string]any{"labels": map[string]string{
+			corev1.LabelTopologyZone: n.Zone, corev1.LabelTopologyRegion: n.Region,
+		}},
+		"spec": map[string]any{"podCIDR": n.PodCIDRs[0].String(), "podCIDRs": prefixStrings(n.PodCIDRs)},
+	})
 }
 
 // createKubeDNSService creates the cluster DNS Service, kube-system/kube-dns at DNSServiceIP, with kubeadm's

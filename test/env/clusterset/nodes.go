@@ -71,7 +71,8 @@ func (c *Cluster) startNodes(ctx context.Context, spec clusterSpec, assets strin
 			return fmt.Errorf("kube-proxy of %s: %w", n.Name, err)
 		}
 	}
-	// A kubelet registers its Node itself, without pod CIDRs.
+	// A kubelet registers its Node itself, without pod CIDRs and topology labels, which come now that every
+	// kube-proxy serves (nodePatch says why).
 	return poll.Until(ctx, 100*time.Millisecond, 2*time.Minute, func() error {
 		var notReady []string
 		for _, n := range c.Nodes {
@@ -82,8 +83,8 @@ func (c *Cluster) startNodes(ctx context.Context, spec clusterSpec, assets strin
 			if err != nil {
 				return err
 			}
-			if len(node.Spec.PodCIDRs) == 0 {
-				if err := c.setPodCIDRs(ctx, n); err != nil {
+			if len(node.Spec.PodCIDRs) == 0 || node.Labels[corev1.LabelTopologyZone] != n.Zone || node.Labels[corev1.LabelTopologyRegion] != n.Region {
+				if err := c.completeNode(ctx, n); err != nil {
 					return err
 				}
 			}
