@@ -14,7 +14,7 @@ import (
 const defaultBrokerInfo = "broker-info.yaml"
 
 func (o *options) brokerCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "broker", Short: "Prepare the clusterset's broker"}
+	cmd := &cobra.Command{Use: "broker", Short: "Prepare the clusterset's broker, take a member out of it, or take the clusterset off it"}
 	var opts install.InitOptions
 	var file string
 	initCmd := &cobra.Command{
@@ -52,7 +52,40 @@ writes a new token; with --rotate-joiner it also revokes every joiner token writ
 	f.DurationVar(&opts.TokenExpiration, "token-expiration", 7*24*time.Hour, "how long the joiner's token lasts (run init again for a new one)")
 	f.BoolVar(&opts.RotateJoiner, "rotate-joiner", false, "revoke every joiner token written before, in any broker-info file")
 	f.StringVarP(&file, "broker-info", "f", defaultBrokerInfo, "the broker-info file to write")
-	cmd.AddCommand(initCmd, o.evictCommand())
+	cmd.AddCommand(initCmd, o.evictCommand(), o.brokerUninstallCommand())
+	return cmd
+}
+
+func (o *options) brokerUninstallCommand() *cobra.Command {
+	var opts install.UninstallOptions
+	cmd := &cobra.Command{
+		Use:   "uninstall [--context BROKER] [--force] [--delete-crds]",
+		Short: "Take the clusterset off the broker: what broker init applied, once no member is joined",
+		Long: `uninstall deletes from the API server of --context what broker init applied: the joiner's ServiceAccount first
+(every broker-info file's token is refused from then on), the admission policies and their bindings, the roles and
+bindings, and the namespace mcs-broker with the member directory; and the cluster-wide grants of earlier releases.
+It needs cluster-admin on the broker, as init does. It refuses while members are joined, and lists them: unjoin
+each (unjoin --broker-only for one whose cluster is gone), or give --force to evict them all first, as broker evict
+does. The mcs-api CRDs stay unless --delete-crds: deleting a CRD deletes every object of its kind on the cluster,
+so it is refused while any is left outside the members' broker namespaces (the broker's cluster is a member too,
+or runs another MCS implementation). What is already gone is skipped: running it again changes nothing.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := o.oneCluster("the broker")
+			if err != nil {
+				return err
+			}
+			if err := install.BrokerUninstall(cmd.Context(), cfg, opts, o.streams.Out); err != nil {
+				return err
+			}
+			_, err = fmt.Fprintln(o.streams.Out, "the clusterset is off the broker")
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&opts.Force, "force", false, "evict the members still joined first, as broker evict does, instead of refusing")
+	f.BoolVar(&opts.DeleteCRDs, "delete-crds", false, "delete the mcs-api CRDs too, once they hold nothing but the members' objects")
+	f.DurationVar(&opts.Wait, "wait", 2*time.Minute, "how long to wait for each namespace and CRD to go")
 	return cmd
 }
 

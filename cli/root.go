@@ -78,7 +78,7 @@ Exit codes: 0 healthy, 1 unhealthy (a diagnose check failed), 2 could not run.`,
 	root.AddCommand(o.versionCommand())
 	root.AddCommand(o.statusCommand(), o.servicesCommand(), o.diagnoseCommand(), o.exportCommand(), o.unexportCommand())
 	root.AddCommand(o.brokerCommand(), o.joinCommand(), o.unjoinCommand(), o.rotateCommand())
-	root.AddCommand(o.dnsProbeCommand())
+	root.AddCommand(o.dnsProbeCommand(), o.dnsCommand())
 	return root
 }
 

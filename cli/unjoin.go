@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -12,18 +14,56 @@ import (
 
 func (o *options) unjoinCommand() *cobra.Command {
 	var opts install.UnjoinOptions
-	cmd := o.memberCommand(&cobra.Command{
-		Use:   "unjoin --broker-info FILE [--context MEMBER]",
+	var brokerOnly bool
+	var cmd *cobra.Command
+	cmd = o.memberCommand(&cobra.Command{
+		Use:   "unjoin --broker-info FILE [--context MEMBER] [--cluster-id ID] | unjoin --broker-only --cluster-id ID --broker-info FILE",
 		Short: "Take the cluster of --context out of the clusterset, on the member and the broker, and say what is left",
 		Long: `unjoin stops the member's controller, then takes the member out of the broker as ` + "`kubectl mcs broker evict`" + ` does
 (its credentials, read grants, directory entry and broker namespace), deletes what the controller imported into the
-member and the controller's own objects, and says what it leaves. It needs the member: for one that is gone or not
-trusted, run ` + "`kubectl mcs broker evict CLUSTER-ID`" + ` instead.`,
+member and the controller's own objects, and says what it leaves. It needs the member: when the member's API server
+does not answer, it changes nothing and says so.
+For a member whose cluster is gone, --broker-only --cluster-id ID takes it out of the broker alone, as broker evict
+does, with the broker-info file only: no context is read. The member's cluster, if it comes back, keeps what join
+installed, and its controller can no longer reach the broker; unjoin there then removes the rest.`,
 	}, func(ctx context.Context, cfg *rest.Config, info install.BrokerInfo) error {
-		return install.Unjoin(ctx, cfg, info, opts, o.streams.Out)
+		err := install.Unjoin(ctx, cfg, info, opts, o.streams.Out)
+		if errors.Is(err, install.ErrMemberUnreachable) {
+			id := opts.ClusterID
+			if id == "" {
+				id = "ID"
+			}
+			file, _ := cmd.Flags().GetString("broker-info")
+			return fmt.Errorf("%w\nnothing changed; if the member's cluster is gone, take it out of the broker alone: kubectl mcs unjoin --broker-only --cluster-id %s --broker-info %s", err, id, file)
+		}
+		return err
 	})
+	// --broker-only reads no context: the member's may name a cluster that no longer exists, or none.
+	unjoinMember := cmd.RunE
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if !brokerOnly {
+			return unjoinMember(cmd, args)
+		}
+		if opts.ClusterID == "" {
+			return errors.New("--broker-only needs --cluster-id: the member's cluster, which would tell it, is not asked")
+		}
+		file, err := cmd.Flags().GetString("broker-info")
+		if err != nil {
+			return err
+		}
+		info, err := install.ReadBrokerInfo(file)
+		if err != nil {
+			return err
+		}
+		if err := install.Evict(cmd.Context(), info, opts.ClusterID, opts.Wait, o.streams.Out); err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(o.streams.Out, "left  the member's cluster as it is: if it comes back, run unjoin there (with --context) to remove what join installed\n")
+		return err
+	}
 	f := cmd.Flags()
-	f.StringVar(&opts.ClusterID, "cluster-id", "", "the member's cluster id; default its ClusterProperty's")
+	f.StringVar(&opts.ClusterID, "cluster-id", "", "the member's cluster id; default its ClusterProperty's (required with --broker-only)")
+	f.BoolVar(&brokerOnly, "broker-only", false, "take the member out of the broker alone, as broker evict does, for a member whose cluster is gone: needs --cluster-id, reads no context")
 	f.DurationVar(&opts.Wait, "wait", 2*time.Minute, "how long to wait for the controller to stop and the broker namespace to go")
 	return cmd
 }

@@ -17,9 +17,9 @@ import (
 	"vksfleet.dev/fleet/mcs/buildinfo"
 )
 
-// bases are the folders of build/deploy and its root kustomization (every member's parts).
+// bases are the folders of build/deploy and its root kustomization (a member's parts in the default DNS mode).
 //
-//go:embed kustomization.yaml broker controller coredns crds dns-standalone member nodelocaldns policy replace-kube-dns
+//go:embed kustomization.yaml broker controller coredns crds dns-standalone member nodelocaldns policy replace replace-kube-dns
 var bases embed.FS
 
 // root is where the bases sit in the in-memory filesystem renders use.

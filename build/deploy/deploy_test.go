@@ -12,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"vksfleet.dev/fleet/test/env/clusterset"
@@ -24,7 +25,7 @@ func TestRenderMatchesKustomize(t *testing.T) {
 	if err != nil {
 		t.Skipf("no tools cache (make tools): %v", err)
 	}
-	for _, dir := range []string{".", "broker", "crds", "replace-kube-dns"} {
+	for _, dir := range []string{".", "broker", "crds", "replace", "replace-kube-dns"} {
 		t.Run(dir, func(t *testing.T) {
 			got, err := Render(dir)
 			if err != nil {
@@ -63,16 +64,19 @@ func TestImages(t *testing.T) {
 		want                    map[string]string // image by Deployment
 	}{{
 		name: "the bases' tag", dir: ".",
-		want: map[string]string{"mcs-controller": "ghcr.io/vksfleet/mcs-controller:" + baseTag, "coredns": "ghcr.io/vksfleet/coredns:" + baseTag},
+		want: map[string]string{"mcs-controller": "ghcr.io/vksfleet/mcs-controller:" + baseTag, "mcs-dns": "ghcr.io/vksfleet/coredns:" + baseTag},
 	}, {
 		name: "a build's version", dir: ".", tag: "v0.2.0-3-gb35ea41-dirty",
-		want: map[string]string{"mcs-controller": "ghcr.io/vksfleet/mcs-controller:v0.2.0-3-gb35ea41-dirty", "coredns": "ghcr.io/vksfleet/coredns:v0.2.0-3-gb35ea41-dirty"},
+		want: map[string]string{"mcs-controller": "ghcr.io/vksfleet/mcs-controller:v0.2.0-3-gb35ea41-dirty", "mcs-dns": "ghcr.io/vksfleet/coredns:v0.2.0-3-gb35ea41-dirty"},
+	}, {
+		name: "the replace mode's base", dir: "coredns", tag: "v0.2.0",
+		want: map[string]string{"coredns": "ghcr.io/vksfleet/coredns:v0.2.0"},
 	}, {
 		name: "a commit of digits only stays a string", dir: "dns-standalone", tag: "1234567",
 		want: map[string]string{"mcs-dns": "ghcr.io/vksfleet/coredns:1234567"},
 	}, {
 		name: "an overlay's image wins", overlay: overlayDNS, tag: "b35ea41",
-		want: map[string]string{"mcs-controller": "ghcr.io/vksfleet/mcs-controller:b35ea41", "coredns": "mirror.example/coredns:mine"},
+		want: map[string]string{"mcs-controller": "ghcr.io/vksfleet/mcs-controller:b35ea41", "mcs-dns": "mirror.example/coredns:mine"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := path.Join(root, tc.dir)
@@ -140,5 +144,37 @@ func TestOneTag(t *testing.T) {
 	}
 	if n < 3 {
 		t.Errorf("%d images in the bases, want the controller's and the two DNS modes'", n)
+	}
+}
+
+// TestMemberLeavesClusterDNS checks the raw member manifests, the root (the DNS mode standalone, join's and the
+// chart's default) and replace/: applying either changes nothing of the cluster's own DNS in kube-system, its
+// CoreDNS Deployment, Corefile and kube-dns Service, which only join, the chart's hooks and replace-kube-dns.sh
+// change, keeping a copy first. The standalone mode runs its own DNS.
+func TestMemberLeavesClusterDNS(t *testing.T) {
+	for _, tc := range []struct {
+		dir    string
+		ownDNS bool
+	}{{dir: ".", ownDNS: true}, {dir: "replace"}} {
+		t.Run(tc.dir, func(t *testing.T) {
+			b, err := Render(tc.dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dns := false
+			for _, doc := range strings.Split(string(b), "\n---\n") {
+				var o metav1.PartialObjectMetadata
+				if err := sigsyaml.Unmarshal([]byte(doc), &o); err != nil {
+					t.Fatal(err)
+				}
+				if o.Namespace == metav1.NamespaceSystem {
+					t.Errorf("%s renders %s %s/%s: the cluster's own DNS is not the raw manifests' to change", tc.dir, o.Kind, o.Namespace, o.Name)
+				}
+				dns = dns || o.Kind == "Deployment" && o.Name == "mcs-dns"
+			}
+			if dns != tc.ownDNS {
+				t.Errorf("%s renders the standalone DNS: %v, want %v", tc.dir, dns, tc.ownDNS)
+			}
+		})
 	}
 }

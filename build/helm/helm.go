@@ -2,7 +2,8 @@
 // build/deploy. The bases stay the one source of the objects: the generator renders each base with deploy.Render
 // and puts template expressions only where an operator's kustomize overlay would patch (images, replicas, resources,
 // scheduling, the controller's arguments), so `helm template` with the default values renders what `kubectl mcs
-// join` applies. `make helm-chart` (go generate) rewrites the chart; the package's tests fail when it drifts.
+// join` applies. The replace mode's Helm hooks are the chart's own (hooks.go): Helm hooks have no kustomize
+// equivalent. `make helm-chart` (go generate) rewrites the chart; the package's tests fail when it drifts.
 package helm
 
 //go:generate go run ./gen
@@ -47,7 +48,18 @@ type part struct {
 	component string
 	// needs is the API (group/version/kind) without which the part is left out, as join leaves it out, "" for none.
 	needs string
+	// drop are the kinds of the base the part leaves out; keep those Helm keeps on uninstall (keepPolicy).
+	drop, keep []string
 }
+
+// keepPolicy makes Helm leave an object in place when it uninstalls the release, or an upgrade drops it.
+const keepPolicy = "helm.sh/resource-policy"
+
+// replacedKinds are the kinds of the objects the replace mode takes over from the cluster's own DNS, kube-dns
+// first, which the cluster's pods and kubelets depend on: the release keeps them (its pre-delete hook gives the
+// Deployment its original pod template back), so that uninstalling leaves the cluster its DNS. The
+// PodDisruptionBudget is the release's own.
+var replacedKinds = []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service"}
 
 // The chart's templates, one per base of a member's overlay (cli/install's memberOverlay): the controller and
 // the admission policy in every mode, and each DNS base in its own mode. The CRDs go to crds/, Helm's convention.
@@ -57,7 +69,10 @@ var parts = []part{
 	// the policy would.
 	{file: "policy.yaml", base: "policy", needs: "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"},
 	{file: "dns-standalone.yaml", base: "dns-standalone", mode: install.DNSStandalone, component: "dns"},
-	{file: "dns-replace.yaml", base: "coredns", mode: install.DNSReplace, component: "dns"},
+	// The Corefile is the cluster's own, with our block added by the hooks once our image runs (hooks.go), or the
+	// base's where it has none, which the backup hook applies: never one a stock CoreDNS replica could read before
+	// the rollout.
+	{file: "dns-replace.yaml", base: "coredns", mode: install.DNSReplace, component: "dns", drop: []string{"ConfigMap"}, keep: replacedKinds},
 }
 
 // The controller's argument that the cluster-local mode replaces, as cli/install's memberOverlay does, and the one
@@ -120,19 +135,57 @@ type: application
 version: %s
 appVersion: %q
 `, generated, ChartDir, chartVersion, tag)
-	files["templates/NOTES.txt"] = []byte(notes)
+	files["templates/dns-replace-hooks.yaml"] = []byte(replaceHooks(defaults["controller"].name))
+	n, err := notes()
+	if err != nil {
+		return nil, err
+	}
+	files["templates/NOTES.txt"] = []byte(n)
 	return files, nil
 }
 
-// notes is what `helm install` prints: what the chart cannot do itself, which kubectl mcs join does.
-const notes = `vksfleet-member installed, DNS mode {{ .Values.dns.mode }}.
-The mcs-controller reads the broker's credentials from the Secret mcs-system/broker-kubeconfig (key kubeconfig);
-` + "`kubectl mcs join`" + ` writes it, or create it yourself.
+// notes is what `helm install` prints: what the chart cannot do itself, which kubectl mcs join does. In the
+// standalone mode that is the forward block, which it gives as commands that print it with the Service's address
+// in place of forward.server's placeholder, or fail: a block with the placeholder left in would stop CoreDNS at its
+// next start.
+func notes() (string, error) {
+	block, err := deploy.File("dns-standalone/forward.server")
+	if err != nil {
+		return "", err
+	}
+	// The block's server lines and its markers, which unjoin and the restore paths find it by; not its comments.
+	var lines []string
+	for l := range strings.Lines(string(block)) {
+		l = strings.TrimSuffix(l, "\n")
+		if !strings.HasPrefix(l, "#") || strings.HasPrefix(l, "# BEGIN ") || strings.HasPrefix(l, "# END ") {
+			lines = append(lines, l)
+		}
+	}
+	format := strings.Join(lines, "\\n") + "\\n"
+	if strings.Count(format, forwardAddress) != 1 || strings.ContainsAny(format, "'%") {
+		return "", fmt.Errorf("helm: dns-standalone/forward.server: want one %s, and no ' or %% in its server lines", forwardAddress)
+	}
+	format = strings.Replace(format, forwardAddress, "%s", 1)
+	return `vksfleet-member installed, DNS mode {{ .Values.dns.mode }}.
+The mcs-controller reads the broker's credentials from the Secret {{ .Release.Namespace }}/broker-kubeconfig (key
+kubeconfig); ` + "`kubectl mcs join --credentials-only`" + ` writes it.
 {{- if eq .Values.dns.mode "standalone" }}
-The cluster's DNS must forward clusterset.local to the Service mcs-system/mcs-dns: append
-build/deploy/dns-standalone/forward.server to its Corefile (kubectl mcs join does this).
+The cluster's DNS must forward clusterset.local to the Service {{ .Release.Namespace }}/mcs-dns, which only
+` + "`kubectl mcs join`" + ` does for you. For a CoreDNS, append what these commands print (they fail while the Service has
+no address) to its Corefile: the ConfigMap kube-system/coredns, or your platform's customisation hook.
+  ip=$(kubectl -n {{ .Release.Namespace }} get service mcs-dns -o jsonpath='{.spec.clusterIP}')
+  printf '` + format + `' "${ip:?no ClusterIP yet}"
+{{- else if eq .Values.dns.mode "replace" }}
+Our CoreDNS runs in place of the cluster's (Deployment kube-system/coredns, Service kube-dns). Before anything
+changed, a hook kept the original Corefile and Deployment in the ConfigMap kube-system/` + install.DNSBackup + `; once
+our image ran on every replica, another added a clusterset.local server block to your Corefile, every line of
+which stays. ` + "`helm uninstall`" + ` puts the original back first (a pre-delete hook) and keeps kube-dns.
 {{- end }}
-`
+`, nil
+}
+
+// forwardAddress is forward.server's placeholder for the ClusterIP of the Service mcs-dns.
+const forwardAddress = "MCS_DNS"
 
 // serviceMonitors is the template of the monitoring component's ServiceMonitors (build/deploy/monitoring), with
 // metrics.serviceMonitor.enabled, each in its DNS mode, and the values' labels added to each: kube-prometheus-stack
@@ -216,11 +269,22 @@ func templateOf(p part, defaults map[string]*componentDefaults) (string, error) 
 	}
 	var t templater
 	var docs []string
+	seen := map[string]bool{}
 	for _, n := range nodes {
 		// Helm makes the release's namespace (helm install --create-namespace), and refuses to take over one
 		// that exists without its ownership marks, as mcs-system does once its broker Secret is in.
 		if n.GetKind() == "Namespace" {
 			continue
+		}
+		if slices.Contains(p.drop, n.GetKind()) {
+			seen[n.GetKind()] = true
+			continue
+		}
+		if slices.Contains(p.keep, n.GetKind()) {
+			if err := n.PipeE(yaml.SetAnnotation(keepPolicy, "keep")); err != nil {
+				return "", err
+			}
+			seen[n.GetKind()] = true
 		}
 		if n.GetKind() == "Deployment" {
 			if p.component == "" {
@@ -235,6 +299,11 @@ func templateOf(p part, defaults map[string]*componentDefaults) (string, error) 
 			return "", err
 		}
 		docs = append(docs, s)
+	}
+	for _, kind := range slices.Concat(p.drop, p.keep) {
+		if !seen[kind] {
+			return "", fmt.Errorf("helm: base %s has no %s for the part to leave out or keep", p.base, kind)
+		}
 	}
 	body, err := t.fill(strings.Join(docs, "---\n"))
 	if err != nil {

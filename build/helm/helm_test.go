@@ -16,10 +16,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coredns/caddy/caddyfile"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"sigs.k8s.io/yaml"
 
 	"vksfleet.dev/fleet/build/deploy"
+	"vksfleet.dev/fleet/build/images"
+	"vksfleet.dev/fleet/cli"
 	"vksfleet.dev/fleet/cli/install"
 	"vksfleet.dev/fleet/test/env/clusterset"
 )
@@ -213,6 +220,9 @@ replicas:
 				args = append(args, "--values", f)
 			}
 			got := decode(t, "helm template", run(t, bin, args...))
+			// The chart's own hooks and keep marks are tested apart (TestReplaceModeKeepsClusterDNS): what is left
+			// is the bases'.
+			withoutHelmMarks(got)
 
 			bases, err := install.MemberBases(tc.mode)
 			if err != nil {
@@ -234,6 +244,11 @@ replicas:
 				t.Fatalf("kustomize rendered no %s for the chart to leave out", ns)
 			}
 			delete(want, ns)
+			if tc.mode == install.DNSReplace {
+				// The replace mode's Corefile is the cluster's own, with our block added by the hooks once our image
+				// runs, or the base's applied by the backup hook where the cluster has none.
+				delete(want, "ConfigMap/kube-system/coredns")
+			}
 			if tc.noPolicyAPI {
 				for key := range want {
 					if strings.HasPrefix(key, "ValidatingAdmissionPolicy") {
@@ -265,6 +280,29 @@ replicas:
 			}
 		})
 	}
+}
+
+// withoutHelmMarks removes from a render what is the chart's own: its hook objects, and the keep policy of the
+// objects the replace mode takes over.
+func withoutHelmMarks(objs map[string]map[string]any) {
+	for key, obj := range objs {
+		annotations := annotationsOf(obj)
+		if _, hook := annotations["helm.sh/hook"]; hook {
+			delete(objs, key)
+			continue
+		}
+		delete(annotations, keepPolicy)
+		if meta, _ := obj["metadata"].(map[string]any); len(annotations) == 0 && meta != nil {
+			delete(meta, "annotations")
+		}
+	}
+}
+
+// annotationsOf is an object's annotations, nil when it has none.
+func annotationsOf(obj map[string]any) map[string]any {
+	meta, _ := obj["metadata"].(map[string]any)
+	annotations, _ := meta["annotations"].(map[string]any)
+	return annotations
 }
 
 // decode reads a multi-document YAML stream into objects keyed by kind, namespace and name.
@@ -384,6 +422,191 @@ func TestAppVersion(t *testing.T) {
 		}
 		if !maps.Equal(got, tc.want) {
 			t.Errorf("helm template %v: images %v, want %v", tc.args, got, tc.want)
+		}
+	}
+}
+
+// TestReplaceModeKeepsClusterDNS: in the replace mode, the objects the chart takes over from the cluster's own DNS,
+// kube-dns first, carry the keep policy, so that helm uninstall leaves the cluster its DNS; the chart renders no
+// Corefile of its own, which stock CoreDNS replicas could read before our image runs; and hooks keep a copy of the
+// original, add our block to the cluster's Corefile, and put the original back. The other modes have neither.
+func TestReplaceModeKeepsClusterDNS(t *testing.T) {
+	bin := helmBinary(t)
+	for _, mode := range install.DNSModes {
+		objs := decode(t, "helm", run(t, bin, "template", "mcs", ChartDir, "--namespace", "mcs-system", "--set", "dns.mode="+mode))
+		var kept, hooks []string
+		for key, obj := range objs {
+			annotations := annotationsOf(obj)
+			if annotations[keepPolicy] != nil {
+				if annotations[keepPolicy] != "keep" {
+					t.Errorf("mode %s: %s has %s %v", mode, key, keepPolicy, annotations[keepPolicy])
+				}
+				kept = append(kept, key)
+			}
+			if annotations["helm.sh/hook"] != nil {
+				hooks = append(hooks, key)
+			}
+		}
+		slices.Sort(kept)
+		slices.Sort(hooks)
+		var wantKept, wantHooks []string
+		if mode == install.DNSReplace {
+			wantKept = []string{"ClusterRole//system:coredns", "ClusterRoleBinding//system:coredns", "Deployment/kube-system/coredns",
+				"Service/kube-system/kube-dns", "ServiceAccount/kube-system/coredns"}
+			wantHooks = []string{"Job/mcs-system/mcs-dns-backup", "Job/mcs-system/mcs-dns-restore", "Job/mcs-system/mcs-dns-serve",
+				"Role/kube-system/mcs-dns-hook", "RoleBinding/kube-system/mcs-dns-hook", "ServiceAccount/mcs-system/mcs-dns-hook"}
+		}
+		if !slices.Equal(kept, wantKept) {
+			t.Errorf("mode %s: kept on uninstall %v, want %v", mode, kept, wantKept)
+		}
+		if !slices.Equal(hooks, wantHooks) {
+			t.Errorf("mode %s: hooks %v, want %v", mode, hooks, wantHooks)
+		}
+		if _, ok := objs["ConfigMap/kube-system/coredns"]; ok {
+			t.Errorf("mode %s renders the ConfigMap kube-system/coredns", mode)
+		}
+	}
+}
+
+// TestReplaceHooks checks the replace mode's hooks: each Job runs, at the events it is for, a subcommand that
+// kubectl-mcs has, from the controller's image (the values' or the appVersion's), as the hooks' ServiceAccount,
+// whose rights are a Role of kube-system's alone; and the controller's image holds kubectl-mcs where they run it.
+func TestReplaceHooks(t *testing.T) {
+	bin := helmBinary(t)
+	if !slices.ContainsFunc(images.Product, func(im images.Image) bool {
+		return im.Name == "mcs-controller" && slices.ContainsFunc(im.Binaries, func(b images.Binary) bool {
+			return b.Package == "vksfleet.dev/fleet/cmd/kubectl-mcs" && "/"+b.Name == kubectlMCS
+		})
+	}) {
+		t.Errorf("the mcs-controller image (build/images) holds no kubectl-mcs at %s", kubectlMCS)
+	}
+	tree := cli.NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: io.Discard, ErrOut: io.Discard})
+	for _, tc := range []struct {
+		args  []string
+		image string
+	}{
+		{nil, "ghcr.io/vksfleet/mcs-controller:" + appVersion(t)},
+		{[]string{"--set", "image.controller=mirror.example/mcs-controller:mine"}, "mirror.example/mcs-controller:mine"},
+	} {
+		args := append([]string{"template", "mcs", ChartDir, "--namespace", "mcs-system", "--set", "dns.mode=replace"}, tc.args...)
+		objs := decode(t, "helm", run(t, bin, args...))
+		for _, want := range hookJobs {
+			key := "Job/mcs-system/" + want.name
+			obj, ok := objs[key]
+			if !ok {
+				t.Errorf("no %s", key)
+				continue
+			}
+			if got := annotationsOf(obj)["helm.sh/hook"]; got != want.events {
+				t.Errorf("%s runs on %v, want %s", key, got, want.events)
+			}
+			var job batchv1.Job
+			remarshal(t, obj, &job)
+			pod := job.Spec.Template.Spec
+			if len(pod.Containers) != 1 || pod.ServiceAccountName != hookName || pod.RestartPolicy != corev1.RestartPolicyNever {
+				t.Fatalf("%s: pod %+v", key, pod)
+			}
+			c := pod.Containers[0]
+			if c.Image != tc.image || !slices.Equal(c.Command, append([]string{kubectlMCS}, want.args...)) {
+				t.Errorf("%s runs %s %v, want %s %s %v", key, c.Image, c.Command, tc.image, kubectlMCS, want.args)
+			}
+			sub, rest, err := tree.Find(want.args)
+			if err != nil || sub == tree || !slices.Equal(rest, want.args[len(want.args)-len(rest):]) || sub.Name() != want.args[1] {
+				t.Errorf("kubectl-mcs has no subcommand %v: %v %v", want.args, sub.Name(), err)
+			} else if err := sub.ParseFlags(rest); err != nil {
+				t.Errorf("kubectl-mcs %v: %v", want.args, err)
+			}
+		}
+		var binding rbacv1.RoleBinding
+		remarshal(t, objs["RoleBinding/kube-system/mcs-dns-hook"], &binding)
+		if binding.RoleRef.Kind != "Role" || len(binding.Subjects) != 1 || binding.Subjects[0].Namespace != "mcs-system" || binding.Subjects[0].Name != hookName {
+			t.Errorf("the hooks' RoleBinding: %+v", binding)
+		}
+		for key := range objs {
+			if strings.HasPrefix(key, "ClusterRole") && strings.Contains(key, hookName) {
+				t.Errorf("the hooks hold a cluster-wide right: %s", key)
+			}
+		}
+	}
+}
+
+// appVersion is the chart's appVersion.
+func appVersion(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(ChartDir, "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chart struct {
+		AppVersion string `json:"appVersion"`
+	}
+	if err := yaml.Unmarshal(b, &chart); err != nil {
+		t.Fatal(err)
+	}
+	return chart.AppVersion
+}
+
+// remarshal converts a decoded object into a typed one.
+func remarshal(t *testing.T, obj map[string]any, into any) {
+	t.Helper()
+	b, err := yaml.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, into); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNotesForwardBlock runs the commands the standalone mode's NOTES give: with the Service's address, they print
+// forward.server's block with that address, which CoreDNS's parser reads as a forward of clusterset.local to it;
+// without one, they fail and print nothing, rather than a block whose placeholder would stop CoreDNS at its next
+// start. No other mode's notes name the placeholder either.
+func TestNotesForwardBlock(t *testing.T) {
+	notes, err := os.ReadFile(filepath.Join(ChartDir, "templates", "NOTES.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(notes), forwardAddress) || strings.Contains(string(notes), "forward.server") {
+		t.Errorf("NOTES.txt names the placeholder %s or its file:\n%s", forwardAddress, notes)
+	}
+	var script []string
+	for l := range strings.Lines(string(notes)) {
+		if l = strings.TrimSpace(l); strings.HasPrefix(l, "ip=") || strings.HasPrefix(l, "printf ") {
+			script = append(script, strings.ReplaceAll(l, "{{ .Release.Namespace }}", "mcs-system"))
+		}
+	}
+	if len(script) != 2 {
+		t.Fatalf("NOTES.txt: want the ip= and printf lines, got %q", script)
+	}
+	for _, tc := range []struct{ ip, want string }{{"10.96.0.99", "10.96.0.99"}, {"", ""}} {
+		// kubectl prints the Service's ClusterIP, or nothing before it has one.
+		cmd := exec.Command("bash", "-c", fmt.Sprintf("set -e\nkubectl() { printf %%s %q; }\n%s", tc.ip, strings.Join(script, "\n")))
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if tc.want == "" {
+			if err == nil || len(out) > 0 {
+				t.Errorf("without an address the commands print %q (%v), want a failure and nothing", out, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%v: %s", err, stderr.String())
+		}
+		blocks, err := caddyfile.Parse("Corefile", bytes.NewReader(out), nil)
+		if err != nil || len(blocks) != 1 || !slices.Equal(blocks[0].Keys, []string{"clusterset.local:53"}) {
+			t.Fatalf("the commands print %q: %v, want one server block of clusterset.local:53", out, err)
+		}
+		var args []string
+		for _, tok := range blocks[0].Tokens["forward"] {
+			args = append(args, tok.Text)
+		}
+		if !slices.Equal(args, []string{"forward", ".", tc.want}) {
+			t.Errorf("the block forwards %v, want to %s:\n%s", args, tc.want, out)
+		}
+		if !strings.HasPrefix(string(out), "# BEGIN vksfleet multicluster") || !strings.HasSuffix(string(out), "# END vksfleet multicluster\n") {
+			t.Errorf("the block lacks the markers unjoin finds it by:\n%s", out)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -69,11 +70,7 @@ func BrokerInit(ctx context.Context, cfg *rest.Config, opts InitOptions, out io.
 		}
 	}
 	err = s.do("broker roles", func() (string, error) {
-		manifests, err := deploy.Render("broker")
-		if err != nil {
-			return "", err
-		}
-		objs, err := decode(manifests)
+		objs, err := brokerObjects()
 		if err != nil {
 			return "", err
 		}
@@ -128,6 +125,15 @@ func BrokerInit(ctx context.Context, cfg *rest.Config, opts InitOptions, out io.
 		return info, err
 	}
 	return info, info.Validate()
+}
+
+// brokerObjects are the objects broker init applies, and broker uninstall deletes: build/deploy/broker, rendered.
+func brokerObjects() ([]*unstructured.Unstructured, error) {
+	manifests, err := deploy.Render("broker")
+	if err != nil {
+		return nil, err
+	}
+	return decode(manifests)
 }
 
 // waitConfined waits until the broker refuses the joiner what only the admission policy refuses it, a

@@ -34,9 +34,15 @@ func Evict(ctx context.Context, info BrokerInfo, id string, wait time.Duration, 
 	return evict(ctx, steps{out}, b, id, wait)
 }
 
-// evict removes the member id from the broker with client b, as Evict and Unjoin do.
+// evict removes the member id from the broker with client b, as Evict, Unjoin and BrokerUninstall do.
 func evict(ctx context.Context, s steps, b client.Client, id string, wait time.Duration) error {
-	ns := names.BrokerNamespace(id)
+	return evictNamespace(ctx, s, b, names.BrokerNamespace(id), id, wait)
+}
+
+// evictNamespace removes the member of the broker namespace ns: its credentials first, then its records, its read
+// grants and directory entry when id, the member's id, is known ("" for a namespace no directory entry names, whose
+// member's grants are not known by name), and the namespace.
+func evictNamespace(ctx context.Context, s steps, b client.Client, ns, id string, wait time.Duration) error {
 	err := s.do("broker credentials revoked", func() (string, error) {
 		n, err := deleteServiceAccounts(ctx, b, ns)
 		return fmt.Sprintf("%d ServiceAccounts of %s deleted, with every token of them", n, ns), err
@@ -60,11 +66,13 @@ func evict(ctx context.Context, s steps, b client.Client, id string, wait time.D
 	if err != nil {
 		return err
 	}
-	err = s.do("read grants and directory entry", func() (string, error) {
-		return "deleted", revokeReads(ctx, b, id)
-	})
-	if err != nil {
-		return err
+	if id != "" {
+		err = s.do("read grants and directory entry", func() (string, error) {
+			return "deleted", revokeReads(ctx, b, id)
+		})
+		if err != nil {
+			return err
+		}
 	}
 	return s.do("broker namespace", func() (string, error) {
 		gone := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}

@@ -78,7 +78,9 @@ const minCredentialLeft = time.Hour
 // Join makes the cluster memberCfg reaches a member of the broker's clusterset, in an order that works on a fresh
 // cluster: the CRDs, the cluster id and clusterset name, the member's identity on the broker and its region in
 // the member directory, its broker credentials, then the controller, the admission policy and DNS in the mode
-// asked for, with the record of the settings it joined with. The settings not given are the recorded ones, so
+// asked for, with the record of the settings it joined with. Before a DNS mode changes the cluster's CoreDNS, it
+// keeps a copy of it (prepareDNS), which unjoin puts back; the replace mode adds our block to the cluster's own
+// Corefile only once our image runs on every replica (serve). The settings not given are the recorded ones, so
 // that running it again changes nothing but the region, if the member's is another now: objects are applied
 // server-side, and credentials the broker still accepts are kept. With CredentialsOnly it stops after the
 // credentials; with DryRun it changes nothing, and prints what it would change.
@@ -186,6 +188,12 @@ func Join(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts Joi
 	if opts.CredentialsOnly {
 		return id, p.finish(out)
 	}
+	if opts.DNS == DNSStandalone || opts.DNS == DNSReplace {
+		err = s.do("backup of the cluster's CoreDNS", func() (string, error) { return prepareDNS(ctx, m, opts.DNS == DNSReplace) })
+		if err != nil {
+			return "", err
+		}
+	}
 	err = s.do("controller, policy and DNS", func() (string, error) {
 		recorded := opts
 		recorded.ClusterID = id
@@ -195,10 +203,17 @@ func Join(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts Joi
 		return "", err
 	}
 	if p != nil {
-		if opts.DNS == DNSStandalone {
-			if err := forward(ctx, s, memberCfg, m, opts.Wait); err != nil {
-				return "", err
-			}
+		switch opts.DNS {
+		case DNSStandalone:
+			err = forward(ctx, s, memberCfg, m, opts.Wait)
+		case DNSReplace:
+			err = s.do("CoreDNS serves "+zone, func() (string, error) {
+				did, _, err := addZone(ctx, m)
+				return did, err
+			})
+		}
+		if err != nil {
+			return "", err
 		}
 		return id, p.finish(out)
 	}
@@ -217,10 +232,17 @@ func Join(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts Joi
 			return "", err
 		}
 	}
-	if opts.DNS == DNSStandalone {
-		if err := forward(ctx, s, memberCfg, m, opts.Wait); err != nil {
-			return "", err
+	switch opts.DNS {
+	case DNSStandalone:
+		err = forward(ctx, s, memberCfg, m, opts.Wait)
+	case DNSReplace:
+		var kube kubernetes.Interface
+		if kube, err = kubernetes.NewForConfig(memberCfg); err == nil {
+			err = serve(ctx, s, kube, m, opts.Wait)
 		}
+	}
+	if err != nil {
+		return "", err
 	}
 	err = s.do("Lease on the broker", func() (string, error) {
 		key := client.ObjectKey{Namespace: names.BrokerNamespace(id), Name: names.LeaseName}
@@ -380,6 +402,11 @@ func installMember(ctx context.Context, m *writer, opts JoinOptions) (string, er
 	objs, err := decode(manifests)
 	if err != nil {
 		return "", err
+	}
+	if opts.DNS == DNSReplace {
+		// The Corefile is the cluster's own, or the base's from prepareDNS: our block goes into it only once our
+		// image runs (serve).
+		objs = slices.DeleteFunc(objs, isCorefileConfigMap)
 	}
 	objs, dropped := withoutUnservedPolicy(objs, func(gvk schema.GroupVersionKind) bool {
 		_, err := m.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)

@@ -2,9 +2,9 @@ package install
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -31,13 +33,27 @@ type UnjoinOptions struct {
 	Wait time.Duration
 }
 
+// ErrMemberUnreachable is in the error of an Unjoin whose member's API server does not answer: it changed nothing.
+// A member whose cluster is gone is taken out from the broker alone, as Evict does.
+var ErrMemberUnreachable = errors.New("the member's API server does not answer")
+
+// reachTimeout bounds the question that tells whether the member's API server answers at all.
+const reachTimeout = 30 * time.Second
+
 // Unjoin takes the member out of the clusterset: it stops its controller, removes its identity and records from
 // the broker as Evict does (other members then withdraw its endpoints), deletes what the controller imported into
-// it, and the controller's own objects; and it prints what it leaves, and why.
+// it, puts the cluster's CoreDNS back from the copy join kept (restoreDNS) and removes the blocks join added to
+// its DNS, and deletes the controller's own objects; and it prints what it leaves, and why. A member whose API
+// server does not answer stops it before anything changes, with ErrMemberUnreachable.
 func Unjoin(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts UnjoinOptions, out io.Writer) error {
 	s := steps{out}
 	m, b, err := clients(memberCfg, info)
 	if err != nil {
+		return err
+	}
+	// Before anything else: every step but the broker's needs the member, and one that stopped half way would leave
+	// the member in the broker's directory with its controller gone.
+	if err := s.do("member reachable", func() (string, error) { return memberAnswers(memberCfg) }); err != nil {
 		return err
 	}
 	id := opts.ClusterID
@@ -83,7 +99,19 @@ func Unjoin(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts U
 	if err != nil {
 		return err
 	}
-	err = s.do("cluster DNS", func() (string, error) { return stopForwarding(ctx, m) })
+	err = s.do("cluster DNS", func() (string, error) {
+		kube, err := kubernetes.NewForConfig(memberCfg)
+		if err != nil {
+			return "", err
+		}
+		// The restore first: in the replace mode its Corefile must be in place before the original image is.
+		restored, err := restoreDNS(ctx, m, kube, opts.Wait)
+		if err != nil {
+			return "", err
+		}
+		removed, err := stopForwarding(ctx, m)
+		return restored + "; " + removed, err
+	})
 	if err != nil {
 		return err
 	}
@@ -112,10 +140,37 @@ func Unjoin(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts U
 	if client.IgnoreNotFound(err) != nil {
 		return err
 	}
-	if strings.Contains(cm.Data[corefileKey], "multicluster") {
-		fmt.Fprintf(out, "left  our CoreDNS serving kube-dns in %s (DNS mode replace): the cluster's DNS depends on it; put your own CoreDNS image and Corefile back to stop serving clusterset.local\n", dnsNamespace)
+	if whole, err := ours(cm.Data[corefileKey]); err == nil && whole {
+		fmt.Fprintf(out, "left  our CoreDNS serving kube-dns in %s (DNS mode replace), with a Corefile of ours and no copy of an original in ConfigMap %s/%s (joined by a release before backups, or the cluster had no CoreDNS of its own): the cluster's DNS depends on it; put your own CoreDNS image and Corefile back to stop serving clusterset.local\n",
+			dnsNamespace, dnsNamespace, DNSBackup)
 	}
 	return nil
+}
+
+// memberAnswers asks the member's API server for its version, which any client may ask: an error that is no answer
+// of the API server (refused, timed out, no such host, TLS) is ErrMemberUnreachable.
+func memberAnswers(cfg *rest.Config) (string, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Timeout = reachTimeout
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return "", err
+	}
+	v, err := dc.ServerVersion()
+	if err != nil {
+		if unanswered(err) {
+			return "", fmt.Errorf("%w (%s): %w", ErrMemberUnreachable, cfg.Host, err)
+		}
+		return "", err
+	}
+	return fmt.Sprintf("%s answers, Kubernetes %s", cfg.Host, v.GitVersion), nil
+}
+
+// unanswered says whether err is no answer of an API server, but a failure to reach it: an answer, even a refusal
+// (401, 403, 500), is a status.
+func unanswered(err error) bool {
+	var status apierrors.APIStatus
+	return err != nil && !errors.As(err, &status)
 }
 
 // appsDeployment is the Deployment kind, deleted by metadata alone.
@@ -185,8 +240,8 @@ func listServed(ctx context.Context, c client.Client, crdName string) ([]unstruc
 	return nil, fmt.Errorf("CRD %s has no storage version", crdName)
 }
 
-// deleteRendered deletes the objects a folder of build/deploy renders, and returns how many it found; it waits
-// until the namespaces among them are gone with what they held.
+// deleteRendered deletes the objects a folder of build/deploy renders, and returns how many it found, as
+// deleteObjects does.
 func deleteRendered(ctx context.Context, c client.Client, dir string, wait time.Duration) (int, error) {
 	manifests, err := deploy.Render(dir)
 	if err != nil {
@@ -196,8 +251,15 @@ func deleteRendered(ctx context.Context, c client.Client, dir string, wait time.
 	if err != nil {
 		return 0, err
 	}
-	n := 0
-	var namespaces []string
+	deleted, err := deleteObjects(ctx, c, objs, wait)
+	return len(deleted), err
+}
+
+// deleteObjects deletes objs in their order, and returns those it found, as "Kind name"; it waits until the
+// namespaces among them are gone with what they held, and the CRDs with the objects of their kinds.
+func deleteObjects(ctx context.Context, c client.Client, objs []*unstructured.Unstructured, wait time.Duration) ([]string, error) {
+	var deleted []string
+	var waits []*unstructured.Unstructured
 	for _, o := range objs {
 		err := c.Delete(ctx, o)
 		// A kind the cluster does not serve has no object: the admission policy before Kubernetes 1.30.
@@ -205,19 +267,19 @@ func deleteRendered(ctx context.Context, c client.Client, dir string, wait time.
 			continue
 		}
 		if err != nil {
-			return n, fmt.Errorf("deleting %s %s: %w", o.GetKind(), objectName(o), err)
+			return deleted, fmt.Errorf("deleting %s %s: %w", o.GetKind(), objectName(o), err)
 		}
-		n++
-		if o.GetKind() == "Namespace" {
-			namespaces = append(namespaces, o.GetName())
-		}
-	}
-	for _, ns := range namespaces {
-		if err := waitGone(ctx, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, wait); err != nil {
-			return n, err
+		deleted = append(deleted, o.GetKind()+" "+objectName(o))
+		if k := o.GetKind(); k == "Namespace" || k == "CustomResourceDefinition" {
+			waits = append(waits, o)
 		}
 	}
-	return n, nil
+	for _, o := range waits {
+		if err := waitGone(ctx, c, o.DeepCopy(), wait); err != nil {
+			return deleted, err
+		}
+	}
+	return deleted, nil
 }
 
 // waitGone waits until o no longer exists.

@@ -1,7 +1,8 @@
 // Package corefile renders every Corefile of the project from one template (corefile.tmpl): the one users deploy
-// (build/deploy/coredns/Corefile and Corefile.example), the server block replace-kube-dns.sh appends, and those
-// the tests and benchmarks run. A test keeps the checked-in files equal to their rendering, so that the files
-// users read and the servers the tests run cannot drift apart.
+// (build/deploy/coredns/Corefile and Corefile.example), the server block the replace mode appends to a cluster's
+// own Corefile (join, the Helm chart's hooks, replace-kube-dns.sh), and those the tests and benchmarks run. A test
+// keeps the checked-in files equal to their rendering, so that the files users read and the servers the tests run
+// cannot drift apart.
 package corefile
 
 import (
@@ -101,7 +102,7 @@ func Deployed() Server {
 	}
 }
 
-// appended is the server block replace-kube-dns.sh appends to a cluster's own Corefile.
+// appended is the server block the replace mode appends to a cluster's own Corefile.
 func appended() Server {
 	return Server{Zone: "clusterset.local", Stock: Stock{Prometheus: true, Loadbalance: true}, Multicluster: &Multicluster{}}
 }

@@ -19,9 +19,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/build/deploy"
+	"vksfleet.dev/fleet/cli/install"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/plugin/mcstest"
 	"vksfleet.dev/fleet/test/env/clusterset"
@@ -121,7 +123,7 @@ func runCorefile(ctx context.Context, t *testing.T, c *clusterset.Cluster, coref
 }
 
 // TestReplaceKubeDNS installs our CoreDNS in place of a stock kubeadm kube-dns in cluster-b with
-// replace-kube-dns.sh, checks the objects and the answers of the resulting Corefile, and uninstalls it.
+// replace-kube-dns.sh, checks the objects and the answers of the resulting Corefile, and restores the original.
 func TestReplaceKubeDNS(t *testing.T) {
 	ctx := context.Background()
 	b := cs.Member("cluster-b")
@@ -168,6 +170,15 @@ func TestReplaceKubeDNS(t *testing.T) {
 	if image != coreDNSImage {
 		t.Errorf("image %s, want %s", image, coreDNSImage)
 	}
+	checkImageFirst(ctx, t, b, coreDNSImage)
+	backup := &corev1.ConfigMap{}
+	if err := b.Client.Get(ctx, types.NamespacedName{Namespace: "kube-system", Name: install.DNSBackup}, backup); err != nil {
+		t.Fatal(err)
+	}
+	if d := backup.Data; d["Corefile"] != clusterset.KubeadmCorefile || d["image"] != stockImage || d["replicas"] != "2" || d["replaced"] != "true" ||
+		!strings.Contains(d["template"], `"image":"`+stockImage+`"`) {
+		t.Errorf("the copy of the original, in the format join and the chart keep too: %v", d)
+	}
 	// The coredns ServiceAccount may read what the plugin reads, and write nothing of it.
 	for _, ra := range []struct {
 		attrs   authorizationv1.ResourceAttributes
@@ -200,7 +211,7 @@ func TestReplaceKubeDNS(t *testing.T) {
 	}
 	t.Logf("after install: cluster.local answers as before (%v), clusterset.local answers", before)
 
-	replaceKubeDNS(t, b, "uninstall")
+	replaceKubeDNS(t, b, "--restore")
 	corefile, image = corefileAndImage(ctx, t, b)
 	if corefile != clusterset.KubeadmCorefile || image != stockImage {
 		t.Errorf("after uninstall: image %s and Corefile\n%s\nwant the originals", image, corefile)
@@ -210,8 +221,40 @@ func TestReplaceKubeDNS(t *testing.T) {
 			t.Errorf("ClusterRole %s after uninstall: %v", name, err)
 		}
 	}
-	if err := b.Client.Get(ctx, types.NamespacedName{Namespace: "kube-system", Name: "coredns-vksfleet-original"}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+	if err := b.Client.Get(ctx, types.NamespacedName{Namespace: "kube-system", Name: install.DNSBackup}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the saved original after uninstall: %v", err)
+	}
+}
+
+// checkImageFirst checks that the Corefile of c, which loads multicluster, was written after every CoreDNS pod ran
+// image: its ConfigMap's resourceVersion is later than every pod's. One API server's resourceVersions are its etcd's
+// revisions, which grow with every write of any object.
+func checkImageFirst(ctx context.Context, t *testing.T, c *clusterset.Cluster, image string) {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	if err := c.Client.Get(ctx, types.NamespacedName{Namespace: "kube-system", Name: "coredns"}, cm); err != nil {
+		t.Fatal(err)
+	}
+	written, err := strconv.ParseUint(cm.ResourceVersion, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pods corev1.PodList
+	if err := c.Client.List(ctx, &pods, client.InNamespace("kube-system"), client.MatchingLabels{"k8s-app": "kube-dns"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) == 0 {
+		t.Fatal("no CoreDNS pod")
+	}
+	for _, p := range pods.Items {
+		rv, err := strconv.ParseUint(p.ResourceVersion, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Spec.Containers[0].Image != image || p.Status.Phase != corev1.PodRunning || rv > written {
+			t.Errorf("CoreDNS pod %s (%s, %s, resourceVersion %d) is not one that ran our image before the Corefile (resourceVersion %d) was written",
+				p.Name, p.Spec.Containers[0].Image, p.Status.Phase, rv, written)
+		}
 	}
 }
 

@@ -1,7 +1,8 @@
 // Package install proves the ways our CoreDNS and mcs-controller get into a cluster: the container images built
 // by `make images`, run against a local clusterset with a real engine; our CoreDNS replacing a cluster's stock
-// kube-dns in place and back (build/deploy/replace-kube-dns); and a NodeLocal DNSCache stanza in front of it
-// (build/deploy/nodelocaldns).
+// kube-dns in place and back (build/deploy/replace-kube-dns); every path that changes a cluster's own CoreDNS (join
+// and unjoin, the script, the Helm chart) keeping its DNS answering and giving its customisations back, on a
+// member with kubelets (dnspaths_test.go); and a NodeLocal DNSCache stanza in front of it (build/deploy/nodelocaldns).
 package install
 
 import (

@@ -35,8 +35,10 @@ import (
 // checks that the joiner and a member's credential can do what join, rotate, a renewal and evict need and nothing
 // else, through RBAC and the broker's admission policies; every write it expects refused is a dry run, so that a
 // wrongly granted one changes nothing. Then it evicts one member with the joiner's token alone: its tokens, and
-// one its credential asked for, are refused (401), and nothing of it is left on the broker. Last, init
-// --rotate-joiner revokes the joiner's token.
+// one its credential asked for, are refused (401), and nothing of it is left on the broker. Then init
+// --rotate-joiner revokes the joiner's token; `kubectl mcs unjoin --broker-only` takes out the other member, whose
+// cluster is gone (uninstall_test.go); and broker uninstall takes the clusterset off the broker, after which init
+// prepares it again.
 func TestJoiner(t *testing.T) {
 	ctx := context.Background()
 	start := time.Now()
@@ -285,6 +287,13 @@ func TestJoiner(t *testing.T) {
 	if err := install.BrokerIdentity(ctx, renewed, ids[1]); err != nil {
 		t.Errorf("joining again with the new joiner token: %v", err)
 	}
+
+	// b's cluster gone: unjoin takes it out from the broker alone. Joined again, b is what uninstall finds.
+	unjoinGone(t, cs, renewed, ids[1], b)
+	if err := install.BrokerIdentity(ctx, renewed, ids[1]); err != nil {
+		t.Fatalf("joining %s again after unjoin --broker-only: %v", ids[1], err)
+	}
+	uninstallBroker(t, cs, renewed, ids[1])
 }
 
 // credential is a member's broker credential: its client configuration and its name.

@@ -2,7 +2,8 @@
 // accepted by a real API server through server-side apply, and the mcs-controller works under exactly the RBAC
 // identities they grant (its member ServiceAccount and its broker ServiceAccount) and can do no more than that on
 // the broker; and that the joiner identity and a member's credential can do what join, rotate and evict need and
-// nothing else (joiner_test.go).
+// nothing else (joiner_test.go), and that `kubectl mcs unjoin --broker-only` and `broker uninstall` leave nothing of
+// a member, or of the clusterset, on the broker (uninstall_test.go).
 package manifests
 
 import (
