@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"slices"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -14,6 +15,17 @@ type refusal struct {
 	from    string
 	problem admit.Problem
 	whole   bool
+}
+
+// identity is what tells one refusal from another across gathers: a limit's refusal is the same while the member
+// stays over it, whichever of its slices is the first left out (the message names it, and it moves while a
+// member's thousands of slices arrive in any order), so that a flood is one log line, count and Event, not one per
+// slice.
+func (r refusal) identity() refusal {
+	if slices.Contains(admit.LimitReasons, r.problem.Reason) {
+		r.problem.Message = ""
+	}
+	return r
 }
 
 // refusalLog remembers what each service's last gather refused, so that a refusal that stands across reconciles
@@ -46,10 +58,11 @@ func (l *refusalLog) settle(key types.NamespacedName) []refusal {
 	var fresh []refusal
 	seen := map[refusal]bool{}
 	for _, r := range now {
-		if !l.last[key][r] && !seen[r] {
+		id := r.identity()
+		if !l.last[key][id] && !seen[id] {
 			fresh = append(fresh, r)
 		}
-		seen[r] = true
+		seen[id] = true
 	}
 	if len(seen) == 0 {
 		delete(l.last, key)

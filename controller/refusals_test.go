@@ -14,6 +14,8 @@ func TestRefusalLog(t *testing.T) {
 	a := refusal{"b", admit.Problem{Reason: admit.ReasonRecord, Message: "broken"}, false}
 	b := refusal{"c", admit.Problem{Reason: admit.ReasonTooManySlices, Message: "too many"}, false}
 	c := refusal{"c", admit.Problem{Reason: admit.ReasonRecord, Message: "other"}, false}
+	// b as the member's slices go on arriving: another slice is the first left out.
+	moved := refusal{"c", admit.Problem{Reason: admit.ReasonTooManySlices, Message: "too many, from another slice on"}, false}
 	var l refusalLog
 	for i, step := range []struct {
 		key  types.NamespacedName
@@ -27,6 +29,8 @@ func TestRefusalLog(t *testing.T) {
 		{web, nil, nil},                            // all gone
 		{web, []refusal{a}, []refusal{a}},          // back: reported again
 		{db, []refusal{a}, nil},
+		{web, []refusal{a, b}, []refusal{b}},
+		{web, []refusal{a, moved}, nil}, // the same limit's refusal, whatever its message says
 	} {
 		for _, r := range step.add {
 			l.add(step.key, r)

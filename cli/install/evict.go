@@ -9,6 +9,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -57,7 +58,7 @@ func evictNamespace(ctx context.Context, s steps, b client.Client, ns, id string
 			discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), coordinationv1.SchemeGroupVersion.WithKind("Lease")} {
 			// By metadata alone: the broker's mcs-api types need not be in this client's scheme.
 			obj := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind}}
-			if err := b.DeleteAllOf(ctx, obj, client.InNamespace(ns)); client.IgnoreNotFound(err) != nil {
+			if err := deleteAll(ctx, b, obj, ns, wait); err != nil {
 				return "", fmt.Errorf("deleting the %ss of %s: %w", gvk.Kind, ns, err)
 			}
 		}
@@ -84,6 +85,39 @@ func evictNamespace(ctx context.Context, s steps, b client.Client, ns, id string
 		}
 		return fmt.Sprintf("%s deleted, with its records, EndpointSlices and Lease", ns), nil
 	})
+}
+
+// deleteAll deletes every object of obj's kind in the namespace ns, within wait. A member that filled its quota
+// holds tens of thousands of slices, whose deletecollection outlasts the API server's request timeout (60 s) while
+// the server goes on deleting them: an error that is no refusal is followed, once a second, by a look at what is
+// left and another deletecollection, until nothing is left.
+func deleteAll(ctx context.Context, b client.Client, obj *metav1.PartialObjectMetadata, ns string, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		err := b.DeleteAllOf(ctx, obj, client.InNamespace(ns))
+		if client.IgnoreNotFound(err) == nil {
+			return nil
+		}
+		if refused(err) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+		left := &metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{APIVersion: obj.APIVersion, Kind: obj.Kind + "List"}}
+		if lerr := b.List(ctx, left, client.InNamespace(ns), client.Limit(1)); lerr == nil && len(left.Items) == 0 {
+			return nil
+		}
+	}
+}
+
+// refused says whether the API server refused a request, which asking again does not change, rather than ran out
+// of time or was not reached.
+func refused(err error) bool {
+	return apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsBadRequest(err) ||
+		apierrors.IsInvalid(err) || apierrors.IsMethodNotSupported(err)
 }
 
 // deleteServiceAccounts deletes every ServiceAccount of the namespace ns, which revokes their tokens at once,

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/controller"
 	"vksfleet.dev/fleet/controller/admit"
 	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/controller/export"
@@ -35,7 +36,7 @@ const (
 
 // flood: review #1. mallory publishes a million endpoints for one service, in slices of the size exporters write
 // (what its broker quota lets it), as fast as the broker takes them. Every honest member imports the first
-// --max-endpoints-per-service of them and refuses the rest, its controller and CoreDNS stay within their
+// --max-endpoints-per-service (its default) of them and refuses the rest, its controller and CoreDNS stay within their
 // containers' memory limits, and the honest services keep answering throughout.
 func (e *env) flood(t *testing.T) {
 	ctx := context.Background()
@@ -53,15 +54,23 @@ func (e *env) flood(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() {
-		// The administrator clears what mallory wrote, in one request per kind.
+		// The administrator clears what mallory wrote. Ten thousand slices outlast a deletecollection's request
+		// timeout while the API server goes on deleting them: asked again until none is left.
 		sel := client.MatchingLabels{mcsv1beta1.LabelServiceName: svc}
 		in := client.InNamespace(names.BrokerNamespace(mallory))
-		if err := e.admin.DeleteAllOf(ctx, &discoveryv1.EndpointSlice{}, in, sel); err != nil {
-			t.Error(err)
-		}
-		if err := e.admin.DeleteAllOf(ctx, &mcsv1beta1.ServiceImport{}, in, sel); err != nil {
-			t.Error(err)
-		}
+		poll.T(t, 3*timeout, "mallory's flood deleted", func() error {
+			if err := e.admin.DeleteAllOf(ctx, &discoveryv1.EndpointSlice{}, in, sel); err != nil {
+				return err
+			}
+			if err := e.admin.DeleteAllOf(ctx, &mcsv1beta1.ServiceImport{}, in, sel); err != nil {
+				return err
+			}
+			left := &discoveryv1.EndpointSliceList{}
+			if err := e.admin.List(ctx, left, in, sel, client.Limit(1)); err != nil || len(left.Items) > 0 {
+				return fmt.Errorf("slices left (%v)", err)
+			}
+			return nil
+		})
 	}()
 	if err := c.Create(ctx, rec); err != nil {
 		t.Fatal(err)
@@ -92,7 +101,7 @@ func (e *env) flood(t *testing.T) {
 	}
 	t.Logf("mallory published %d endpoints in %d slices in %s", floodEndpoints, n, time.Since(start).Round(time.Second))
 
-	want := admit.MaxSlicesPerExport * export.MaxEndpointsPerSlice
+	want := controller.DefaultMaxEndpointsPerService
 	poll.T(t, 3*timeout, fmt.Sprintf("the honest members import %d of mallory's endpoints", want), func() error {
 		for _, m := range e.f.Members {
 			got := 0
