@@ -121,12 +121,18 @@ bench-fleet: tools-core build images ## the local clusterset's cost: start, stop
 KUSTOMIZE := $(TOOLS_CACHE)/current/kustomize
 
 # The member's manifests name our images at VERSION, as `make images` tags them: the bases, which name a release's
-# tag, through an overlay that sets it.
-manifests: tools-kustomize ## render the kustomize bases under build/deploy into bin/manifests/, our images at VERSION
-	@mkdir -p bin/manifests/member-overlay
+# tag, through an overlay that sets it. member.yaml is the standalone DNS mode (build/deploy); member-replace.yaml is
+# the replace mode's raw path (build/deploy/replace), which names no CoreDNS image: build/deploy/replace-kube-dns/
+# replace-kube-dns.sh install IMAGE then swaps it in (ghcr.io/vksfleet/coredns:VERSION for this tree's), keeping the
+# cluster's Corefile.
+manifests: tools-kustomize ## render build/deploy into bin/manifests/, our images at VERSION: member.yaml (standalone DNS), member-replace.yaml (replace, with replace-kube-dns.sh), broker.yaml
+	@mkdir -p bin/manifests/member-overlay bin/manifests/member-replace-overlay
 	@printf 'resources:\n  - ../../../build/deploy\nimages:\n  - name: ghcr.io/vksfleet/mcs-controller\n    newTag: "%s"\n  - name: ghcr.io/vksfleet/coredns\n    newTag: "%s"\n' \
 		'$(VERSION)' '$(VERSION)' > bin/manifests/member-overlay/kustomization.yaml
+	@printf 'resources:\n  - ../../../build/deploy/replace\nimages:\n  - name: ghcr.io/vksfleet/mcs-controller\n    newTag: "%s"\n' \
+		'$(VERSION)' > bin/manifests/member-replace-overlay/kustomization.yaml
 	$(KUSTOMIZE) build bin/manifests/member-overlay > bin/manifests/member.yaml
+	$(KUSTOMIZE) build bin/manifests/member-replace-overlay > bin/manifests/member-replace.yaml
 	$(KUSTOMIZE) build build/deploy/broker > bin/manifests/broker.yaml
 	$(KUSTOMIZE) build build/deploy/member > bin/manifests/broker-member-example.yaml
 

@@ -1,6 +1,6 @@
-# Sourced by the build scripts (tools.sh, docker.sh, images/build.sh), which install what they miss from Debian's
-# packages: `apt_install WHO [APT-GET OPTIONS] PACKAGE...` says on stderr what WHO installs, then runs apt-get as
-# root, or through sudo.
+# Sourced by build/tools.sh and build/docker.sh, which install what they miss from Debian's packages:
+# `apt_install WHO [APT-GET OPTIONS] PACKAGE...` says on stderr what WHO installs, then runs apt-get as root, or
+# through sudo.
 apt_install() {
 	local who=$1 sudo="" packages=()
 	shift

@@ -110,7 +110,7 @@ the member back. Run unjoin on the member, if it can be reached, to remove what 
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&file, "broker-info", "f", defaultBrokerInfo, "the file `kubectl mcs broker init` wrote")
+	f.StringVarP(&file, "broker-info", "f", defaultBrokerInfo, "the `FILE` kubectl mcs broker init wrote")
 	f.DurationVar(&wait, "wait", 2*time.Minute, "how long to wait for the broker namespace to go")
 	return cmd
 }

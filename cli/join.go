@@ -31,10 +31,18 @@ and prints what join would change, as a diff of each live object. --credentials-
 id, its identity on the broker and the Secret mcs-system/broker-kubeconfig, and installs nothing else: for a
 controller and DNS installed by Helm or GitOps. DNS modes (--dns):
   standalone     our CoreDNS as mcs-system/mcs-dns, serving clusterset.local only; the cluster's DNS forwards the
-                 zone to it: a server block appended to CoreDNS's Corefile (or a kube-dns stub domain), and one in
-                 NodeLocal DNSCache's where it runs. Nothing else of the cluster's DNS changes.
-  replace        our CoreDNS in place of kube-dns (build/deploy/coredns), keeping the kube-dns Service.
-  cluster-local  no DNS change: every import is also a cluster.local Service <svc>-clusterset.`,
+                 zone to it: a marked server block appended to CoreDNS's Corefile (or a kube-dns stub domain), and
+                 one in NodeLocal DNSCache's where it runs. A Corefile that has a clusterset.local block of its own
+                 (or a key *.server of kube-system/coredns-custom, which AKS imports, that has one) gets no block of
+                 ours, and join says so: CoreDNS refuses two blocks for one zone. Nothing else of the cluster's DNS
+                 changes.
+  replace        our CoreDNS in place of the cluster's, keeping the kube-dns Service and the cluster's Corefile,
+                 every line of it: our image runs on every replica first, then our marked clusterset.local block is
+                 added to the Corefile.
+  cluster-local  no DNS change: every import is also a cluster.local Service <svc>-clusterset.
+In standalone and replace, join first copies the cluster's CoreDNS (its Corefile and Deployment) into the ConfigMap
+kube-system/coredns-vksfleet-original, once; unjoin restores it from there: the Corefile without our block (edits
+made since stay), then, after replace, the Deployment's original image and pod template.`,
 	}, func(ctx context.Context, cfg *rest.Config, info install.BrokerInfo) error {
 		id, err := install.Join(ctx, cfg, info, opts, o.streams.Out)
 		if err != nil {
@@ -89,6 +97,6 @@ func (o *options) memberCommand(cmd *cobra.Command, run func(ctx context.Context
 		}
 		return run(cmd.Context(), cfg, info)
 	}
-	cmd.Flags().StringVarP(&file, "broker-info", "f", defaultBrokerInfo, "the file `kubectl mcs broker init` wrote")
+	cmd.Flags().StringVarP(&file, "broker-info", "f", defaultBrokerInfo, "the `FILE` kubectl mcs broker init wrote")
 	return cmd
 }

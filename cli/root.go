@@ -57,8 +57,9 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		Long: `kubectl mcs talks to the broker (--context, default the context "broker", else the current context), learns
 the members' cluster ids from their namespaces and Leases there, and reads each member through the kubeconfig
 context whose cluster id matches (or the --contexts given). --as, --as-group, --token and --request-timeout apply
-to every cluster it talks to. export, unexport, join, unjoin and rotate act on one member, and broker init on the broker:
-each names its cluster with --context, as kubectl does.
+to every cluster it talks to. export, unexport, join, unjoin and rotate act on one member, and broker init and broker
+uninstall on the broker: each names its cluster with --context, as kubectl does. broker evict and unjoin --broker-only
+take a member out of the broker through the broker-info file alone, for a member that is gone or not trusted.
 
 Exit codes: 0 healthy, 1 unhealthy (a diagnose check failed), 2 could not run.`,
 		SilenceUsage:  true,

@@ -21,8 +21,12 @@ func (o *options) unjoinCommand() *cobra.Command {
 		Short: "Take the cluster of --context out of the clusterset, on the member and the broker, and say what is left",
 		Long: `unjoin stops the member's controller, then takes the member out of the broker as ` + "`kubectl mcs broker evict`" + ` does
 (its credentials, read grants, directory entry and broker namespace), deletes what the controller imported into the
-member and the controller's own objects, and says what it leaves. It needs the member: when the member's API server
-does not answer, it changes nothing and says so.
+member, restores the cluster's DNS, deletes the controller's own objects, and says what it leaves. The DNS restore
+puts back what join copied into the ConfigMap kube-system/coredns-vksfleet-original: the Corefile without our block
+(edits made since stay), and where --dns replace took the Deployment coredns over, once every replica has reloaded
+that Corefile, its original image and pod template; then it removes the forward blocks and stub domain join added
+and deletes the copy. It needs the member: when the member's API server does not answer, it changes nothing and
+says so.
 For a member whose cluster is gone, --broker-only --cluster-id ID takes it out of the broker alone, as broker evict
 does, with the broker-info file only: no context is read. The member's cluster, if it comes back, keeps what join
 installed, and its controller can no longer reach the broker; unjoin there then removes the rest.`,
@@ -64,6 +68,10 @@ installed, and its controller can no longer reach the broker; unjoin there then 
 	f := cmd.Flags()
 	f.StringVar(&opts.ClusterID, "cluster-id", "", "the member's cluster id; default its ClusterProperty's (required with --broker-only)")
 	f.BoolVar(&brokerOnly, "broker-only", false, "take the member out of the broker alone, as broker evict does, for a member whose cluster is gone: needs --cluster-id, reads no context")
-	f.DurationVar(&opts.Wait, "wait", 2*time.Minute, "how long to wait for the controller to stop and the broker namespace to go")
+	// 5 minutes, as join's and replace-kube-dns.sh's, rather than 2: the DNS restore waits for every CoreDNS replica
+	// to reread the Corefile, which it does once the kubelet has updated the mounted ConfigMap (within its sync
+	// period, a minute by default) and the reload plugin next checks it (every 30 s, with up to 15 s of jitter):
+	// about a minute as a rule, close to 2 at worst, before a busy kubelet adds its own delay.
+	f.DurationVar(&opts.Wait, "wait", 5*time.Minute, "how long to wait for each step: the controller to stop, the broker namespace to go, CoreDNS replicas to reload the restored Corefile, the original CoreDNS Deployment to roll out")
 	return cmd
 }

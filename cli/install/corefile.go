@@ -2,6 +2,9 @@ package install
 
 import (
 	"fmt"
+	"maps"
+	"net"
+	"slices"
 	"strings"
 
 	"github.com/coredns/caddy/caddyfile"
@@ -26,9 +29,9 @@ const (
 // loadsPlugin says whether any server block of the Corefile loads the plugin of directive, as CoreDNS's own parser
 // reads it: a comment or a zone that names it does not count.
 func loadsPlugin(corefile, directive string) (bool, error) {
-	blocks, err := caddyfile.Parse(corefileKey, strings.NewReader(corefile), nil)
+	blocks, err := serverBlocks(corefile)
 	if err != nil {
-		return false, fmt.Errorf("the Corefile does not parse: %w", err)
+		return false, err
 	}
 	for _, b := range blocks {
 		if len(b.Tokens[directive]) > 0 {
@@ -36,6 +39,80 @@ func loadsPlugin(corefile, directive string) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// serverBlocks are the Corefile's server blocks, as CoreDNS's own parser reads them.
+func serverBlocks(corefile string) ([]caddyfile.ServerBlock, error) {
+	blocks, err := caddyfile.Parse(corefileKey, strings.NewReader(corefile), nil)
+	if err != nil {
+		return nil, fmt.Errorf("the Corefile does not parse: %w", err)
+	}
+	return blocks, nil
+}
+
+// customConfigMap is the ConfigMap of kube-system whose keys ending in customServerSuffix AKS's CoreDNS imports
+// into its Corefile as server blocks of their own: where operators put their clusterset.local block on AKS.
+const (
+	customConfigMap    = "coredns-custom"
+	customServerSuffix = ".server"
+)
+
+// withForward returns the Corefile with block, the standalone mode's forward of the zone, as withBlock does, and
+// whether that changed it; unless a server block of the Corefile's own (outside the markers) or of a server file
+// of custom (the data of customConfigMap) serves the zone already. CoreDNS refuses a Corefile with two server
+// blocks for one zone and port, and keeps the configuration it has: the Corefile is then left without a block of
+// ours (one an earlier join added goes), and servedBy names the block that serves the zone. A Corefile that does
+// not parse here (an import of a file only the CoreDNS pods have) gets the block: refusing it would stop join on a
+// Corefile that CoreDNS reads.
+func withForward(corefile, block string, custom map[string]string) (out string, changed bool, servedBy string) {
+	rest, _ := withoutBlock(corefile)
+	if served, err := servesZone(rest); err == nil && served {
+		return rest, rest != corefile, "a server block of the Corefile"
+	}
+	for _, k := range slices.Sorted(maps.Keys(custom)) {
+		if !strings.HasSuffix(k, customServerSuffix) {
+			continue
+		}
+		if served, err := servesZone(custom[k]); err == nil && served {
+			return rest, rest != corefile, fmt.Sprintf("key %s of ConfigMap %s/%s", k, dnsNamespace, customConfigMap)
+		}
+	}
+	out, changed = withBlock(corefile, block)
+	return out, changed, ""
+}
+
+// servesZone says whether a server block of the Corefile serves the zone on port 53 over plain DNS, the key a
+// block of ours has: a key "clusterset.local", "clusterset.local:53" or "dns://clusterset.local.:53", in any case,
+// as CoreDNS reads it. A subzone, another port or another transport is another server, which CoreDNS accepts
+// next to ours.
+func servesZone(corefile string) (bool, error) {
+	blocks, err := serverBlocks(corefile)
+	if err != nil {
+		return false, err
+	}
+	for _, b := range blocks {
+		for _, key := range b.Keys {
+			if zoneKey(key) {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+// zoneKey says whether a server block's key is the zone on port 53 over plain DNS.
+func zoneKey(key string) bool {
+	if scheme, rest, found := strings.Cut(key, "://"); found {
+		if scheme != "dns" {
+			return false
+		}
+		key = rest
+	}
+	host, port := key, ""
+	if h, p, err := net.SplitHostPort(key); err == nil {
+		host, port = h, p
+	}
+	return (port == "" || port == "53") && strings.EqualFold(strings.TrimSuffix(host, "."), zone)
 }
 
 // ours says whether the Corefile is ours as a whole: one that loads multicluster outside the block between the

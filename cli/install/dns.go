@@ -137,21 +137,34 @@ const (
 )
 
 // forwardToStandalone makes the cluster's DNS send clusterset.local to the standalone DNS at ip: a server block
-// appended to CoreDNS's Corefile (its reload plugin, in every stock Corefile, picks it up), or a stub domain of
-// kube-dns; and, where NodeLocal DNSCache runs, a block that sends the zone to the cluster DNS rather than
-// upstream. It changes nothing else, and says what it did.
+// appended to CoreDNS's Corefile (its reload plugin, in every stock Corefile, picks it up) unless a block of the
+// operator's serves the zone there already (withForward), or a stub domain of kube-dns; and, where NodeLocal
+// DNSCache runs, a block that sends the zone to the cluster DNS rather than upstream. It changes nothing else, and
+// says what it did.
 func forwardToStandalone(ctx context.Context, c client.Client, ip string) (did string, corefileChanged bool, err error) {
 	var done []string
 	block, err := deploy.File(forwardBlock)
 	if err != nil {
 		return "", false, err
 	}
-	corefileChanged, found, err := editCorefile(ctx, c, coreDNSConfigMap, func(corefile string) (string, bool) {
-		return withBlock(corefile, strings.ReplaceAll(string(block), forwardAddress, ip))
+	var custom corev1.ConfigMap
+	if err := c.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: customConfigMap}, &custom); client.IgnoreNotFound(err) != nil {
+		return "", false, err
+	}
+	var servedBy string
+	corefileChanged, found, err := editCorefile(ctx, c, coreDNSConfigMap, func(corefile string) (out string, changed bool) {
+		out, changed, servedBy = withForward(corefile, strings.ReplaceAll(string(block), forwardAddress, ip), custom.Data)
+		return out, changed
 	})
 	switch {
 	case err != nil:
 		return "", false, err
+	case found && servedBy != "":
+		did := fmt.Sprintf("CoreDNS's Corefile gets no %s block of ours: %s serves the zone already, and CoreDNS refuses a second; left as it is, it must forward to %s", zone, servedBy, ip)
+		if corefileChanged {
+			did += " (the block of an earlier join removed)"
+		}
+		done = append(done, did)
 	case found:
 		done = append(done, fmt.Sprintf("CoreDNS's Corefile forwards %s to %s (%s)", zone, ip, unchanged(corefileChanged)))
 	default:
