@@ -291,13 +291,34 @@ func (c *Cluster) stop() error {
 		p.Stop()
 	}
 	if c.env != nil {
-		errs = append(errs, c.env.Stop())
+		errs = append(errs, graceless(c.env.Stop()))
 	}
 	if c.HA != nil {
 		c.HA.stop()
 	}
 	errs = append(errs, os.RemoveAll(c.dir))
 	return errors.Join(errs...)
+}
+
+// graceless drops from err envtest's report that kube-apiserver outlasted its graceful stop, after which envtest
+// killed it: with a fleet's controllers, kubelets and informers watching, a graceful stop can take longer than
+// ControlPlaneStopTimeout on a busy machine, and the process is gone all the same (the suites check that no
+// process is left).
+func graceless(err error) error {
+	if err == nil {
+		return nil
+	}
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		var keep []error
+		for _, e := range joined.Unwrap() {
+			keep = append(keep, graceless(e))
+		}
+		return errors.Join(keep...)
+	}
+	if strings.Contains(err.Error(), "timeout waiting for process kube-apiserver to stop") {
+		return nil
+	}
+	return err
 }
 
 // AdoptAPIServer makes the cluster stop p, an API server started again in place of the one envtest started (which
