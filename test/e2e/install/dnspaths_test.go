@@ -32,9 +32,12 @@ import (
 // kubeadmCustomised is kubeadm's Corefile as an operator changed it: a rewrite rule in its server block (alias, a
 // name of the operator's, answers as kube-dns) and a stub domain of its own. Every path must keep both while it
 // runs and give them back after.
-var kubeadmCustomised = strings.Replace(clusterset.KubeadmCorefile, "    ready\n",
-	"    ready\n    rewrite name exact "+aliasName+" kube-dns.kube-system.svc.cluster.local\n", 1) +
-	"example.internal:53 {\n    errors\n    forward . 10.9.9.9\n}\n"
+var kubeadmCustomised = strings.NewReplacer(
+	"    ready\n", "    ready\n    rewrite name exact "+aliasName+" kube-dns.kube-system.svc.cluster.local\n",
+	// The operator also checks for a new Corefile every 2 s rather than every 30 s: each path's changes take
+	// effect within seconds of reaching the replicas.
+	"    reload\n", "    reload 2s\n",
+).Replace(clusterset.KubeadmCorefile) + "example.internal:53 {\n    errors\n    forward . 10.9.9.9\n}\n"
 
 // aliasName is the name the rewrite rule answers.
 const aliasName = "alias.kube-system.svc.cluster.local"

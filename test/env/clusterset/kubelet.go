@@ -322,7 +322,11 @@ func kubeletConfig(c *Cluster, n *Node, data string) (string, error) {
 		// The host's resolv.conf is not the node's business.
 		"resolvConf": filepath.Join(data, "resolv.conf"),
 		// The default, /var/log/pods, is shared by every kubelet on the host.
-		"podLogsDir":          filepath.Join(data, "pods"),
+		"podLogsDir": filepath.Join(data, "pods"),
+		// A ConfigMap's change reaches the volumes that mount it at the pod's next sync: every 10 s here instead of
+		// every minute, so that a test that changes a Corefile (test/e2e/install's DNS paths) waits seconds per
+		// change, not a minute. What we install waits for every replica to load its Corefile, whatever the period.
+		"syncFrequency":       "10s",
 		"failSwapOn":          false,
 		"serializeImagePulls": false,
 		// No image can be pulled again: never collect one. Evict only when the disk is really full.
