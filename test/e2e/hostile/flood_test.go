@@ -23,15 +23,15 @@ import (
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/plugin/mcstest"
 	"vksfleet.dev/fleet/test/env/poll"
+	"vksfleet.dev/fleet/test/framework/ctrlharness"
 )
 
 const (
 	// floodEndpoints is what mallory publishes for one service: issue 37's million.
 	floodEndpoints = 1_000_000
-	// controllerLimit and corednsLimit are the memory limits of the controller's and CoreDNS's containers in
-	// build/deploy (controller/deployment.yaml, coredns/deployment.yaml).
-	controllerLimit = 512 << 20
-	corednsLimit    = 256 << 20
+	// corednsLimit is the memory limit of CoreDNS's container in build/deploy (coredns/deployment.yaml); the
+	// controller's is ctrlharness.MemoryLimit, which its processes here run with as GOMEMLIMIT, as in its pods.
+	corednsLimit = 256 << 20
 )
 
 // flood: review #1. mallory publishes a million endpoints for one service, in slices of the size exporters write
@@ -115,6 +115,10 @@ func (e *env) flood(t *testing.T) {
 		return nil
 	})
 	e.healthy(t, "a million endpoints")
+	controllerLimit, err := ctrlharness.MemoryLimit()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, m := range e.f.Members {
 		refused, err := m.ControllerMetric("mcs_controller_refused_total", map[string]string{"reason": admit.ReasonTooManyEndpoints})
 		if err != nil {

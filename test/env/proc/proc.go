@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -24,7 +25,15 @@ type Process struct {
 // Start starts bin with args. Its output goes to log, each line prefixed with "[name] " so that interleaved
 // logs stay readable. The process gets SIGKILL if the starting process dies, even by SIGKILL itself.
 func Start(log io.Writer, name, bin string, args ...string) (*Process, error) {
+	return StartEnv(log, name, bin, nil, args...)
+}
+
+// StartEnv is Start with env (NAME=value) added to this process's environment.
+func StartEnv(log io.Writer, name, bin string, env []string, args ...string) (*Process, error) {
 	cmd := exec.Command(bin, args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	w := PrefixWriter(log, name)
 	cmd.Stdout, cmd.Stderr = w, w
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -2,9 +2,16 @@ package ctrlharness
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"strconv"
 	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"vksfleet.dev/fleet/build/deploy"
 
 	"vksfleet.dev/fleet/controller"
 	"vksfleet.dev/fleet/test/env/proc"
@@ -102,7 +109,30 @@ func (f Flags) args() []string {
 }
 
 // StartProcess starts the controller binary bin with flags as a child process (proc.Start), its output going to log
-// with name as prefix.
+// with name as prefix, and with the GOMEMLIMIT the controller's Deployment gives it (its container's memory limit):
+// a test that measures its memory measures what a member runs.
 func StartProcess(log io.Writer, name, bin string, flags Flags) (*proc.Process, error) {
-	return proc.Start(log, name, bin, flags.args()...)
+	limit, err := MemoryLimit()
+	if err != nil {
+		return nil, err
+	}
+	return proc.StartEnv(log, name, bin, []string{"GOMEMLIMIT=" + strconv.FormatInt(limit, 10)}, flags.args()...)
+}
+
+// MemoryLimit is the memory limit of the controller's container in build/deploy, in bytes.
+func MemoryLimit() (int64, error) {
+	b, err := deploy.File("controller/deployment.yaml")
+	if err != nil {
+		return 0, err
+	}
+	var d appsv1.Deployment
+	if err := yaml.Unmarshal(b, &d); err != nil {
+		return 0, fmt.Errorf("ctrlharness: build/deploy/controller/deployment.yaml: %w", err)
+	}
+	for _, c := range d.Spec.Template.Spec.Containers {
+		if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
+			return q.Value(), nil
+		}
+	}
+	return 0, fmt.Errorf("ctrlharness: build/deploy/controller/deployment.yaml sets no memory limit")
 }

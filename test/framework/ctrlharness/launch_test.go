@@ -33,3 +33,10 @@ func TestFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoryLimit: the controller's processes get the memory limit of its Deployment's container.
+func TestMemoryLimit(t *testing.T) {
+	if got, err := MemoryLimit(); err != nil || got != 512<<20 {
+		t.Errorf("MemoryLimit() = %d, %v; want 512 MiB, as build/deploy/controller/deployment.yaml says", got, err)
+	}
+}
