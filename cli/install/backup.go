@@ -385,13 +385,23 @@ func BackupDNS(ctx context.Context, cfg *rest.Config, replace bool, out io.Write
 // RestoreDNS is `kubectl-mcs dns restore`, the Helm chart's pre-delete hook in the replace mode: it puts the
 // cluster's CoreDNS back from its backup as unjoin does (restoreDNS), while the chart keeps kube-dns.
 func RestoreDNS(ctx context.Context, cfg *rest.Config, wait time.Duration, out io.Writer) error {
-	c, err := newClient(cfg, "cluster")
-	if err != nil {
-		return err
-	}
-	kube, err := kubernetes.NewForConfig(cfg)
+	c, kube, err := dnsClients(cfg)
 	if err != nil {
 		return err
 	}
 	return steps{out}.do("the cluster's CoreDNS restored", func() (string, error) { return restoreDNS(ctx, c, kube, wait) })
+}
+
+// dnsClients are the clients of the cluster cfg reaches that the DNS hooks need: objects, and pods' logs and
+// status through the typed clientset.
+func dnsClients(cfg *rest.Config) (client.Client, kubernetes.Interface, error) {
+	c, err := newClient(cfg, "cluster")
+	if err != nil {
+		return nil, nil, err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, kube, nil
 }

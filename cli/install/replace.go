@@ -185,11 +185,7 @@ func serve(ctx context.Context, s steps, kube kubernetes.Interface, c client.Cli
 // the chart's Deployment coredns runs our image on every replica, it adds our clusterset.local block to the
 // cluster's Corefile, as join does (serve).
 func ServeDNS(ctx context.Context, cfg *rest.Config, wait time.Duration, out io.Writer) error {
-	c, err := newClient(cfg, "cluster")
-	if err != nil {
-		return err
-	}
-	kube, err := kubernetes.NewForConfig(cfg)
+	c, kube, err := dnsClients(cfg)
 	if err != nil {
 		return err
 	}

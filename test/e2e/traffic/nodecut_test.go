@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"strings"
 	"testing"
 	"time"
 
@@ -106,17 +105,5 @@ func (e *env) testLeaderNodeCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	healed = true
-	healedAt := time.Now().UnixMilli()
-	poll.T(t, timeout, "requests after the cut healed", func() error {
-		if n := len(loop.Requests(healedAt, 0)); n < 40 {
-			return fmt.Errorf("%d so far", n)
-		}
-		return nil
-	})
-	reqs := loop.Requests(from, 0)
-	failures := workload.Failures(reqs)
-	t.Logf("cluster-a's elected controller's node cut for %s: %d requests from the other node, %d failed", cutFor, len(reqs), len(failures))
-	if len(failures) > 0 {
-		t.Errorf("requests failed: %s", strings.Join(failures, ", "))
-	}
+	e.checkNoFailure(t, loop, from, cutAt.UnixMilli(), fmt.Sprintf("cluster-a's elected controller's node cut for %s, the client on the other node", cutFor))
 }
