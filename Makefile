@@ -136,8 +136,12 @@ manifests: tools-kustomize ## render build/deploy into bin/manifests/, our image
 	$(KUSTOMIZE) build build/deploy/broker > bin/manifests/broker.yaml
 	$(KUSTOMIZE) build build/deploy/member > bin/manifests/broker-member-example.yaml
 
-images: ## build the coredns and mcs-controller images for linux/amd64 and linux/arm64, tagged VERSION (IMAGE_REPO, IMAGE_SOURCE): OCI layouts in bin/images/oci/, the host's as bin/images/*.tar for the nodes; no Docker engine, no root
-	@VERSION='$(VERSION)' bash build/images/build.sh
+# The platforms `make images` builds for: the host's by default, which is all the local clusterset's nodes run; a
+# release builds both (make images IMAGE_PLATFORMS=linux/amd64,linux/arm64), each a full compile more.
+IMAGE_PLATFORMS ?= linux/$(shell $(GO) env GOARCH)
+
+images: ## build the coredns and mcs-controller images for IMAGE_PLATFORMS (the host's; linux/amd64,linux/arm64 for a release), tagged VERSION (IMAGE_REPO, IMAGE_SOURCE): OCI layouts in bin/images/oci/, the host's as bin/images/*.tar for the nodes; no Docker engine, no root
+	@VERSION='$(VERSION)' IMAGE_PLATFORMS='$(IMAGE_PLATFORMS)' bash build/images/build.sh
 
 # The upstream MCS API conformance suite, run unmodified: by default sigs.k8s.io/mcs-api's conformance/ at the commit
 # test/e2e/conformance pins, fetched through the Go module proxy into the module cache; CONFORMANCE_SUITE=PATH (absolute,

@@ -99,7 +99,7 @@ func TestHostileMemberAndUser(t *testing.T) {
 	t.Run("a member's records for kube-system, default and names no Service may have", e.importDoor)
 	t.Run("a member's record declaring a million slices", e.forgedSliceCount)
 	t.Run("a namespace user's public address in a headless export", e.publicPTR)
-	t.Run("a member's million endpoints for one service", e.flood)
+	t.Run("a member's flood of endpoints for one service", e.flood)
 	// Last: mallory is gone after it.
 	t.Run("a member evicted from the broker alone", e.evicted)
 }
