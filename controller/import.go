@@ -199,7 +199,7 @@ func (r *reconciler) refuseRecord(key types.NamespacedName, from string, p admit
 // member's cluster id ClusterProperty (recordEvent), since an export it takes out is seen nowhere here.
 func (r *reconciler) reportRefusals(ctx context.Context, key types.NamespacedName) {
 	for _, f := range r.refusals.settle(key) {
-		refusedTotal.WithLabelValues(r.id, f.problem.Reason).Inc()
+		refusedTotal.WithLabelValues(r.id, f.from, f.problem.Reason).Inc()
 		r.log.Info("leaving out of the import what a cluster published", "service", key, "from", f.from,
 			"reason", f.problem.Reason, "problem", f.problem.Message)
 		switch {

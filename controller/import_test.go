@@ -783,7 +783,7 @@ func TestGatherLimits(t *testing.T) {
 	limitsBroker(t, r, objs, "b", "c")
 	counted := func(reason string) float64 {
 		m := &dto.Metric{}
-		if err := refusedTotal.WithLabelValues("a", reason).Write(m); err != nil {
+		if err := refusedTotal.WithLabelValues("a", "b", reason).Write(m); err != nil {
 			t.Fatal(err)
 		}
 		return m.GetCounter().GetValue()

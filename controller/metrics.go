@@ -59,8 +59,9 @@ var (
 		Help: "Values another cluster or a namespace user wrote that the controller left out of an import, by reason " +
 			"(package admit): broker records, cluster ids, ports, exported labels and annotations, endpoints, slices, and " +
 			"EndpointSlices past the limits (TooManyEndpoints, TooManySlices, TooManyMemberEndpoints). " +
-			"A refusal counts once, when it appears, however often its service is reconciled while it stands.",
-	}, []string{"cluster_id", "reason"})
+			"A refusal counts once, when it appears, however often its service is reconciled while it stands; member is " +
+			"the cluster that wrote it (its broker namespace when its id cannot be trusted).",
+	}, []string{"cluster_id", "member", "reason"})
 	failoversTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "mcs_controller_locality_failovers_total",
 		Help: "Times a node zone or the headless DNS of an import moved to a farther tier.",
