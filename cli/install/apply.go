@@ -13,10 +13,21 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"vksfleet.dev/fleet/build/deploy"
 )
 
 // fieldOwner is the field manager of everything kubectl mcs applies, as kubectl's is "kubectl".
 const fieldOwner = "kubectl-mcs"
+
+// rendered decodes the objects a folder of build/deploy renders (deploy.Render).
+func rendered(dir string) ([]*unstructured.Unstructured, error) {
+	manifests, err := deploy.Render(dir)
+	if err != nil {
+		return nil, err
+	}
+	return decode(manifests)
+}
 
 // decode splits rendered manifests into objects.
 func decode(manifests []byte) ([]*unstructured.Unstructured, error) {

@@ -20,8 +20,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"vksfleet.dev/fleet/build/deploy"
 )
 
 // The joiner's identity on the broker, as build/deploy/broker/joiner.yaml names it.
@@ -128,13 +126,7 @@ func BrokerInit(ctx context.Context, cfg *rest.Config, opts InitOptions, out io.
 }
 
 // brokerObjects are the objects broker init applies, and broker uninstall deletes: build/deploy/broker, rendered.
-func brokerObjects() ([]*unstructured.Unstructured, error) {
-	manifests, err := deploy.Render("broker")
-	if err != nil {
-		return nil, err
-	}
-	return decode(manifests)
-}
+func brokerObjects() ([]*unstructured.Unstructured, error) { return rendered("broker") }
 
 // waitConfined waits until the broker refuses the joiner what only the admission policy refuses it, a
 // ServiceAccount in kube-system (asked for by impersonation, as a dry run), before init hands out a token of it:

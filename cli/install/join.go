@@ -287,11 +287,7 @@ func clusterPropertyCRD(ctx context.Context, m *writer) (string, error) {
 	if !meta.IsNoMatchError(err) {
 		return "", err
 	}
-	manifests, err := deploy.Render("crds")
-	if err != nil {
-		return "", err
-	}
-	objs, err := decode(manifests)
+	objs, err := rendered("crds")
 	if err != nil {
 		return "", err
 	}

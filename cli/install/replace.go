@@ -57,11 +57,7 @@ func baseCorefile(ctx context.Context, c client.Client) (string, error) {
 
 // baseCorefileObject is the replace base's ConfigMap coredns.
 func baseCorefileObject() (*unstructured.Unstructured, error) {
-	manifests, err := deploy.Render("coredns")
-	if err != nil {
-		return nil, err
-	}
-	objs, err := decode(manifests)
+	objs, err := rendered("coredns")
 	if err != nil {
 		return nil, err
 	}

@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"vksfleet.dev/fleet/build/deploy"
 	"vksfleet.dev/fleet/mcs/clusterid"
 	"vksfleet.dev/fleet/mcs/names"
 )
@@ -243,11 +242,7 @@ func listServed(ctx context.Context, c client.Client, crdName string) ([]unstruc
 // deleteRendered deletes the objects a folder of build/deploy renders, and returns how many it found, as
 // deleteObjects does.
 func deleteRendered(ctx context.Context, c client.Client, dir string, wait time.Duration) (int, error) {
-	manifests, err := deploy.Render(dir)
-	if err != nil {
-		return 0, err
-	}
-	objs, err := decode(manifests)
+	objs, err := rendered(dir)
 	if err != nil {
 		return 0, err
 	}

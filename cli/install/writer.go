@@ -15,8 +15,6 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
-
-	"vksfleet.dev/fleet/build/deploy"
 )
 
 // writer is the client join writes one cluster through. Its applies take over no field that another field manager
@@ -180,11 +178,7 @@ func (e *conflictError) Unwrap() error { return e.err }
 // replacedDNS are the objects (objectKey) of build/deploy/coredns: the replace DNS mode takes over the cluster's
 // DNS objects of those names whoever set them up, since replacing them is what the mode is asked for.
 func replacedDNS() (map[string]bool, error) {
-	manifests, err := deploy.Render("coredns")
-	if err != nil {
-		return nil, err
-	}
-	objs, err := decode(manifests)
+	objs, err := rendered("coredns")
 	if err != nil {
 		return nil, err
 	}
