@@ -43,6 +43,9 @@ type Options struct {
 	ImagesDir string
 	// Log receives every process's output; default discarded.
 	Log io.Writer
+	// DNS, with nodes, is the DNS mode of the fleet's joins (install.DNSModes): default standalone, join's own,
+	// on kubeadm's CoreDNS; install.DNSReplace runs our CoreDNS in place of kube-dns.
+	DNS string
 	// Bare, with nodes, leaves the product out: the broker is prepared (`kubectl mcs broker init`, which writes
 	// BrokerInfoPath) and each member waits for Member.Join, or an operator's `kubectl mcs join`.
 	Bare bool
@@ -89,9 +92,10 @@ type Fleet struct {
 // Member is a member cluster with its processes.
 type Member struct {
 	*clusterset.Cluster
-	// DNS is the address where the member's CoreDNS answers over UDP and TCP: 127.0.0.1:port for a process, or
-	// one CoreDNS pod's address, port 53, with nodes, whose pods reach every replica through the kube-dns Service
-	// (Cluster.DNSServiceIP port 53).
+	// DNS is the address where the member's CoreDNS answers over UDP and TCP: 127.0.0.1:port for a process, or,
+	// with nodes, the address, port 53, of one pod of the cluster's DNS, whose pods reach every replica through
+	// the kube-dns Service (Cluster.DNSServiceIP port 53), and which forwards clusterset.local to ours in
+	// standalone mode.
 	DNS string
 
 	fleet          *Fleet
@@ -128,6 +132,9 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 	}
 	if opts.Log == nil {
 		opts.Log = io.Discard
+	}
+	if opts.DNS == "" {
+		opts.DNS = install.DNSStandalone
 	}
 	opts.ClusterSet.NoBroker = false
 	dir, err := os.MkdirTemp("", "fleet-processes-")

@@ -21,7 +21,9 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -40,8 +42,10 @@ import (
 // With nodes, a fleet installs our product as the README's install section does: `kubectl mcs broker init` on
 // the broker, then `kubectl mcs join` on each member, which apply build/deploy's manifests unmodified: on the
 // broker its roles and one identity per member; on each member the CRDs, the admission policy, the mcs-controller
-// Deployment (2 replicas, leader election) and our CoreDNS taking over kube-dns, with the member's broker
-// kubeconfig in the Secret the controller reads. The kubelets run them from the images `make images` saved.
+// Deployment (2 replicas, leader election) and our CoreDNS, with the member's broker kubeconfig in the Secret the
+// controller reads. Our CoreDNS runs in join's default DNS mode, standalone (mcs-system/mcs-dns, to which the
+// cluster's own CoreDNS, kubeadm's, forwards clusterset.local), unless Options.DNS asks for replace (our CoreDNS
+// taking over kube-dns). The kubelets run them from the images `make images` saved.
 // Tuning a test asks for (--lease-grace, a test's own flags) is a patch of the Deployment's arguments, as an
 // operator would make it.
 
@@ -49,8 +53,11 @@ import (
 const (
 	controllerNamespace  = "mcs-system"
 	controllerDeployment = "mcs-controller"
-	dnsNamespace         = metav1.NamespaceSystem
-	dnsDeployment        = "coredns"
+	// The cluster's DNS, behind the kube-dns Service: ours in replace mode, kubeadm's CoreDNS otherwise.
+	clusterDNSNamespace  = metav1.NamespaceSystem
+	clusterDNSDeployment = "coredns"
+	// Our CoreDNS in standalone mode.
+	standaloneDNSDeployment = "mcs-dns"
 	// installTimeout bounds each wait of the install: pods start in seconds once their images are loaded.
 	installTimeout = 3 * time.Minute
 	// replicas is what the manifests give both Deployments.
@@ -67,19 +74,61 @@ type productPods struct {
 	labels    client.MatchingLabels
 }
 
-// The product's pods: the controller's and CoreDNS's.
+// The product's pods: the controller's, and our CoreDNS's in each DNS mode; and the cluster's DNS pods.
 var (
-	controllerPods = productPods{controllerNamespace, client.MatchingLabels{"app.kubernetes.io/name": controllerDeployment}}
-	dnsPods        = productPods{dnsNamespace, client.MatchingLabels{"k8s-app": "kube-dns"}}
+	controllerPods    = productPods{controllerNamespace, client.MatchingLabels{"app.kubernetes.io/name": controllerDeployment}}
+	standaloneDNSPods = productPods{controllerNamespace, client.MatchingLabels{"app.kubernetes.io/name": standaloneDNSDeployment}}
+	clusterDNSPods    = productPods{clusterDNSNamespace, client.MatchingLabels{"k8s-app": "kube-dns"}}
 )
+
+// replaceDNS says whether the fleet's joins install our CoreDNS in place of kube-dns.
+func (f *Fleet) replaceDNS() bool { return f.opts.DNS == install.DNSReplace }
+
+// dnsPods selects our CoreDNS's pods in the fleet's DNS mode.
+func (f *Fleet) dnsPods() productPods {
+	if f.replaceDNS() {
+		return clusterDNSPods
+	}
+	return standaloneDNSPods
+}
+
+// DNSMode is the DNS mode of the fleet's joins (Options.DNS).
+func (f *Fleet) DNSMode() string { return f.opts.DNS }
+
+// DNSModeText says, for a results file, how the fleet's DNS runs.
+func (f *Fleet) DNSModeText() string {
+	if f.replaceDNS() {
+		return "DNS mode replace: our CoreDNS (2 replicas) in place of kube-dns"
+	}
+	return "DNS mode standalone, join's default: kubeadm's CoreDNS (2 replicas) behind kube-dns forwards clusterset.local " +
+		"to ours (mcs-system/mcs-dns, 2 replicas)"
+}
+
+// DNSDeployment is our CoreDNS's Deployment in the fleet's DNS mode.
+func (f *Fleet) DNSDeployment() types.NamespacedName {
+	if f.replaceDNS() {
+		return types.NamespacedName{Namespace: clusterDNSNamespace, Name: clusterDNSDeployment}
+	}
+	return types.NamespacedName{Namespace: controllerNamespace, Name: standaloneDNSDeployment}
+}
+
+// ControllerDeployment is the controller's Deployment.
+var ControllerDeployment = types.NamespacedName{Namespace: controllerNamespace, Name: controllerDeployment}
+
+// WatchDNSPods watches the member's pods of our CoreDNS (DNSPods).
+func (m *Member) WatchDNSPods(ctx context.Context) (watch.Interface, error) {
+	sel := m.fleet.dnsPods()
+	return m.Kube.CoreV1().Pods(sel.namespace).Watch(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set(sel.labels)).String()})
+}
 
 // ControllerPods lists the member's mcs-controller pods (the manifests run two replicas, one elected).
 func (m *Member) ControllerPods(ctx context.Context) ([]corev1.Pod, error) {
 	return m.pods(ctx, controllerPods)
 }
 
-// DNSPods lists the member's CoreDNS pods, behind its kube-dns Service.
-func (m *Member) DNSPods(ctx context.Context) ([]corev1.Pod, error) { return m.pods(ctx, dnsPods) }
+// DNSPods lists the member's pods of our CoreDNS: behind its kube-dns Service in replace mode, mcs-system/mcs-dns
+// in standalone mode.
+func (m *Member) DNSPods(ctx context.Context) ([]corev1.Pod, error) { return m.pods(ctx, m.fleet.dnsPods()) }
 
 // ControllerLeaderLease is the Lease of the member's controller replicas' leader election.
 var ControllerLeaderLease = types.NamespacedName{Namespace: controllerNamespace, Name: controller.LeaderElectionID}
@@ -120,7 +169,7 @@ func (f *Fleet) install(ctx context.Context) error {
 	if err := f.brokerInit(ctx); err != nil {
 		return err
 	}
-	if f.opts.Bare {
+	if f.opts.Bare || !f.replaceDNS() {
 		// What kubeadm leaves: its CoreDNS running behind the kube-dns Service, which join's standalone mode
 		// forwards from.
 		for _, m := range f.Members {
@@ -131,17 +180,19 @@ func (f *Fleet) install(ctx context.Context) error {
 			}
 		}
 		for _, m := range f.Members {
-			if err := m.WaitAvailable(ctx, dnsNamespace, dnsDeployment, replicas, installTimeout); err != nil {
+			if err := m.WaitAvailable(ctx, clusterDNSNamespace, clusterDNSDeployment, replicas, installTimeout); err != nil {
 				return err
 			}
 		}
+	}
+	if f.opts.Bare {
 		return nil
 	}
 	errs := make([]error, len(f.Members))
 	var wg sync.WaitGroup
 	for i, m := range f.Members {
 		wg.Go(func() {
-			if _, errs[i] = m.JoinWith(ctx, f.opts.KubectlMCS, install.DNSReplace, f.opts.JoinArgs...); errs[i] != nil {
+			if _, errs[i] = m.JoinWith(ctx, f.opts.KubectlMCS, f.opts.DNS, f.opts.JoinArgs...); errs[i] != nil {
 				errs[i] = fmt.Errorf("fleet: installing on %s: %w", m.Name, errs[i])
 			}
 		})
@@ -244,7 +295,8 @@ func (m *Member) started(ctx context.Context) error {
 	if err := m.StartController(); err != nil {
 		return err
 	}
-	if err := m.WaitAvailable(ctx, dnsNamespace, dnsDeployment, replicas, installTimeout); err != nil {
+	ours := m.fleet.DNSDeployment()
+	if err := m.WaitAvailable(ctx, ours.Namespace, ours.Name, replicas, installTimeout); err != nil {
 		return err
 	}
 	return m.findDNS(ctx)
@@ -329,10 +381,11 @@ func (m *Member) WaitAvailable(ctx context.Context, namespace, name string, n in
 	})
 }
 
-// findDNS sets DNS to the IPv4 address of the member's first ready CoreDNS pod, by name: the host reaches pods
+// findDNS sets DNS to the IPv4 address of the member's first ready pod of the cluster's DNS (kube-dns), by name,
+// which its pods ask, and which forwards clusterset.local to ours in standalone mode: the host reaches pods
 // through the clusterset's routes, while ClusterIPs exist only inside the nodes.
 func (m *Member) findDNS(ctx context.Context) error {
-	pods, err := m.pods(ctx, dnsPods)
+	pods, err := m.pods(ctx, clusterDNSPods)
 	if err != nil {
 		return err
 	}
@@ -380,7 +433,7 @@ func (m *Member) podMetric(name string, want map[string]string) (float64, error)
 // writePodLogs copies the logs of the member's controller and CoreDNS pods to w, each line prefixed as the host
 // processes' are.
 func (m *Member) writePodLogs(ctx context.Context, w io.Writer) {
-	for _, sel := range []productPods{controllerPods, dnsPods} {
+	for _, sel := range []productPods{controllerPods, m.fleet.dnsPods()} {
 		pods, err := m.pods(ctx, sel)
 		if err != nil {
 			fmt.Fprintf(w, "[%s] listing pods: %v\n", m.Name, err)

@@ -43,10 +43,15 @@ const (
 // and cluster, the member's name, as multi-cluster Prometheus setups label them: cluster_id is the controller's
 // and plugin's own label, the member a series is about, which a target label of that name would rename to
 // exported_cluster_id.
-var scrapedPods = []struct {
+func (f *Fleet) scrapedPods() []scrapedPod {
+	return []scrapedPod{{"mcs-controller", controllerPods}, {"coredns", f.dnsPods()}}
+}
+
+// scrapedPod is one job of scrapedPods.
+type scrapedPod struct {
 	job  string
 	pods productPods
-}{{"mcs-controller", controllerPods}, {"coredns", dnsPods}}
+}
 
 // targetGroup is one entry of a file_sd file.
 type targetGroup struct {
@@ -145,7 +150,7 @@ func prometheusConfig(rules, targets string) map[string]any {
 func (f *Fleet) writeTargets(ctx context.Context, dir string, last []byte) ([]byte, error) {
 	var groups []targetGroup
 	for _, m := range f.Members {
-		for _, s := range scrapedPods {
+		for _, s := range f.scrapedPods() {
 			pods, err := m.pods(ctx, s.pods)
 			if err != nil {
 				return nil, err

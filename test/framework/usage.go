@@ -32,7 +32,7 @@ func (f *Fleet) Usage(ctx context.Context, report func(figure string, mib float6
 		for _, part := range []struct {
 			figure string
 			pods   productPods
-		}{{"pod: mcs-controller, MiB", controllerPods}, {"pod: coredns, MiB", dnsPods}} {
+		}{{"pod: mcs-controller, MiB", controllerPods}, {"pod: coredns, MiB", m.fleet.dnsPods()}} {
 			pods, err := m.pods(ctx, part.pods)
 			if err != nil {
 				return err

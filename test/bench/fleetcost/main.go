@@ -45,8 +45,9 @@ type sample map[string]float64
 func run(runs int, out, demoBin string) error {
 	var samples []sample
 	var traffic []string
+	var dnsMode string
 	for i := range runs {
-		s, err := measureFleet()
+		s, mode, err := measureFleet()
 		if err != nil {
 			return fmt.Errorf("run %d: %w", i+1, err)
 		}
@@ -55,12 +56,12 @@ func run(runs int, out, demoBin string) error {
 		if err != nil {
 			return fmt.Errorf("run %d: bin/demo: %v\n%s", i+1, err, tail(string(b), 30))
 		}
-		traffic = append(traffic, demoTraffic(string(b)))
+		traffic, dnsMode = append(traffic, demoTraffic(string(b))), mode
 		s["make demo (fleet start, both stories, stop), s"] = time.Since(start).Seconds()
 		log.Printf("run %d: %v", i+1, s)
 		samples = append(samples, s)
 	}
-	text := report(samples)
+	text := report(samples, dnsMode)
 	for i, t := range traffic {
 		text += fmt.Sprintf("\n## The demo's traffic, run %d\n\nAs bin/demo printed it: requests per phase and client, and its measurements.\n\n```\n%s\n```\n", i+1, t)
 	}
@@ -79,14 +80,14 @@ func demoTraffic(out string) string {
 	return strings.TrimSpace(out)
 }
 
-// measureFleet starts the default fleet, reads its figures and stops it.
-func measureFleet() (sample, error) {
+// measureFleet starts the default fleet, reads its figures and stops it; it says how the fleet's DNS ran.
+func measureFleet() (sample, string, error) {
 	ctx := context.Background()
 	s := sample{}
 	start := time.Now()
 	f, err := framework.Start(ctx, framework.Options{ClusterSet: clusterset.Options{Members: clusterset.MemberNames(3), Nodes: 2}})
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	s["fleet usable (make up), s"] = time.Since(start).Seconds()
 	err = f.Usage(ctx, func(name string, mib float64) { s[name] = max(s[name], mib) })
@@ -96,22 +97,22 @@ func measureFleet() (sample, error) {
 	}
 	s["fleet stopped (make down), s"] = time.Since(start).Seconds()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if left := dataplane.Leftovers(); len(left) > 0 {
-		return nil, fmt.Errorf("the stopped fleet left %s", strings.Join(left, ", "))
+		return nil, "", fmt.Errorf("the stopped fleet left %s", strings.Join(left, ", "))
 	}
-	return s, nil
+	return s, f.DNSModeText(), nil
 }
 
 // report renders the samples: a row per figure, its median and range.
-func report(samples []sample) string {
+func report(samples []sample, dnsMode string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# The local clusterset's cost (`make bench-fleet`)\n\n")
 	fmt.Fprintf(&b, "Written by test/bench/fleetcost on %s, %d runs on a %s machine; the default fleet: 3 members x 2 kubelet nodes\n"+
-		"+ broker, our controller (2 replicas) and CoreDNS (2 replicas) per member installed from the manifests. Memory\n"+
+		"+ broker, our controller (2 replicas) and CoreDNS (2 replicas) per member installed from the manifests, %s. Memory\n"+
 		"is the largest of the fleet's nodes or pods, read once the fleet is usable: resident set size for processes,\n"+
-		"anonymous memory (`total_rss` of the memory cgroup) for pods, those of a node together.\n\n", time.Now().UTC().Format("2006-01-02"), len(samples), strconv.Itoa(runtime.NumCPU())+"-core")
+		"anonymous memory (`total_rss` of the memory cgroup) for pods, those of a node together.\n\n", time.Now().UTC().Format("2006-01-02"), len(samples), strconv.Itoa(runtime.NumCPU())+"-core", dnsMode)
 	fmt.Fprintf(&b, "| figure | median | range |\n|---|---|---|\n")
 	var names []string
 	for n := range samples[0] {

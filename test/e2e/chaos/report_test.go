@@ -115,8 +115,8 @@ func (r *run) report(w *watcher, chaosStart, lastFault time.Time, converged time
 	fmt.Fprintf(&b, "# Chaos run (`make chaos`)\n\n")
 	fmt.Fprintf(&b, "Written by test/e2e/chaos on %s at commit %s: %s of faults, one every %s, seed %d (replay: `CHAOS_SEED=%d make chaos`). "+
 		"Two members of one node each, on a broker of 3 etcd members and 2 API servers behind HAProxy; 2 controller and 2 CoreDNS "+
-		"replicas per member; a request loop and a DNS loop per member every %s; export and endpoint churn every %s per member.\n\n",
-		time.Now().UTC().Format("2006-01-02"), strings.TrimSpace(string(commit)), r.cfg.duration, r.cfg.every, r.cfg.seed, r.cfg.seed, loopEvery, churnEvery)
+		"replicas per member; %s; a request loop and a DNS loop per member every %s; export and endpoint churn every %s per member.\n\n",
+		time.Now().UTC().Format("2006-01-02"), strings.TrimSpace(string(commit)), r.cfg.duration, r.cfg.every, r.cfg.seed, r.cfg.seed, r.f.DNSModeText(), loopEvery, churnEvery)
 	fmt.Fprintf(&b, "## Faults injected: %d\n\n| fault | count |\n|---|---|\n", caused)
 	for _, k := range kinds {
 		fmt.Fprintf(&b, "| %s | %d |\n", k.name, byKind[k.name])

@@ -228,7 +228,7 @@ func (r *run) waitLoopsSucceed(ctx context.Context, since time.Time) {
 func (r *run) converge(ctx context.Context, last time.Time) time.Duration {
 	t := r.t
 	for _, m := range r.f.Members {
-		for _, d := range []types.NamespacedName{{Namespace: "mcs-system", Name: "mcs-controller"}, {Namespace: "kube-system", Name: "coredns"}} {
+		for _, d := range []types.NamespacedName{framework.ControllerDeployment, r.f.DNSDeployment()} {
 			if err := m.WaitAvailable(ctx, d.Namespace, d.Name, 2, convergeBound); err != nil {
 				t.Fatal(err)
 			}

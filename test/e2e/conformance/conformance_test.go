@@ -145,7 +145,7 @@ func runSuite(t *testing.T, repo, suite, kubeconfig string, f *framework.Fleet) 
 			t.Errorf("copying %s to %s: %v", name, results, err)
 		}
 	}
-	summary := summarize(version, elapsed, specs, report)
+	summary := summarize(version, f.DNSModeText(), elapsed, specs, report)
 	if err := os.WriteFile(filepath.Join(results, "summary.md"), []byte(summary), 0o644); err != nil {
 		t.Error(err)
 	}
@@ -181,12 +181,12 @@ func readSpecs(path string) (specResults, error) {
 }
 
 // summarize renders results/summary.md.
-func summarize(version string, elapsed string, specs specResults, report conformanceReport) string {
+func summarize(version, dnsMode, elapsed string, specs specResults, report conformanceReport) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# MCS API conformance: VKS Fleet %s\n\n", version)
 	fmt.Fprintf(&b, "Run %s by `make conformance`: the unmodified upstream suite against a local fleet of 3 members "+
-		"with 2 kubelet nodes each; report.yaml and report.html beside this file are the suite's own.\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"))
+		"with 2 kubelet nodes each, %s; report.yaml and report.html beside this file are the suite's own.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), dnsMode)
 	fmt.Fprintf(&b, "- specs: %d passed, %d failed, %d skipped, of %d\n", specs.Passed, specs.Failed, specs.Skipped, specs.Total)
 	fmt.Fprintf(&b, "- the suite's report: %d of %d passed\n", report.Passed, report.Total)
 	fmt.Fprintf(&b, "- the suite ran in %s\n", elapsed)

@@ -527,9 +527,9 @@ func (e *env) writeResults(t *testing.T, runs int) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Member loss (`make bench-memberloss`)\n\nWritten by test/e2e/memberloss on %s: %d run(s) of the cut, the whole loss and the tier emptying; "+
-		"control plane stopped for %s; 3 members x 1 node, lease grace %s, a request every 50 ms from a pod through kube-proxy, "+
+		"control plane stopped for %s; 3 members x 1 node, lease grace %s, %s; a request every 50 ms from a pod through kube-proxy, "+
 		"1 s per request.\n\n"+
-		"| scenario | requests | measured |\n|---|---|---|\n", time.Now().UTC().Format(time.RFC3339), runs, e.stale, leaseGrace)
+		"| scenario | requests | measured |\n|---|---|---|\n", time.Now().UTC().Format(time.RFC3339), runs, e.stale, leaseGrace, e.f.DNSModeText())
 	for _, r := range e.rows {
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", r.scenario, r.loop, r.measure)
 	}

@@ -11,6 +11,9 @@
 // Lease, and the time until the new export is imported. The controllers' phases assert that no request fails;
 // what a CoreDNS pod taken away loses is measured. TAKEOVER_RUNS repeats the phases (default 1); with
 // TAKEOVER_RESULTS set, the figures are written there as a Markdown table (`make bench-takeover`).
+//
+// This is the suite of DNS mode replace (our CoreDNS in place of kube-dns, where a CoreDNS pod's loss is the
+// cluster's DNS's), which the others run in standalone mode, join's default.
 package takeover
 
 import (
@@ -31,6 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/cli/install"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/env/dataplane"
 	"vksfleet.dev/fleet/test/env/poll"
@@ -67,7 +71,7 @@ func TestTakeover(t *testing.T) {
 	ctrl.SetLogger(logr.Discard())
 	runs := framework.Runs(t, "TAKEOVER_RUNS")
 	start := time.Now()
-	f, _ := framework.StartTest(t, 2, 1)
+	f, _ := framework.StartTest(t, 2, 1, func(o *framework.Options) { o.DNS = install.DNSReplace })
 	t.Logf("fleet with 2 members x 1 node up in %s", time.Since(start).Round(100*time.Millisecond))
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -185,7 +189,8 @@ func (e *env) dnsGoes(t *testing.T, run int, crash bool) {
 	gone := time.Now()
 	takeAway(t, e.a, pods[0], crash)
 	e.waitReplaced(t, e.a, pods[0], crash)
-	if err := e.a.WaitAvailable(ctx, "kube-system", "coredns", replicas, timeout); err != nil {
+	ours := e.f.DNSDeployment()
+	if err := e.a.WaitAvailable(ctx, ours.Namespace, ours.Name, replicas, timeout); err != nil {
 		t.Fatal(err)
 	}
 	e.waitServed(t)
@@ -307,11 +312,11 @@ func (e *env) writeResults(t *testing.T, runs int) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Controller and CoreDNS replicas lost (`make bench-takeover`)\n\nWritten by test/e2e/takeover on %s: %d run(s); "+
-		"2 members x 1 node, 2 controller and 2 CoreDNS replicas each as the manifests run them; a request every 50 ms "+
+		"2 members x 1 node, 2 controller and 2 CoreDNS replicas each as the manifests run them, %s; a request every 50 ms "+
 		"from a pod of cluster-a to web.%s.svc.clusterset.local (exported by cluster-b), its name resolved for each "+
 		"request, 1 s per request; cluster-b exports one more Service right after each controller goes.\n\n"+
 		"| replica lost | run | new leader after | new export imported after | failed requests |\n|---|---|---|---|---|\n",
-		time.Now().UTC().Format(time.RFC3339), runs, ns)
+		time.Now().UTC().Format(time.RFC3339), runs, e.f.DNSModeText(), ns)
 	for _, r := range e.rows {
 		b.WriteString(r + "\n")
 	}

@@ -47,7 +47,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	"vksfleet.dev/fleet/cli/install"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/env/dataplane"
 	"vksfleet.dev/fleet/test/env/poll"
@@ -182,7 +181,7 @@ func TestRollingUpgrade(t *testing.T) {
 	current := "current (" + tag + ")"
 	for i, m := range f.Members {
 		e.step(t, "upgrade "+m.Name, version, soak, func() {
-			if _, err := m.Join(ctx, install.DNSReplace); err != nil {
+			if _, err := m.Join(ctx, f.DNSMode()); err != nil {
 				t.Fatal(err)
 			}
 			e.checkVersion(t, m, controllerImage, dnsImage)
@@ -195,7 +194,7 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 	}
 	e.step(t, "downgrade "+last.Name, version, soak, func() {
-		if _, err := last.JoinWith(ctx, rel.KubectlMCS, install.DNSReplace, rel.JoinArgs()...); err != nil {
+		if _, err := last.JoinWith(ctx, rel.KubectlMCS, f.DNSMode(), rel.JoinArgs()...); err != nil {
 			t.Fatal(err)
 		}
 		e.checkVersion(t, last, rel.ControllerImage, rel.DNSImage)
@@ -213,7 +212,8 @@ func TestRollingUpgrade(t *testing.T) {
 // checkVersion checks that the member's controller and CoreDNS Deployments run these images, rolled out.
 func (e *env) checkVersion(t *testing.T, m *framework.Member, controller, dns string) {
 	t.Helper()
-	for _, d := range []struct{ ns, name, image string }{{"mcs-system", "mcs-controller", controller}, {"kube-system", "coredns", dns}} {
+	ctl, ours := framework.ControllerDeployment, e.f.DNSDeployment()
+	for _, d := range []struct{ ns, name, image string }{{ctl.Namespace, ctl.Name, controller}, {ours.Namespace, ours.Name, dns}} {
 		var dep appsv1.Deployment
 		if err := m.Client.Get(context.Background(), client.ObjectKey{Namespace: d.ns, Name: d.name}, &dep); err != nil {
 			t.Fatal(err)
@@ -683,7 +683,7 @@ func (w *watcher) followDNS(ctx context.Context, m *framework.Member) {
 	// starts its lameduck (this tree's).
 	seen := map[string]state{}
 	for ctx.Err() == nil {
-		wi, err := m.Kube.CoreV1().Pods("kube-system").Watch(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+		wi, err := m.WatchDNSPods(ctx)
 		if err != nil {
 			// The member's API server is out of reach for now: try again in a second.
 			select {
@@ -766,7 +766,7 @@ func (e *env) writeResults(t *testing.T, members int, soak time.Duration) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Rolling upgrade with mixed versions (`make bench-upgrade`)\n\nWritten by test/e2e/upgrade on %s. %d members x 1 node, "+
-		"2 controller and 2 CoreDNS replicas each, started on the previous release %s (commit %s, installed by its own "+
+		"2 controller and 2 CoreDNS replicas each, %s, started on the previous release %s (commit %s, installed by its own "+
 		"kubectl-mcs), each member upgraded in turn by joining it again with this tree's kubectl mcs (its manifests "+
 		"rolled out), then the last downgraded by joining it again with the previous release's. Every member exports "+
 		"web (ClusterSetIP), the last also db (headless). In each member, a request every %s from a pod to "+
@@ -774,7 +774,7 @@ func (e *env) writeResults(t *testing.T, members int, soak time.Duration) {
 		"every %s for web's and for db's name to its kube-dns Service (UDP, one try, %s). After each step every member "+
 		"exports a new Service; converged is when every member imports them all. Each step is held %s more; its figures run "+
 		"from the end of the step before (the emptied service of the mixed check counts in the step after it).\n\n",
-		time.Now().UTC().Format(time.RFC3339), members, e.rel.Tag, e.rel.Commit, interval, ns, workload.EchoPort, e.budget, interval, e.budget, soak)
+		time.Now().UTC().Format(time.RFC3339), members, e.f.DNSModeText(), e.rel.Tag, e.rel.Commit, interval, ns, workload.EchoPort, e.budget, interval, e.budget, soak)
 	b.WriteString("| step | versions after it | rolled out in | converged after | requests | failed | longest gap | DNS questions | unanswered | NXDOMAIN, SERVFAIL or no address | lost to a previous-release CoreDNS pod stopping | imports lost |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range e.rows {
 		fmt.Fprintf(&b, "| %s | %s | %.1f s | %.1f s | %d | %d | %d ms | %d | %d | %s | %d | %s |\n", r.step, r.versions, r.took.Seconds(),
