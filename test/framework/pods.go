@@ -128,7 +128,9 @@ func (m *Member) ControllerPods(ctx context.Context) ([]corev1.Pod, error) {
 
 // DNSPods lists the member's pods of our CoreDNS: behind its kube-dns Service in replace mode, mcs-system/mcs-dns
 // in standalone mode.
-func (m *Member) DNSPods(ctx context.Context) ([]corev1.Pod, error) { return m.pods(ctx, m.fleet.dnsPods()) }
+func (m *Member) DNSPods(ctx context.Context) ([]corev1.Pod, error) {
+	return m.pods(ctx, m.fleet.dnsPods())
+}
 
 // ControllerLeaderLease is the Lease of the member's controller replicas' leader election.
 var ControllerLeaderLease = types.NamespacedName{Namespace: controllerNamespace, Name: controller.LeaderElectionID}
