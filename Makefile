@@ -16,7 +16,7 @@ VERSION        := $(VERSION)
 REVISION       := $(shell bash build/images/version.sh revision)
 LDFLAGS        := -X vksfleet.dev/fleet/mcs/buildinfo.version=$(VERSION) -X vksfleet.dev/fleet/mcs/buildinfo.revision=$(REVISION)
 
-.PHONY: help tools build test lint fuzz generate helm-chart up down fault demo bench-memberloss bench-takeover bench-upgrade chaos bench-dns bench-sync bench-fleet manifests images conformance
+.PHONY: help tools build test lint fuzz generate helm-chart up down fault demo bench-memberloss bench-takeover bench-upgrade chaos bench-dns bench-sync bench-fleet bench-first-run manifests images conformance
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -117,6 +117,9 @@ endif
 
 bench-fleet: tools-core build images ## the local clusterset's cost: start, stop and demo times, memory per node and pod (3 runs): fleet.md
 	$(GO) run ./test/bench/fleetcost -out test/bench/results/fleet.md
+
+bench-first-run: ## a newcomer's first make demo: 5 fresh clones of HEAD in a row, the first with empty Go caches (within 20 min), each must pass: first-run.md
+	$(GO) run ./test/bench/firstrun -out test/bench/results/first-run.md
 
 KUSTOMIZE := $(TOOLS_CACHE)/current/kustomize
 
