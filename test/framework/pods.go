@@ -383,27 +383,42 @@ func (m *Member) WaitAvailable(ctx context.Context, namespace, name string, n in
 	})
 }
 
-// findDNS sets DNS to the IPv4 address of the member's first ready pod of the cluster's DNS (kube-dns), by name,
-// which its pods ask, and which forwards clusterset.local to ours in standalone mode: the host reaches pods
-// through the clusterset's routes, while ClusterIPs exist only inside the nodes.
+// findDNS sets DNS to the first address of ClusterDNSAddrs.
 func (m *Member) findDNS(ctx context.Context) error {
-	pods, err := m.pods(ctx, clusterDNSPods)
+	addrs, err := m.ClusterDNSAddrs(ctx)
 	if err != nil {
 		return err
 	}
+	m.DNS = addrs[0]
+	return nil
+}
+
+// ClusterDNSAddrs returns, sorted by pod name, the IPv4 address and port 53 of each ready pod of the member's
+// cluster DNS (kube-dns), which its pods ask, and which forwards clusterset.local to ours in standalone mode: the
+// host reaches pods through the clusterset's routes, while ClusterIPs exist only inside the nodes. It fails when
+// no pod is ready.
+func (m *Member) ClusterDNSAddrs(ctx context.Context) ([]string, error) {
+	pods, err := m.pods(ctx, clusterDNSPods)
+	if err != nil {
+		return nil, err
+	}
 	slices.SortFunc(pods, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	var addrs []string
 	for _, p := range pods {
 		if !workload.PodReady(&p) {
 			continue
 		}
 		for _, ip := range p.Status.PodIPs {
 			if a, err := netip.ParseAddr(ip.IP); err == nil && a.Is4() {
-				m.DNS = netip.AddrPortFrom(a, 53).String()
-				return nil
+				addrs = append(addrs, netip.AddrPortFrom(a, 53).String())
+				break
 			}
 		}
 	}
-	return fmt.Errorf("%s: no ready CoreDNS pod with an IPv4 address", m.Name)
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("%s: no ready cluster DNS pod with an IPv4 address", m.Name)
+	}
+	return addrs, nil
 }
 
 // podMetric adds up a controller metric over the member's running controller pods; only the leader's counts.

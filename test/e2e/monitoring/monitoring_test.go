@@ -6,7 +6,11 @@
 //   - every dashboard panel's query and every alert expression, read from dashboard.json and rules.yaml, evaluates
 //     without error; every panel query returns data, but for those that ask only for metrics a healthy clusterset
 //     does not have (mayBeEmpty), and every alert expression returns nothing: they are thresholds on trouble;
-//   - cluster-b's controller stopped, MCSMemberLeaseLost fires for cluster-b, and resolves once it is started again.
+//   - cluster-b's controller stopped, MCSMemberLeaseLost fires for cluster-b, and resolves once it is started again;
+//     at the same time, cluster-a's cluster DNS (kubeadm's CoreDNS, the fleet's default standalone DNS mode) put back
+//     to its Corefile from before join, its controller's mcs_controller_dns_path_ok turns 0 within a minute of the
+//     last replica's reload, MCSClusterSetDNSPathBroken fires while the import stays Ready, and both resolve once
+//     the forward block is back.
 package monitoring
 
 import (
@@ -21,13 +25,17 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"vksfleet.dev/fleet/build/deploy/monitoring"
+	"vksfleet.dev/fleet/cli/install"
+	"vksfleet.dev/fleet/plugin/mcstest"
 	"vksfleet.dev/fleet/test/env/dataplane"
 	"vksfleet.dev/fleet/test/env/poll"
 	"vksfleet.dev/fleet/test/env/workload"
@@ -41,6 +49,12 @@ const (
 	// leaseLostTimeout bounds the wait for MCSMemberLeaseLost: the controllers' lease grace (5 s, framework.StartTest),
 	// the alert's `for: 1m`, and a few evaluation intervals.
 	leaseLostTimeout = 3 * time.Minute
+	// corefileReload bounds the wait for a Corefile written to the ConfigMap to be served by every cluster DNS
+	// replica: the kubelet's update of the mounted ConfigMap (about a minute), then the reload plugin's check (30 s).
+	corefileReload = 3 * time.Minute
+	// dnsPathBound is how soon after the cluster DNS stopped forwarding the controller must say so (issue 39: within
+	// a minute): two questions in a row, 30 s apart, and a scrape's margin.
+	dnsPathBound = 65 * time.Second
 )
 
 // mayBeEmpty are the metrics whose series appear only once something goes wrong: counters of errors, refusals,
@@ -89,12 +103,10 @@ func TestMonitoring(t *testing.T) {
 		if err := a.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "serve"}, &si); err != nil {
 			return err
 		}
-		for _, c := range si.Status.Conditions {
-			if c.Type == string(mcsv1beta1.ServiceImportConditionReady) && c.Status == metav1.ConditionTrue {
-				return nil
-			}
+		if !ready(&si) {
+			return fmt.Errorf("conditions %v", si.Status.Conditions)
 		}
-		return fmt.Errorf("conditions %v", si.Status.Conditions)
+		return nil
 	})
 
 	// Per member: 2 controller and 2 CoreDNS replicas, and a kube-proxy per node.
@@ -149,30 +161,121 @@ func TestMonitoring(t *testing.T) {
 	}
 	t.Logf("%d panels' queries and %d alert expressions checked after %s", len(panels), len(alerts), time.Since(start).Round(100*time.Millisecond))
 
+	// Two troubles at once, each with its alert: cluster-b's controller stopped (MCSMemberLeaseLost), and cluster-a's
+	// cluster DNS put back to its Corefile from before join, as a GitOps tool or a managed add-on's update does, which
+	// drops the block that forwards clusterset.local to ours (MCSClusterSetDNSPathBroken, issue 39: seen within a
+	// minute of the last replica's reload, while the import stays Ready).
+	name := "serve." + ns + ".svc.clusterset.local"
+	poll.T(t, timeout, "cluster-a's mcs_controller_dns_path_ok is 1", func() error { return dnsPathOK(a, 1) })
+	joined := setCorefile(t, a, originalCorefile(t, a))
 	stopped := time.Now()
 	if err := b.StopController(); err != nil {
 		t.Fatal(err)
 	}
-	poll.T(t, leaseLostTimeout, "MCSMemberLeaseLost fires for cluster-b", func() error {
-		state, err := prom.alertState("MCSMemberLeaseLost", b.ID)
-		if err == nil && state != "firing" {
-			err = fmt.Errorf("state %q", state)
-		}
-		return err
-	})
-	t.Logf("MCSMemberLeaseLost firing %s after cluster-b's controller was stopped", time.Since(stopped).Round(100*time.Millisecond))
+	// The replicas read the ConfigMap as the kubelet updates its volume, then reload: the path is broken once none
+	// of them answers the name any more.
+	poll.T(t, corefileReload, "no replica of cluster-a's cluster DNS answers "+name, func() error { return noneAnswers(ctx, a, name) })
+	broken := time.Now()
+	poll.T(t, dnsPathBound, "cluster-a's mcs_controller_dns_path_ok turns 0", func() error { return dnsPathOK(a, 0) })
+	t.Logf("cluster-a's reverted Corefile: mcs_controller_dns_path_ok 0 %s after the last replica stopped forwarding",
+		time.Since(broken).Round(100*time.Millisecond))
+	for _, fired := range []struct{ alert, id string }{{"MCSMemberLeaseLost", b.ID}, {"MCSClusterSetDNSPathBroken", a.ID}} {
+		poll.T(t, leaseLostTimeout, fired.alert+" fires for "+fired.id, func() error {
+			state, err := prom.alertState(fired.alert, fired.id)
+			if err == nil && state != "firing" {
+				err = fmt.Errorf("state %q", state)
+			}
+			return err
+		})
+		t.Logf("%s firing %s after the troubles began", fired.alert, time.Since(stopped).Round(100*time.Millisecond))
+	}
+	var si mcsv1beta1.ServiceImport
+	if err := a.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "serve"}, &si); err != nil || !ready(&si) {
+		t.Errorf("cluster-a's import of serve, with its DNS path broken: %v, conditions %v; want Ready", err, si.Status.Conditions)
+	}
+
 	started := time.Now()
+	setCorefile(t, a, joined)
 	if err := b.StartController(); err != nil {
 		t.Fatal(err)
 	}
-	poll.T(t, timeout, "MCSMemberLeaseLost for cluster-b resolves", func() error {
-		state, err := prom.alertState("MCSMemberLeaseLost", b.ID)
-		if err == nil && state != "" {
-			err = fmt.Errorf("state %q", state)
+	for _, resolved := range []struct{ alert, id string }{{"MCSMemberLeaseLost", b.ID}, {"MCSClusterSetDNSPathBroken", a.ID}} {
+		poll.T(t, leaseLostTimeout, resolved.alert+" for "+resolved.id+" resolves", func() error {
+			state, err := prom.alertState(resolved.alert, resolved.id)
+			if err == nil && state != "" {
+				err = fmt.Errorf("state %q", state)
+			}
+			return err
+		})
+		t.Logf("%s resolved %s after the troubles were undone", resolved.alert, time.Since(started).Round(100*time.Millisecond))
+	}
+}
+
+// dnsPathOK returns nil once the member's elected controller says mcs_controller_dns_path_ok is want.
+func dnsPathOK(m *framework.Member, want float64) error {
+	v, err := m.ControllerMetric("mcs_controller_dns_path_ok", map[string]string{"cluster_id": m.ID})
+	if err == nil && v != want {
+		err = fmt.Errorf("%v", v)
+	}
+	return err
+}
+
+// originalCorefile is the member's Corefile before join, as join's backup (install.DNSBackup, key Corefile) keeps it.
+func originalCorefile(t *testing.T, m *framework.Member) string {
+	t.Helper()
+	var backup corev1.ConfigMap
+	if err := m.Client.Get(context.Background(), client.ObjectKey{Namespace: "kube-system", Name: install.DNSBackup}, &backup); err != nil {
+		t.Fatal(err)
+	}
+	corefile, ok := backup.Data["Corefile"]
+	if !ok || strings.Contains(corefile, "clusterset.local") {
+		t.Fatalf("%s's DNS backup holds no Corefile without clusterset.local: %q", m.Name, corefile)
+	}
+	return corefile
+}
+
+// setCorefile writes corefile into the member's ConfigMap kube-system/coredns, and returns what it held.
+func setCorefile(t *testing.T, m *framework.Member, corefile string) (was string) {
+	t.Helper()
+	ctx := context.Background()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var cm corev1.ConfigMap
+		if err := m.Client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "coredns"}, &cm); err != nil {
+			return err
 		}
-		return err
+		was = cm.Data["Corefile"]
+		cm.Data["Corefile"] = corefile
+		return m.Client.Update(ctx, &cm)
 	})
-	t.Logf("MCSMemberLeaseLost resolved %s after cluster-b's controller was started", time.Since(started).Round(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return was
+}
+
+// noneAnswers returns nil once no replica of the member's cluster DNS answers name with an address.
+func noneAnswers(ctx context.Context, m *framework.Member, name string) error {
+	addrs, err := m.ClusterDNSAddrs(ctx)
+	if err != nil {
+		return err
+	}
+	for _, addr := range addrs {
+		q := new(dns.Msg).SetQuestion(dns.Fqdn(name), dns.TypeA)
+		if r, _, err := (&dns.Client{Timeout: time.Second}).Exchange(q, addr); err == nil && len(mcstest.Addresses(r.Answer)) > 0 {
+			return fmt.Errorf("%s still answers %v", addr, mcstest.Addresses(r.Answer))
+		}
+	}
+	return nil
+}
+
+// ready says whether the import's Ready condition is True.
+func ready(si *mcsv1beta1.ServiceImport) bool {
+	for _, c := range si.Status.Conditions {
+		if c.Type == string(mcsv1beta1.ServiceImportConditionReady) && c.Status == metav1.ConditionTrue {
+			return true
+		}
+	}
+	return false
 }
 
 // check is a query of the dashboard or the rules, and whether it must return data.
