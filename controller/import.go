@@ -150,7 +150,9 @@ func (r *reconciler) admitRecord(key types.NamespacedName, rec *mcsv1beta1.Servi
 		r.refuseRecord(key, rec.Namespace, *p)
 		return e, false
 	}
-	if rec.Namespace != names.BrokerNamespace(e.Cluster) {
+	if own := names.BrokerNamespace(e.Cluster); rec.Namespace != own {
+		r.refuseRecord(key, rec.Namespace, admit.Problem{Reason: admit.ReasonForeignNamespace, Message: fmt.Sprintf(
+			"its record claims cluster %q, whose broker namespace is %s: a member writes only in its own", e.Cluster, own)})
 		return e, false
 	}
 	e, problems, ok := admit.Record(key, e, r.deniedImport)

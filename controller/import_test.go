@@ -292,18 +292,22 @@ func TestRefusedRecordEvent(t *testing.T) {
 		cluster string
 		edit    func(*merge.Export)
 		want    string // the Event, "" for none
+		in      string // the broker namespace the record is in, when not its cluster's
 	}{
 		{"an invalid service name", types.NamespacedName{Namespace: "ns", Name: "Web_1"}, "b", nil,
-			`Warning InvalidServiceName Import Member b's export of ns/Web_1 is not imported: service name "Web_1": `},
+			`Warning InvalidServiceName Import Member b's export of ns/Web_1 is not imported: service name "Web_1": `, ""},
 		{"a namespace that takes no import", types.NamespacedName{Namespace: "kube-system", Name: "kube-dns"}, "b", nil,
-			"Warning NamespaceNotAllowed Import Member b's export of kube-system/kube-dns is not imported: namespace kube-system takes no imports"},
+			"Warning NamespaceNotAllowed Import Member b's export of kube-system/kube-dns is not imported: namespace kube-system takes no imports", ""},
 		{"a spec no Service could have", types.NamespacedName{Namespace: "ns", Name: "web"}, "b",
 			func(e *merge.Export) { e.Spec.Type = "LoadBalancer" },
-			`Warning InvalidServiceType Import Member b's export of ns/web is not imported: type "LoadBalancer" is neither`},
+			`Warning InvalidServiceType Import Member b's export of ns/web is not imported: type "LoadBalancer" is neither`, ""},
 		{"an invalid cluster id", types.NamespacedName{Namespace: "ns", Name: "web"}, "-b-", nil,
-			"Warning InvalidClusterID Import Member " + names.BrokerNamespace("-b-") + "'s export of ns/web is not imported: "},
+			"Warning InvalidClusterID Import Member " + names.BrokerNamespace("-b-") + "'s export of ns/web is not imported: ", ""},
 		{"a region dropped: the export counts", types.NamespacedName{Namespace: "ns", Name: "web"}, "b",
-			func(e *merge.Export) { e.Region = "region 1" }, ""},
+			func(e *merge.Export) { e.Region = "region 1" }, "", ""},
+		{"a record in another member's namespace", types.NamespacedName{Namespace: "ns", Name: "web"}, "b", nil,
+			"Warning ForeignNamespace Import Member " + names.BrokerNamespace("c") + `'s export of ns/web is not imported: its record claims cluster "b", whose broker namespace is ` + names.BrokerNamespace("b"),
+			names.BrokerNamespace("c")},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -314,6 +318,9 @@ func TestRefusedRecordEvent(t *testing.T) {
 			record, err := broker.Record(c.key, e)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if c.in != "" {
+				record.Namespace = c.in
 			}
 			brokerCluster := newFakeCluster(t, record.DeepCopyObject().(client.Object))
 			r := testReconciler(newFakeCluster(t), brokerCluster)

@@ -51,6 +51,9 @@ const (
 	ReasonEndpoint      = "InvalidEndpoint"
 	ReasonAddressType   = "InvalidAddressType"
 	ReasonTooManySlices = "TooManySlices"
+	// ReasonForeignNamespace refuses a record in the broker namespace of another cluster than the one it names: a
+	// member writes only in its own, so it is one member claiming to be another.
+	ReasonForeignNamespace = "ForeignNamespace"
 	// ReasonServiceName and ReasonNamespaceNotAllowed refuse a record for a service that no member may import: a
 	// name the API server would refuse, or a namespace in the importer's denied list (AlwaysDeniedNamespaces and
 	// the controller's --denied-import-namespaces).
