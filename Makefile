@@ -16,7 +16,7 @@ VERSION        := $(VERSION)
 REVISION       := $(shell bash build/images/version.sh revision)
 LDFLAGS        := -X vksfleet.dev/fleet/mcs/buildinfo.version=$(VERSION) -X vksfleet.dev/fleet/mcs/buildinfo.revision=$(REVISION)
 
-.PHONY: help tools build test lint fuzz generate helm-chart up down fault demo bench-memberloss bench-takeover bench-upgrade chaos bench-dns bench-sync bench-fleet bench-first-run manifests images conformance
+.PHONY: help tools build test lint fuzz generate helm-chart up down fault demo bench-memberloss bench-takeover bench-upgrade chaos bench-dns bench-sync bench-fleet bench-first-run manifests images conformance conformance-k8s-dns
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -156,3 +156,12 @@ CONFORMANCE_TIMEOUT ?= 60m
 
 conformance: tools-core ## run the upstream MCS API conformance suite (fetched, or CONFORMANCE_SUITE=PATH) against a fleet on kubelet nodes (root); writes test/e2e/conformance/results/
 	FLEET_CONFORMANCE=1 FLEET_CONFORMANCE_SUITE=$(CONFORMANCE_SUITE) $(GO) test -count=1 -v -timeout $(CONFORMANCE_TIMEOUT) -run '^TestConformance$$' ./test/e2e/conformance
+
+# Kubernetes' own [sig-network] DNS e2e specs (e2e.test built from the pinned Kubernetes by the tools set k8se2e, with
+# agnhost for the stand-in images of test/env/nodeimages), against a member whose DNS is ours, in each DNS mode:
+# replace, then standalone, each on a fleet of one member with 2 kubelet nodes. Each mode's suite stops at 40
+# minutes; the rest is the fleets, and up to 15 minutes waiting for another clusterset's data plane to stop.
+K8S_DNS_TIMEOUT ?= 120m
+
+conformance-k8s-dns: tools-core tools-k8se2e images ## run Kubernetes' [sig-network] DNS e2e specs against our DNS in replace and standalone mode, on kubelet nodes (root); writes test/e2e/k8sdns/results/
+	FLEET_K8S_DNS=1 $(GO) test -count=1 -v -timeout $(K8S_DNS_TIMEOUT) -run '^TestKubernetesDNS$$' ./test/e2e/k8sdns

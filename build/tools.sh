@@ -15,7 +15,10 @@
 #   dnsperf     Debian's dnsperf (make bench-dns)
 #   haproxy     HAProxy, the load balancer of a highly available broker (make up BROKER=ha, make chaos)
 #   prometheus  Debian's Prometheus and promtool (make up MONITORING=1; the tests of metrics and alert rules)
-#   all         every set
+#   all         every set above
+#   k8se2e      Kubernetes' e2e.test with its network specs, and agnhost, from the pinned Kubernetes
+#               (build/tools/kube-e2e; make conformance-k8s-dns): asked for by name only, not in all, since no test
+#               of make test runs them
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,6 +26,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/build/apt.sh"
 
 sets=(core kustomize helm oldest dnsperf haproxy prometheus)
+# Sets that all leaves out: only the targets that run them ask for them.
+named_sets=(k8se2e)
 dry=false
 if [ "${1:-}" = -n ]; then
 	dry=true
@@ -33,10 +38,10 @@ declare -A want=()
 for s in "$@"; do
 	if [ "$s" = all ]; then
 		for a in "${sets[@]}"; do want[$a]=1; done
-	elif [[ " ${sets[*]} " == *" $s "* ]]; then
+	elif [[ " ${sets[*]} ${named_sets[*]} " == *" $s "* ]]; then
 		want[$s]=1
 	else
-		echo "tools: no set $s (one of: ${sets[*]} all)" >&2
+		echo "tools: no set $s (one of: ${sets[*]} all ${named_sets[*]})" >&2
 		exit 2
 	fi
 done
@@ -54,20 +59,37 @@ etcd_dir=$cache/etcd-$etcd_version
 kustomize_version=$(awk '$1 == "require" && $2 == "sigs.k8s.io/kustomize/kustomize/v5" {print $3}' "$root/build/tools/kustomize/go.mod")
 helm_version=$(awk '$1 == "require" && $2 == "helm.sh/helm/v3" {print $3}' "$root/build/tools/helm/go.mod")
 
-# build DIR MODULE_DIR OUT PKG [FLAG...]: builds PKG in MODULE_DIR into DIR/OUT unless it is already there; FLAGs go
-# to go build after the default ones (a later -ldflags replaces the default).
+# build DIR MODULE_DIR OUT PKG [FLAG...]: builds PKG in MODULE_DIR into DIR/OUT unless it is already there, built
+# with the same FLAGs (DIR/.OUT.flags keeps them: a binary of a cache filled before a flag changed is built again);
+# FLAGs go to go build after the default ones (a later -ldflags replaces the default). With go_test=1 in its
+# environment, it builds PKG's test binary (go test -c) instead.
 build() {
 	local dir=$1 moddir=$2 out=$3 pkg=$4
 	shift 4
-	[ -x "$dir/$out" ] && return 0
+	local flags="$*"
+	[ -x "$dir/$out" ] && [ "$(cat "$dir/.$out.flags" 2>/dev/null)" = "$flags" ] && return 0
 	if $dry; then
 		echo "tools: would build $out into $dir"
 		return 0
 	fi
+	local gocmd=(build)
+	[ -z "${go_test:-}" ] || gocmd=(test -c)
 	mkdir -p "$dir"
 	echo "tools: building $out into $dir (a cold build takes minutes)" >&2
-	(cd "$moddir" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' "$@" -o "$dir/$out.tmp" "$pkg")
+	(cd "$moddir" && CGO_ENABLED=0 go "${gocmd[@]}" -trimpath -ldflags='-s -w' "$@" -o "$dir/$out.tmp" "$pkg")
 	mv "$dir/$out.tmp" "$dir/$out"
+	printf '%s' "$flags" >"$dir/.$out.flags"
+}
+
+# stamp VERSION: the go build flags that make a Kubernetes binary report its release, as the release's own build
+# (hack/lib/version.sh) and distributions stamp it, instead of v0.0.0-master+$Format:%H$: nodes, API servers,
+# kubectl and e2e.test then say which Kubernetes they are.
+stamp() {
+	local minor=${1#v1.} x=
+	for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+		x+=" -X $pkg.gitVersion=$1 -X $pkg.gitMajor=1 -X $pkg.gitMinor=${minor%%.*} -X $pkg.gitTreeState=clean"
+	done
+	printf '%s\n' -ldflags "-s -w$x"
 }
 
 # envtest looks for etcd, kube-apiserver and kubectl in one folder, and the tests find kustomize and helm there
@@ -79,6 +101,7 @@ link() {
 	ln -sfn "../$2/$3" "$cache/$1/$3"
 }
 assets=assets-$kube_version-etcd-$etcd_version
+mapfile -t kube_stamp < <(stamp "$kube_version")
 # The oldest release's member binaries, with the pinned etcd (etcd 3.6 serves the v3 API that release's clients use).
 oldest_assets=assets-$oldest_version-etcd-$etcd_version
 
@@ -87,7 +110,7 @@ if wants core || wants oldest; then
 fi
 if wants core; then
 	for b in kube-apiserver kube-controller-manager kubectl kube-scheduler kube-proxy kubelet; do
-		build "$kube_dir" "$root/build/tools/kube" "$b" "k8s.io/kubernetes/cmd/$b"
+		build "$kube_dir" "$root/build/tools/kube" "$b" "k8s.io/kubernetes/cmd/$b" "${kube_stamp[@]}"
 		link "$assets" "$(basename "$kube_dir")" "$b"
 	done
 	link "$assets" "$(basename "$etcd_dir")" etcd
@@ -100,6 +123,21 @@ if wants helm; then
 	build "$cache/helm-$helm_version" "$root/build/tools/helm" helm helm.sh/helm/v3/cmd/helm
 	link "$assets" "helm-$helm_version" helm
 fi
+# e2e.test holds the specs of k8s.io/kubernetes/test/e2e/network alone (build/tools/kube-e2e/e2e_test.go), DNS's
+# among them; agnhost is the program of the image their pods run (test/env/nodeimages). Both from the Kubernetes
+# that core builds, stamped with its version, which e2e.test logs; agnhost static, as the image holds no C library.
+if wants k8se2e; then
+	e2e_version=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$root/build/tools/kube-e2e/go.mod")
+	if [ "$e2e_version" != "$kube_version" ]; then
+		echo "tools: build/tools/kube-e2e pins k8s.io/kubernetes $e2e_version and build/tools/kube $kube_version: pin both to one" >&2
+		exit 2
+	fi
+	go_test=1 build "$kube_dir" "$root/build/tools/kube-e2e" e2e.test . "${kube_stamp[@]}"
+	build "$kube_dir" "$root/build/tools/kube-e2e" agnhost k8s.io/kubernetes/test/images/agnhost "${kube_stamp[@]}"
+	for b in e2e.test agnhost; do
+		link "$assets" "$(basename "$kube_dir")" "$b"
+	done
+fi
 if ! $dry && [ -d "$cache/$assets" ]; then
 	ln -sfn "$assets" "$cache/current"
 fi
@@ -107,9 +145,8 @@ fi
 # providers that release still compiles in (Azure, GCE, vSphere: a third of its packages), which neither needs
 # here. The version stamped is the one its /version reports, which test/e2e/oldest checks.
 if wants oldest; then
-	version_pkg=k8s.io/component-base/version
-	oldest_minor=${oldest_version#v1.}
-	oldest_flags=(-tags providerless -ldflags "-s -w -X $version_pkg.gitVersion=$oldest_version -X $version_pkg.gitMajor=1 -X $version_pkg.gitMinor=${oldest_minor%%.*}")
+	mapfile -t oldest_flags < <(stamp "$oldest_version")
+	oldest_flags=(-tags providerless "${oldest_flags[@]}")
 	for b in kube-apiserver kube-controller-manager; do
 		build "$oldest_dir" "$root/build/tools/kube-oldest" "$b" "k8s.io/kubernetes/cmd/$b" "${oldest_flags[@]}"
 		link "$oldest_assets" "$(basename "$oldest_dir")" "$b"

@@ -105,6 +105,14 @@ func TestKubeletNodes(t *testing.T) {
 }
 
 func testNodes(t *testing.T, c *clusterset.Cluster, kubectl func(...string) (string, int)) {
+	// Built from the pinned release, stamped with its version as distributions build it (build/tools.sh).
+	release, err := clusterset.PinnedKubernetes("kube")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.Kube.Discovery().ServerVersion(); err != nil || v.GitVersion != release {
+		t.Errorf("the API server reports version %v (%v), want %s", v, err, release)
+	}
 	for _, n := range c.Nodes {
 		node, err := c.Kube.CoreV1().Nodes().Get(context.Background(), n.Name, metav1.GetOptions{})
 		if err != nil {
@@ -114,8 +122,8 @@ func testNodes(t *testing.T, c *clusterset.Cluster, kubectl func(...string) (str
 		if !strings.HasPrefix(info.ContainerRuntimeVersion, "containerd://") {
 			t.Errorf("%s: container runtime %q, want containerd://...", n.Name, info.ContainerRuntimeVersion)
 		}
-		if info.KubeletVersion == "" {
-			t.Errorf("%s: no kubelet version", n.Name)
+		if info.KubeletVersion != release {
+			t.Errorf("%s: kubelet version %q, want %s", n.Name, info.KubeletVersion, release)
 		}
 		var internal []string
 		for _, a := range node.Status.Addresses {

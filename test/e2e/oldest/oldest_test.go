@@ -14,13 +14,10 @@
 package oldest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -107,7 +104,7 @@ func TestOldestRelease(t *testing.T) {
 // ValidatingAdmissionPolicy, the API join leaves out.
 func wantOldest(t *testing.T, m *clusterset.Cluster) {
 	t.Helper()
-	want, err := pinnedOldest()
+	want, err := clusterset.PinnedKubernetes("kube-oldest")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,25 +125,6 @@ func wantOldest(t *testing.T, m *clusterset.Cluster) {
 		}
 	}
 	t.Logf("member %s runs Kubernetes %s, without ValidatingAdmissionPolicy", m.Name, v.GitVersion)
-}
-
-// pinnedOldest reads the Kubernetes release build/tools/kube-oldest pins, as build/tools.sh does.
-func pinnedOldest() (string, error) {
-	root, err := clusterset.RepoRoot()
-	if err != nil {
-		return "", err
-	}
-	b, err := os.ReadFile(filepath.Join(root, "build", "tools", "kube-oldest", "go.mod"))
-	if err != nil {
-		return "", err
-	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) == 3 && f[0] == "require" && f[1] == "k8s.io/kubernetes" {
-			return f[2], nil
-		}
-	}
-	return "", errors.New("build/tools/kube-oldest/go.mod requires no k8s.io/kubernetes")
 }
 
 // join runs `kubectl mcs join` on the member, in the cluster-local DNS mode, and returns its output. Once join has

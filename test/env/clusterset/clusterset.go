@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -308,6 +309,25 @@ func RepoRoot() (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// PinnedKubernetes is the release of k8s.io/kubernetes that the tools module build/tools/<module> requires, as
+// build/tools.sh reads it: the version its binaries are built from and report.
+func PinnedKubernetes(module string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(filepath.Join(root, "build", "tools", module, "go.mod"))
+	if err != nil {
+		return "", err
+	}
+	for line := range strings.Lines(string(b)) {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "require" && f[1] == "k8s.io/kubernetes" {
+			return f[2], nil
+		}
+	}
+	return "", fmt.Errorf("build/tools/%s/go.mod requires no k8s.io/kubernetes", module)
 }
 
 func isProjectModule(goMod []byte) bool {
