@@ -44,11 +44,37 @@ type hostTool struct {
 // images, finds programs on PATH; so does dash. The other applets (grep, awk, tr, tail, sleep) stay busybox's.
 var shell = hostTool{"/usr/bin/dash", "/bin/sh"}
 
+// socatProgram is Debian's socat, which both images hold at /usr/lib/socat/socat, behind socatWrapper at
+// /usr/bin/socat.
+var socatProgram = hostTool{"/usr/bin/socat", "/usr/lib/socat/socat"}
+
+// socatWrapper is the images' /usr/bin/socat: socat with the option cool-write added to every SYSTEM and EXEC
+// address. socat 1.7.4.4 (Debian's, and upstream alpine/socat:1.7.4.4's, the same code) loses the reply of a
+// SYSTEM child that exits before it reads its input, as the MCS suite's listener (SYSTEM:'echo "pod ip ..."')
+// does: when the client's bytes arrive after the child exited, the write to the child fails with EPIPE and
+// socat ends the connection before it forwards what the child printed; and the exit status that leaves behind
+// ends a later connection's child process of the same listener before any transfer (its table of reaped children
+// is cleared at fork, their statuses are not). Measured with the suite's listener and `echo hi | nc -v -w 2`: 8
+// of 200 replies lost (socat -d -d -d logs one or the other cause for each), 0 of 200 with cool-write, which makes
+// that EPIPE a notice. Upstream's image loses them too: this stand-in is deterministic where the image it stands
+// for is not, and the same option in the suite's listener would fix both.
+const socatWrapper = `#!/bin/sh
+# socat 1.7.4.4 with cool-write on every SYSTEM and EXEC address (test/env/nodeimages/conformance.go says why).
+for a do
+	shift
+	case $a in
+	SYSTEM:* | EXEC:*) a="$a,cool-write" ;;
+	esac
+	set -- "$@" "$a"
+done
+exec /usr/lib/socat/socat "$@"
+`
+
 var (
-	socatTools    = []hostTool{shell, {"/usr/bin/socat", "/usr/bin/socat"}}
+	socatTools    = []hostTool{shell, socatProgram}
 	netshootTools = []hostTool{
 		shell,
-		{"/usr/bin/socat", "/usr/bin/socat"},
+		socatProgram,
 		{"/usr/bin/nc.openbsd", "/usr/bin/nc"},
 		{"/usr/bin/nslookup", "/usr/bin/nslookup"},
 		{"/usr/bin/dig", "/usr/bin/dig"},
@@ -91,6 +117,7 @@ func buildTools(ctx context.Context, dir string, extra ...File) ([]string, error
 		data = append(data, File{Path: p, Mode: 0o644, Data: b})
 	}
 	base := append(slices.Clone(etcFiles), data...)
+	base = append(base, File{Path: "/usr/bin/socat", Mode: 0o755, Data: []byte(socatWrapper)})
 	images := []struct {
 		file  string
 		tools []hostTool

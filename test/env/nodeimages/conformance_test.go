@@ -7,7 +7,9 @@ import (
 	"debug/elf"
 	"io"
 	"os"
+	"os/exec"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -88,8 +90,8 @@ func TestBuildTools(t *testing.T) {
 		entrypoint []string
 		tools      []string
 	}{
-		"socat.tar":    {[]string{Socat}, []string{"socat"}, []string{"/usr/bin/socat", "/bin/sh", "/bin/grep", "/usr/bin/awk", "/usr/bin/tr"}},
-		"netshoot.tar": {[]string{Netshoot, Client}, nil, []string{"/usr/bin/socat", "/usr/bin/nc", "/usr/bin/nslookup", "/usr/bin/dig", "/usr/bin/curl", "/bin/sh", "/bin/sleep", "/usr/bin/tail", ServeBin}},
+		"socat.tar":    {[]string{Socat}, []string{"socat"}, []string{"/usr/bin/socat", "/usr/lib/socat/socat", "/bin/sh", "/bin/grep", "/usr/bin/awk", "/usr/bin/tr"}},
+		"netshoot.tar": {[]string{Netshoot, Client}, nil, []string{"/usr/bin/socat", "/usr/lib/socat/socat", "/usr/bin/nc", "/usr/bin/nslookup", "/usr/bin/dig", "/usr/bin/curl", "/bin/sh", "/bin/sleep", "/usr/bin/tail", ServeBin}},
 	}
 	if len(paths) != len(wants) {
 		t.Fatalf("images %v, want %d", paths, len(wants))
@@ -114,6 +116,9 @@ func TestBuildTools(t *testing.T) {
 			if !ok {
 				t.Errorf("%s: no %s", want.tags[0], tool)
 				continue
+			}
+			if tool == "/usr/bin/socat" && string(f.Data) != socatWrapper {
+				t.Errorf("%s: /usr/bin/socat is not the wrapper that adds cool-write", want.tags[0])
 			}
 			if tool == "/usr/bin/nc" || tool == "/usr/bin/nslookup" || tool == "/bin/sh" {
 				if f.Link != "" || bytes.Equal(f.Data, files[busybox].Data) {
@@ -205,4 +210,29 @@ func checkLibraries(t *testing.T, tag string, files map[string]File) {
 func has(files map[string]File, p string) bool {
 	_, ok := resolve(files, p)
 	return ok
+}
+
+// TestSocatWrapper runs the images' /usr/bin/socat with dash, Debian's /bin/sh as the images' is, in front of a
+// stand-in for the real socat that prints its arguments one per line: cool-write goes on SYSTEM and EXEC addresses
+// alone, and every argument, spaces and quotes included, reaches socat as it was given.
+func TestSocatWrapper(t *testing.T) {
+	if _, err := os.Stat(shell.src); err != nil {
+		t.Skipf("%v: dash is Debian's /bin/sh", err)
+	}
+	dir := t.TempDir()
+	wrapper := strings.ReplaceAll(socatWrapper, "/usr/lib/socat/socat", filepath.Join(dir, "real"))
+	for name, script := range map[string]string{"socat": wrapper, "real": "#!/bin/sh\nprintf '%s\\n' \"$@\"\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := []string{"-v", "-v", "TCP6-LISTEN:42,crlf,reuseaddr,fork,ipv6only=0", `SYSTEM:echo "pod ip $first_ip"`, "EXEC:cat", "STDIO", "a b"}
+	out, err := exec.Command(shell.src, append([]string{filepath.Join(dir, "socat")}, args...)...).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"-v", "-v", "TCP6-LISTEN:42,crlf,reuseaddr,fork,ipv6only=0", `SYSTEM:echo "pod ip $first_ip",cool-write`, "EXEC:cat,cool-write", "STDIO", "a b"}
+	if got := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n"); !slices.Equal(got, want) {
+		t.Errorf("socat got %q, want %q", got, want)
+	}
 }
