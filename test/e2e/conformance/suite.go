@@ -21,6 +21,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"vksfleet.dev/fleet/test/framework"
 )
 
 // The suite `make conformance` runs unless CONFORMANCE_SUITE names a local copy: the conformance/ folder of
@@ -236,43 +238,28 @@ type specResults struct {
 
 // parseGinkgoJSON counts the specs (It nodes) of a ginkgo JSON report by outcome.
 func parseGinkgoJSON(b []byte) (specResults, error) {
-	var reports []struct {
-		SpecReports []struct {
-			ContainerHierarchyTexts []string
-			LeafNodeType            string
-			LeafNodeText            string
-			State                   string
-			Failure                 struct{ Message string }
-		}
-	}
-	if err := json.Unmarshal(b, &reports); err != nil {
-		return specResults{}, fmt.Errorf("ginkgo JSON report: %w", err)
-	}
-	if len(reports) == 0 {
-		return specResults{}, errors.New("ginkgo JSON report: no suite")
+	nodes, err := framework.GinkgoNodes(b)
+	if err != nil {
+		return specResults{}, err
 	}
 	var r specResults
-	for _, rep := range reports {
-		for _, s := range rep.SpecReports {
-			text := strings.Join(slices.DeleteFunc(append(slices.Clone(s.ContainerHierarchyTexts), s.LeafNodeText),
-				func(s string) bool { return s == "" }), " ")
-			failure := fmt.Sprintf("%s [%s]: %s", cmp.Or(text, s.LeafNodeType), s.State, compact(s.Failure.Message, maxMessage))
-			if s.LeafNodeType != "It" {
-				if s.State != "passed" {
-					r.SuiteFailures = append(r.SuiteFailures, failure)
-				}
-				continue
+	for _, n := range nodes {
+		failure := fmt.Sprintf("%s [%s]: %s", cmp.Or(n.Text(), n.LeafNodeType), n.State, framework.Compact(n.Failure.Message, maxMessage))
+		if !n.IsSpec() {
+			if n.State != "passed" {
+				r.SuiteFailures = append(r.SuiteFailures, failure)
 			}
-			r.Total++
-			switch s.State {
-			case "passed":
-				r.Passed++
-			case "skipped", "pending":
-				r.Skipped++
-			default: // failed, panicked, interrupted, aborted, timedout
-				r.Failed++
-				r.Failures = append(r.Failures, failure)
-			}
+			continue
+		}
+		r.Total++
+		switch n.State {
+		case "passed":
+			r.Passed++
+		case "skipped", "pending":
+			r.Skipped++
+		default: // failed, panicked, interrupted, aborted, timedout
+			r.Failed++
+			r.Failures = append(r.Failures, failure)
 		}
 	}
 	return r, nil
@@ -325,12 +312,3 @@ func parseReportYAML(b []byte) (conformanceReport, error) {
 
 // maxMessage bounds a failure message in a summary: gomega's say what was expected and what came, in a few lines.
 const maxMessage = 600
-
-// compact puts s on one line, runs of white space made one space, and cuts it to n bytes.
-func compact(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > n {
-		s = s[:n] + " ..."
-	}
-	return s
-}

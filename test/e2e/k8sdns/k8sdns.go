@@ -7,13 +7,13 @@
 package k8sdns
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
+
+	"vksfleet.dev/fleet/test/framework"
 )
 
 // focus selects the specs: every spec of the `[sig-network] DNS` groups (DNS, DNS HostNetwork, DNS configMap
@@ -105,57 +105,42 @@ const maxReason = 600
 // with the reason of every one skipped (skips' reason, or the suite's own message), and the suite's nodes that
 // did not pass. Ginkgo reports every spec of the binary; those outside the focus are left out.
 func parseReport(b []byte) ([]spec, []string, error) {
-	var reports []struct {
-		SpecReports []struct {
-			ContainerHierarchyTexts []string
-			LeafNodeType            string
-			LeafNodeText            string
-			State                   string
-			RunTime                 time.Duration
-			Failure                 struct{ Message string }
-		}
-	}
-	if err := json.Unmarshal(b, &reports); err != nil {
-		return nil, nil, fmt.Errorf("ginkgo JSON report: %w", err)
-	}
-	if len(reports) == 0 {
-		return nil, nil, errors.New("ginkgo JSON report: no suite")
+	nodes, err := framework.GinkgoNodes(b)
+	if err != nil {
+		return nil, nil, err
 	}
 	focused := regexp.MustCompile(focus)
 	var specs []spec
 	var suite []string
-	for _, rep := range reports {
-		for _, r := range rep.SpecReports {
-			text := strings.Join(slices.DeleteFunc(append(slices.Clone(r.ContainerHierarchyTexts), r.LeafNodeText),
-				func(s string) bool { return s == "" }), " ")
-			message := compact(r.Failure.Message)
-			if r.LeafNodeType != "It" {
-				if r.State != passed && r.State != skipped {
-					suite = append(suite, fmt.Sprintf("%s [%s]: %s", strings.TrimSpace(r.LeafNodeType+" "+text), r.State, message))
-				}
-				continue
+	for _, n := range nodes {
+		text := n.Text()
+		message := framework.Compact(n.Failure.Message, maxReason)
+		if !n.IsSpec() {
+			if n.State != passed && n.State != skipped {
+				suite = append(suite, fmt.Sprintf("%s [%s]: %s", strings.TrimSpace(n.LeafNodeType+" "+text), n.State, message))
 			}
-			if !focused.MatchString(text) {
-				continue
-			}
-			s := spec{Text: text, RunTime: r.RunTime, Reason: message}
-			switch r.State {
-			case passed:
-				s.Result, s.Reason = passed, ""
-			case skipped, "pending":
-				s.Result = skipped
-				if i := slices.IndexFunc(skips, func(k skip) bool { return strings.Contains(text, k.spec) }); i >= 0 {
-					s.Reason = skips[i].reason
-				}
-				if s.Reason == "" {
-					s.Reason = "skipped by the suite, which gave no reason"
-				}
-			default: // failed, panicked, interrupted, aborted, timedout
-				s.Result = failed
-				s.Reason = r.State + ": " + message
-			}
-			specs = append(specs, s)
+			continue
 		}
+		if !focused.MatchString(text) {
+			continue
+		}
+		s := spec{Text: text, RunTime: n.RunTime, Reason: message}
+		switch n.State {
+		case passed:
+			s.Result, s.Reason = passed, ""
+		case skipped, "pending":
+			s.Result = skipped
+			if i := slices.IndexFunc(skips, func(k skip) bool { return strings.Contains(text, k.spec) }); i >= 0 {
+				s.Reason = skips[i].reason
+			}
+			if s.Reason == "" {
+				s.Reason = "skipped by the suite, which gave no reason"
+			}
+		default: // failed, panicked, interrupted, aborted, timedout
+			s.Result = failed
+			s.Reason = n.State + ": " + message
+		}
+		specs = append(specs, s)
 	}
 	return specs, suite, nil
 }
@@ -170,15 +155,6 @@ func unusedSkips(specs []spec) []string {
 		}
 	}
 	return unused
-}
-
-// compact puts a message on one line, cut to maxReason.
-func compact(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > maxReason {
-		s = s[:maxReason] + " ..."
-	}
-	return s
 }
 
 // runInfo is what the summary says of the whole run.
@@ -209,7 +185,7 @@ func summarize(info runInfo, modes []modeResult) string {
 			fmt.Fprintf(&b, "%s.\n\n", m.Text)
 		}
 		if m.Err != nil {
-			fmt.Fprintf(&b, "- no results: %s\n", compact(m.Err.Error()))
+			fmt.Fprintf(&b, "- no results: %s\n", framework.Compact(m.Err.Error(), maxReason))
 			continue
 		}
 		pass, fail, skip := m.counts()

@@ -118,19 +118,31 @@ func buildTools(ctx context.Context, dir string, extra ...File) ([]string, error
 	}
 	base := append(slices.Clone(etcFiles), data...)
 	base = append(base, File{Path: "/usr/bin/socat", Mode: 0o755, Data: []byte(socatWrapper)})
-	images := []struct {
-		file  string
-		tools []hostTool
-		im    Image
-	}{
+	return writeToolImages(ctx, dir, box, []toolImage{
 		// alpine/socat's Dockerfile: ENTRYPOINT ["socat"], no CMD. The suite sets Command, so the entrypoint
 		// is never used there; it is kept for a pod that passes only socat's arguments, as upstream allows.
-		{"socat.tar", socatTools, Image{Tags: []string{Socat}, Entrypoint: []string{"socat"}, Env: []string{pathEnv}}},
+		{"socat.tar", socatTools, base, Image{Tags: []string{Socat}, Entrypoint: []string{"socat"}, Env: []string{pathEnv}}},
 		// nicolaka/netshoot's Dockerfile: no ENTRYPOINT, CMD ["zsh"]. No entrypoint matters: the suite's request
 		// pod sets only Args (/bin/sh -ec ...), which replace CMD and run as the command. CMD is sh, not zsh,
 		// which the image does not ship: it only starts an interactive shell of a pod that sets nothing.
-		{"netshoot.tar", netshootTools, Image{Tags: []string{Netshoot, Client}, Cmd: []string{"sh"}, Env: []string{pathEnv}}},
-	}
+		{"netshoot.tar", netshootTools, append(slices.Clone(base), extra...), Image{Tags: []string{Netshoot, Client}, Cmd: []string{"sh"}, Env: []string{pathEnv}}},
+	})
+}
+
+// toolImage is an image made of busybox, this machine's tools with their libraries, and files of its own.
+type toolImage struct {
+	// file is the name of its docker archive.
+	file  string
+	tools []hostTool
+	// files go over the tools and busybox: data files, and programs built here.
+	files []File
+	// im is the image's configuration; its Files are made here.
+	im Image
+}
+
+// writeToolImages writes each image over box (busybox's files) into dir as a docker archive, and returns their
+// paths.
+func writeToolImages(ctx context.Context, dir string, box []File, images []toolImage) ([]string, error) {
 	var paths []string
 	for _, spec := range images {
 		tools, err := toolFiles(ctx, spec.tools)
@@ -138,10 +150,7 @@ func buildTools(ctx context.Context, dir string, extra ...File) ([]string, error
 			return nil, err
 		}
 		im := spec.im
-		im.Files = overlay(box, append(tools, base...))
-		if slices.Contains(im.Tags, Client) {
-			im.Files = overlay(im.Files, extra)
-		}
+		im.Files = overlay(box, append(tools, spec.files...))
 		p := filepath.Join(dir, spec.file)
 		if err := writeImage(p, im); err != nil {
 			return nil, err

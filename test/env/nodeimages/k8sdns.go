@@ -5,7 +5,6 @@ import (
 	"debug/elf"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 )
 
@@ -63,33 +62,13 @@ func BuildK8sDNS(ctx context.Context, dir string, progs K8sDNSPrograms) ([]strin
 			static = append(static, *f)
 		}
 	}
-	images := []struct {
-		file  string
-		tools []hostTool
-		extra []File
-		im    Image
-	}{
+	return writeToolImages(ctx, dir, box, []toolImage{
 		// agnhost's Dockerfile: ENTRYPOINT ["/agnhost"], CMD ["pause"]; the specs' pods pass the subcommand as
 		// Args (test-webserver, pause) or replace the command (sh -c, /coredns).
-		{"agnhost.tar", agnhostTools, static, Image{Tags: []string{Agnhost}, Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: []string{pathEnv}}},
+		{"agnhost.tar", agnhostTools, append(slices.Clone(etcFiles), static...), Image{Tags: []string{Agnhost}, Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: []string{pathEnv}}},
 		// Debian's CMD ["bash"], which the image does not ship: the specs always set the command (sh -c).
-		{"glibc-dns-testing.tar", dnsProbeTools, nil, Image{Tags: []string{GlibcDNSTesting}, Cmd: []string{"sh"}, Env: []string{pathEnv}}},
-	}
-	var paths []string
-	for _, spec := range images {
-		tools, err := toolFiles(ctx, spec.tools)
-		if err != nil {
-			return nil, err
-		}
-		im := spec.im
-		im.Files = overlay(box, append(append(tools, etcFiles...), spec.extra...))
-		p := filepath.Join(dir, spec.file)
-		if err := writeImage(p, im); err != nil {
-			return nil, err
-		}
-		paths = append(paths, p)
-	}
-	return paths, nil
+		{"glibc-dns-testing.tar", dnsProbeTools, etcFiles, Image{Tags: []string{GlibcDNSTesting}, Cmd: []string{"sh"}, Env: []string{pathEnv}}},
+	})
 }
 
 // staticProgram returns the program p as a file of an image when it is statically linked (agnhost, built with
