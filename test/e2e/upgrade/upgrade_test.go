@@ -47,6 +47,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"vksfleet.dev/fleet/cli/install"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/env/dataplane"
 	"vksfleet.dev/fleet/test/env/poll"
@@ -517,15 +518,22 @@ func (e *env) previousPodLoss(member string, q workload.Request, from, to time.T
 }
 
 // previousPod names the stopping pod of the previous release that previousPodLoss sets q down to, with how far
-// apart they were, or returns "".
+// apart they were, or returns "". In the standalone DNS mode, where the cluster's DNS (kubeadm's CoreDNS) asks
+// ours, a question ours lost comes back from the cluster's DNS as SERVFAIL once its forward gives up, and may be
+// lost from the moment the pod starts terminating: the forward plugin keeps its UDP sockets to the mcs-dns
+// Service, and so the conntrack entries that lead to the pod, until kube-proxy removes them.
 func (e *env) previousPod(member string, q workload.Request, from, to time.Time) string {
-	if q.OK || !lookupLost(q.Reason) {
+	forwarded := e.f.DNSMode() == install.DNSStandalone
+	if q.OK || !(lookupLost(q.Reason) || forwarded && q.Reason == "servfail") {
 		return ""
 	}
 	at := time.UnixMilli(q.StartMs)
 	before := e.budget + previousPodSlack
+	stopping := func(what string) bool {
+		return what == "not ready" || what == "gone" || forwarded && what == "terminating"
+	}
 	for _, ev := range e.watch.eventsBetween(from.Add(-previousPodAfter), to.Add(before)) {
-		if ev.member == member && ev.image == e.rel.DNSImage && (ev.what == "not ready" || ev.what == "gone") &&
+		if ev.member == member && ev.image == e.rel.DNSImage && stopping(ev.what) &&
 			at.After(ev.at.Add(-before)) && at.Before(ev.at.Add(previousPodAfter)) {
 			return fmt.Sprintf("previous release's %s %s at %s", ev.pod, ev.what, stamp(ev.at))
 		}
