@@ -20,8 +20,9 @@
 //
 // What is asserted, in both forms: no stable service's import ever disappears; no stable name answers NXDOMAIN or
 // SERVFAIL; no request or lookup fails except those a CoreDNS fault of the same member explains (a lookup sent to
-// a CoreDNS replica as it is killed, or while it is frozen and until its readiness probe takes it out of the
-// kube-dns Service; see tolerated); the clusterset converges within convergeBound. The figures (faults by kind,
+// a CoreDNS replica as it is killed, or while it is frozen and until its readiness probe takes it out of its
+// Service; see tolerated; in the standalone DNS mode, the fleet's, such a lookup comes back from the cluster's DNS
+// as SERVFAIL); the clusterset converges within convergeBound. The figures (faults by kind,
 // losses, longest gap, "Reconciler error" lines by cause, time to converge, writes per fault) are logged, and
 // with CHAOS_RESULTS written there as Markdown (`make chaos`).
 package chaos

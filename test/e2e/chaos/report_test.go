@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"vksfleet.dev/fleet/cli/install"
 	"vksfleet.dev/fleet/test/env/workload"
 )
 
@@ -49,13 +50,17 @@ func (r *run) figures(member, name string, l *workload.Loop, names []string, fro
 			what = fmt.Sprintf("#%d %s for %s at %s", q.Seq, q.Reason, names[(q.Seq-1)%len(names)], at.Format("15:04:05.000"))
 		}
 		what += ", during: " + strings.Join(r.activeAt(at), "; ")
-		switch q.Reason {
-		case "nxdomain":
+		dnsFault := r.dnsFaultAt(member, at)
+		switch {
+		case q.Reason == "nxdomain":
 			f.nxdomain = append(f.nxdomain, what)
-		case "servfail":
+		case q.Reason == "servfail" && !(dnsFault && r.f.DNSMode() == install.DNSStandalone):
+			// In the standalone DNS mode the cluster's DNS asks ours: a question a replica of ours lost as it
+			// was killed or while it was frozen comes back from the cluster's DNS as SERVFAIL once its forward
+			// gave up on it, where in the replace mode the client gets no answer. Either is the fault's loss.
 			f.servfail = append(f.servfail, what)
 		}
-		if r.dnsFaultAt(member, at) {
+		if dnsFault {
 			f.explained++
 		} else {
 			f.unexplained = append(f.unexplained, what)
