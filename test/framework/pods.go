@@ -105,11 +105,16 @@ func (f *Fleet) DNSModeText() string {
 }
 
 // DNSDeployment is our CoreDNS's Deployment in the fleet's DNS mode.
-func (f *Fleet) DNSDeployment() types.NamespacedName {
-	if f.replaceDNS() {
-		return types.NamespacedName{Namespace: clusterDNSNamespace, Name: clusterDNSDeployment}
+func (f *Fleet) DNSDeployment() types.NamespacedName { return dnsDeploymentOf(f.opts.DNS) }
+
+// dnsDeploymentOf is the Deployment that serves clusterset.local after a join in the DNS mode: our CoreDNS, as
+// kube-system/coredns in replace mode and mcs-system/mcs-dns in standalone mode; in cluster-local mode, which runs
+// no DNS of ours, the cluster's own.
+func dnsDeploymentOf(mode string) types.NamespacedName {
+	if mode == install.DNSStandalone {
+		return types.NamespacedName{Namespace: controllerNamespace, Name: standaloneDNSDeployment}
 	}
-	return types.NamespacedName{Namespace: controllerNamespace, Name: standaloneDNSDeployment}
+	return types.NamespacedName{Namespace: clusterDNSNamespace, Name: clusterDNSDeployment}
 }
 
 // ControllerDeployment is the controller's Deployment.
@@ -124,6 +129,12 @@ func (m *Member) WatchDNSPods(ctx context.Context) (watch.Interface, error) {
 // ControllerPods lists the member's mcs-controller pods (the manifests run two replicas, one elected).
 func (m *Member) ControllerPods(ctx context.Context) ([]corev1.Pod, error) {
 	return m.pods(ctx, controllerPods)
+}
+
+// ClusterDNSPods lists the member's pods of the cluster's DNS, behind its kube-dns Service: ours in replace mode,
+// kubeadm's CoreDNS otherwise.
+func (m *Member) ClusterDNSPods(ctx context.Context) ([]corev1.Pod, error) {
+	return m.pods(ctx, clusterDNSPods)
 }
 
 // DNSPods lists the member's pods of our CoreDNS: behind its kube-dns Service in replace mode, mcs-system/mcs-dns
@@ -283,12 +294,12 @@ func (m *Member) JoinWith(ctx context.Context, bin, dnsMode string, args ...stri
 	if err != nil {
 		return out, err
 	}
-	return out, m.started(ctx)
+	return out, m.started(ctx, dnsMode)
 }
 
 // started takes the controller Deployment's arguments as join left them, restarts the controller with the
-// fleet's, and waits until it and the member's DNS are available.
-func (m *Member) started(ctx context.Context) error {
+// fleet's, and waits until it and the DNS that serves clusterset.local after a join in dnsMode are available.
+func (m *Member) started(ctx context.Context, dnsMode string) error {
 	var d appsv1.Deployment
 	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: controllerNamespace, Name: controllerDeployment}, &d); err != nil {
 		return err
@@ -297,7 +308,7 @@ func (m *Member) started(ctx context.Context) error {
 	if err := m.StartController(); err != nil {
 		return err
 	}
-	ours := m.fleet.DNSDeployment()
+	ours := dnsDeploymentOf(dnsMode)
 	if err := m.WaitAvailable(ctx, ours.Namespace, ours.Name, replicas, installTimeout); err != nil {
 		return err
 	}
@@ -398,7 +409,7 @@ func (m *Member) findDNS(ctx context.Context) error {
 // host reaches pods through the clusterset's routes, while ClusterIPs exist only inside the nodes. It fails when
 // no pod is ready.
 func (m *Member) ClusterDNSAddrs(ctx context.Context) ([]string, error) {
-	pods, err := m.pods(ctx, clusterDNSPods)
+	pods, err := m.ClusterDNSPods(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -450,7 +461,8 @@ func (m *Member) podMetric(name string, want map[string]string) (float64, error)
 // writePodLogs copies the logs of the member's controller and CoreDNS pods to w, each line prefixed as the host
 // processes' are.
 func (m *Member) writePodLogs(ctx context.Context, w io.Writer) {
-	for _, sel := range []productPods{controllerPods, m.fleet.dnsPods()} {
+	// Both DNS: ours in either mode, and the cluster's, which forwards to ours in standalone mode.
+	for _, sel := range []productPods{controllerPods, clusterDNSPods, standaloneDNSPods} {
 		pods, err := m.pods(ctx, sel)
 		if err != nil {
 			fmt.Fprintf(w, "[%s] listing pods: %v\n", m.Name, err)

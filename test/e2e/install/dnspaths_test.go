@@ -213,10 +213,10 @@ func customise(ctx context.Context, t *testing.T, m *framework.Member) {
 	})
 }
 
-// eachReplica runs check against every ready CoreDNS replica of m, by its pod address, and fails when one fails or
-// none is ready.
+// eachReplica runs check against every ready replica of m's cluster DNS (kube-dns), by its pod address, and fails
+// when one fails or none is ready.
 func eachReplica(ctx context.Context, m *framework.Member, check func(server string) error) error {
-	pods, err := m.DNSPods(ctx)
+	pods, err := m.ClusterDNSPods(ctx)
 	if err != nil {
 		return err
 	}
