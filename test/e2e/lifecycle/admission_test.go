@@ -25,11 +25,15 @@ func TestUnsafeNamespacesDenied(t *testing.T) {
 	a := members["cluster-a"]
 	for _, ns := range export.DefaultDeniedNamespaces {
 		se := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "unsafe"}}
-		err := a.Client.Create(ctx, se, client.DryRunAll)
-		if err == nil || !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) {
-			t.Errorf("creating a ServiceExport in %s: %v, want a denial by the admission policy", ns, err)
-			continue
-		}
+		// The API server's policy informer takes in the policy and its binding, created with the cluster, a moment
+		// after they were created: this test may run first.
+		var err error
+		poll.T(t, wait, "a ServiceExport in "+ns+" denied by the admission policy", func() error {
+			if err = a.Client.Create(ctx, se.DeepCopy(), client.DryRunAll); err == nil || !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) {
+				return fmt.Errorf("creating it: %v", err)
+			}
+			return nil
+		})
 		for _, want := range []string{"mcs-export-namespaces", "not allowed in namespace " + ns, "--denied-export-namespaces"} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("the denial in %s does not say %q: %v", ns, want, err)
