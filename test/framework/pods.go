@@ -84,12 +84,12 @@ var (
 // replaceDNS says whether the fleet's joins install our CoreDNS in place of kube-dns.
 func (f *Fleet) replaceDNS() bool { return f.opts.DNS == install.DNSReplace }
 
-// dnsPods selects our CoreDNS's pods in the fleet's DNS mode.
+// dnsPods selects the pods of the Deployment DNSDeployment names: the same rule, dnsDeploymentOf's.
 func (f *Fleet) dnsPods() productPods {
-	if f.replaceDNS() {
-		return clusterDNSPods
+	if f.opts.DNS == install.DNSStandalone {
+		return standaloneDNSPods
 	}
-	return standaloneDNSPods
+	return clusterDNSPods
 }
 
 // DNSMode is the DNS mode of the fleet's joins (Options.DNS).
