@@ -27,6 +27,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -103,7 +104,7 @@ func TestMonitoring(t *testing.T) {
 		if err := a.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "serve"}, &si); err != nil {
 			return err
 		}
-		if !ready(&si) {
+		if !meta.IsStatusConditionTrue(si.Status.Conditions, string(mcsv1beta1.ServiceImportConditionReady)) {
 			return fmt.Errorf("conditions %v", si.Status.Conditions)
 		}
 		return nil
@@ -179,18 +180,13 @@ func TestMonitoring(t *testing.T) {
 	poll.T(t, dnsPathBound, "cluster-a's mcs_controller_dns_path_ok turns 0", func() error { return dnsPathOK(a, 0) })
 	t.Logf("cluster-a's reverted Corefile: mcs_controller_dns_path_ok 0 %s after the last replica stopped forwarding",
 		time.Since(broken).Round(100*time.Millisecond))
-	for _, fired := range []struct{ alert, id string }{{"MCSMemberLeaseLost", b.ID}, {"MCSClusterSetDNSPathBroken", a.ID}} {
-		poll.T(t, leaseLostTimeout, fired.alert+" fires for "+fired.id, func() error {
-			state, err := prom.alertState(fired.alert, fired.id)
-			if err == nil && state != "firing" {
-				err = fmt.Errorf("state %q", state)
-			}
-			return err
-		})
-		t.Logf("%s firing %s after the troubles began", fired.alert, time.Since(stopped).Round(100*time.Millisecond))
+	troubles := []struct{ alert, id string }{{"MCSMemberLeaseLost", b.ID}, {"MCSClusterSetDNSPathBroken", a.ID}}
+	for _, trouble := range troubles {
+		prom.waitAlert(t, trouble.alert, trouble.id, "firing")
+		t.Logf("%s firing %s after the troubles began", trouble.alert, time.Since(stopped).Round(100*time.Millisecond))
 	}
 	var si mcsv1beta1.ServiceImport
-	if err := a.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "serve"}, &si); err != nil || !ready(&si) {
+	if err := a.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "serve"}, &si); err != nil || !meta.IsStatusConditionTrue(si.Status.Conditions, string(mcsv1beta1.ServiceImportConditionReady)) {
 		t.Errorf("cluster-a's import of serve, with its DNS path broken: %v, conditions %v; want Ready", err, si.Status.Conditions)
 	}
 
@@ -199,15 +195,9 @@ func TestMonitoring(t *testing.T) {
 	if err := b.StartController(); err != nil {
 		t.Fatal(err)
 	}
-	for _, resolved := range []struct{ alert, id string }{{"MCSMemberLeaseLost", b.ID}, {"MCSClusterSetDNSPathBroken", a.ID}} {
-		poll.T(t, leaseLostTimeout, resolved.alert+" for "+resolved.id+" resolves", func() error {
-			state, err := prom.alertState(resolved.alert, resolved.id)
-			if err == nil && state != "" {
-				err = fmt.Errorf("state %q", state)
-			}
-			return err
-		})
-		t.Logf("%s resolved %s after the troubles were undone", resolved.alert, time.Since(started).Round(100*time.Millisecond))
+	for _, trouble := range troubles {
+		prom.waitAlert(t, trouble.alert, trouble.id, "")
+		t.Logf("%s resolved %s after the troubles were undone", trouble.alert, time.Since(started).Round(100*time.Millisecond))
 	}
 }
 
@@ -266,16 +256,6 @@ func noneAnswers(ctx context.Context, m *framework.Member, name string) error {
 		}
 	}
 	return nil
-}
-
-// ready says whether the import's Ready condition is True.
-func ready(si *mcsv1beta1.ServiceImport) bool {
-	for _, c := range si.Status.Conditions {
-		if c.Type == string(mcsv1beta1.ServiceImportConditionReady) && c.Status == metav1.ConditionTrue {
-			return true
-		}
-	}
-	return false
 }
 
 // check is a query of the dashboard or the rules, and whether it must return data.
@@ -358,6 +338,23 @@ func (p *prometheus) targetsUp(want int) error {
 		return fmt.Errorf("%d targets, down: %v", len(data.ActiveTargets), down)
 	}
 	return nil
+}
+
+// waitAlert waits, within leaseLostTimeout, until the alert name about cluster id is in state: "firing", or ""
+// once it resolved.
+func (p *prometheus) waitAlert(t *testing.T, name, id, state string) {
+	t.Helper()
+	what := name + " for " + id + " resolves"
+	if state != "" {
+		what = name + " " + state + " for " + id
+	}
+	poll.T(t, leaseLostTimeout, what, func() error {
+		got, err := p.alertState(name, id)
+		if err == nil && got != state {
+			err = fmt.Errorf("state %q", got)
+		}
+		return err
+	})
 }
 
 // alertState returns the state (pending, firing) of the alert name about cluster id, or "" if there is none.
