@@ -99,6 +99,13 @@ func (e *env) startTrace(m *framework.Member, svc, clientPod string) *trace {
 	var unread []string
 	tr.counters, unread = snapshot(tr.places)
 	tr.unread = append(tr.unread, unread...)
+	// The first look at conntrack and at the marks learns what earlier steps left (SYN_SENT lasts 2 minutes), known
+	// and not shown; it ends before the trace's time begins, so that no SYN of the step it traces can be taken for
+	// an earlier one's (under load a look takes hundreds of ms: make test once lost a reuse 307 ms into a step so).
+	tr.noteReuses(tr.reused(ctx), true)
+	for client, backend := range tr.synSent(ctx) {
+		tr.unanswered[client] = synSent{at: time.Now(), backend: backend, before: true}
+	}
 	tr.from = time.Now()
 	tr.done.Go(func() { tr.follow(ctx) })
 	return tr
@@ -136,11 +143,10 @@ func (tr *trace) follow(ctx context.Context) {
 		if sliceErr != nil || syncErr != nil {
 			tr.pollErrs++
 		}
-		tr.noteReuses(reuses, i == 0)
+		tr.noteReuses(reuses, false)
 		for client, backend := range syns {
 			if _, ok := tr.unanswered[client]; !ok {
-				// The first look finds what earlier faults left (SYN_SENT lasts 2 minutes): known, not shown.
-				tr.unanswered[client] = synSent{at: now, backend: backend, before: i == 0}
+				tr.unanswered[client] = synSent{at: now, backend: backend}
 			}
 		}
 		tr.mu.Unlock()
