@@ -9,7 +9,6 @@ import (
 
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -22,7 +21,12 @@ type heartbeat struct {
 	id     string
 	grace  time.Duration
 	client client.Client // direct: the Lease is read fresh before each renewal
-	cache  cache.Cache   // the broker cache, holding every member's Lease
+	cache  syncedReader  // the broker's view, holding every member's Lease
+	// mirror renews, with mirrorRenewer, this member's Lease in the previous release's layout, which that
+	// release's members judge it by; nil in tests.
+	mirror        client.Client
+	mirrorRenewer *broker.Renewer
+	mirrorFailed  bool // the last mirror renewal failed: said once
 	// liveness and trust are what the heartbeat decides for the reconciler; enqueue tells it what to look at again.
 	liveness *broker.Liveness
 	trust    *broker.Trust
@@ -31,6 +35,7 @@ type heartbeat struct {
 	renewer   *broker.Renewer
 	duplicate *duplicateID
 	enqueue   *triggers
+	published *startPublish // nil in tests
 	events    *memberEvents
 	log       logr.Logger
 
@@ -105,6 +110,9 @@ func (h *heartbeat) run(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
+			if err := h.startPublish(ctx); err != nil {
+				return err
+			}
 			if (leaseFound && sentinel) || !held {
 				h.trust.Vouch()
 			}
@@ -143,6 +151,12 @@ func (h *heartbeat) run(ctx context.Context) error {
 	}
 }
 
+// syncedReader is a reader of caches that can be waited for.
+type syncedReader interface {
+	client.Reader
+	WaitForCacheSync(ctx context.Context) bool
+}
+
 // leaseLoss follows the renewals of one run to tell when the broker lost this member's Lease, with its data, and
 // when the run must end for it. A run that held the Lease and then had to create it again found it lost, even if
 // that creation failed; it ends only once a renewal has written the Lease again, since the next run cannot renew
@@ -171,6 +185,19 @@ func (h *heartbeat) holdsImports(ctx context.Context) (bool, error) {
 	return len(list.Items) > 0, nil
 }
 
+// startPublish gives published the exports the member has at the process's first look.
+func (h *heartbeat) startPublish(ctx context.Context) error {
+	if h.published == nil {
+		return nil
+	}
+	exported := &mcsv1beta1.ServiceExportList{}
+	if err := h.local.List(ctx, exported); err != nil {
+		return err
+	}
+	h.published.start(keysOf(exported.Items))
+	return nil
+}
+
 // renew renews this member's Lease, and says whether it had to create it: at a first start, or because the
 // broker lost it. It records in h.duplicate whether another process had renewed it since.
 func (h *heartbeat) renew(ctx context.Context, now time.Time) (created bool, err error) {
@@ -196,12 +223,28 @@ func (h *heartbeat) renew(ctx context.Context, now time.Time) (created bool, err
 			}
 		}
 	}
+	if err == nil && h.mirror != nil {
+		h.renewMirror(ctx, now)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	// After a failure the namespace is checked again: the broker may have lost it with everything else.
 	h.namespace = err == nil
 	h.lastErr = err
 	return created, err
+}
+
+// renewMirror renews this member's Lease in the previous layout. A failure fails nothing of this release: only a
+// previous release's member would see this member's Lease lapse, so it is said, once until a renewal succeeds.
+func (h *heartbeat) renewMirror(ctx context.Context, now time.Time) {
+	_, _, err := h.mirrorRenewer.Renew(ctx, h.mirror, h.grace, now)
+	if err != nil && !h.mirrorFailed {
+		h.log.Error(err, "renewing this member's Lease in the previous release's layout: members of that release may take this member for lost")
+	}
+	if err == nil && h.mirrorFailed {
+		h.log.Info("renewing this member's Lease in the previous release's layout again")
+	}
+	h.mirrorFailed = err != nil
 }
 
 // ready fails while the broker cannot be reached.

@@ -98,17 +98,30 @@ func (r *reconciler) unpublished(ctx context.Context, key types.NamespacedName) 
 // looked at again.
 const heldDeletionRetry = time.Second
 
-// publish makes this cluster's broker record and slices for the service match its export (none when own is nil).
-// While this member may not delete on the broker, what it would delete stays, and publish says when to look again.
+// publish makes this cluster's broker record and slices for the service match its export (none when own is nil),
+// in records and then in the previous release's layout (layout.go), which that release's members read. While this
+// member may not delete on the broker, what it would delete stays, and publish says when to look again.
 func (r *reconciler) publish(ctx context.Context, key types.NamespacedName, own *merge.Export, ownSlices []discoveryv1.EndpointSlice) (time.Duration, error) {
+	retry, err := r.publishTo(ctx, r.broker, key, own, ownSlices)
+	if err != nil || r.mirror == nil {
+		return retry, err
+	}
+	if _, err := r.publishTo(ctx, r.mirror, key, own, ownSlices); err != nil {
+		return retry, fmt.Errorf("in the previous release's layout: %w", err)
+	}
+	return retry, nil
+}
+
+// publishTo publishes the service's export with c, which reads and writes one layout.
+func (r *reconciler) publishTo(ctx context.Context, c client.Client, key types.NamespacedName, own *merge.Export, ownSlices []discoveryv1.EndpointSlice) (time.Duration, error) {
 	ns := names.BrokerNamespace(r.id)
 	recordKey := types.NamespacedName{Namespace: ns, Name: names.RecordName(key.Namespace, key.Name)}
-	existing, err := getOrNil(ctx, r.broker, recordKey, &mcsv1beta1.ServiceImport{})
+	existing, err := getOrNil(ctx, c, recordKey, &mcsv1beta1.ServiceImport{})
 	if err != nil {
 		return 0, err
 	}
 	sliceList := &discoveryv1.EndpointSliceList{}
-	if err := r.broker.List(ctx, sliceList, client.InNamespace(ns), client.MatchingFields{serviceIndex: key.String()}); err != nil {
+	if err := c.List(ctx, sliceList, client.InNamespace(ns), client.MatchingFields{serviceIndex: key.String()}); err != nil {
 		return 0, err
 	}
 	var desired []discoveryv1.EndpointSlice
@@ -118,7 +131,7 @@ func (r *reconciler) publish(ctx context.Context, key types.NamespacedName, own 
 		if existing != nil && !mayDelete {
 			retry = heldDeletionRetry
 		} else if existing != nil {
-			if err := apply.Delete(ctx, r.broker, existing); err != nil {
+			if err := apply.Delete(ctx, c, existing); err != nil {
 				return 0, fmt.Errorf("withdrawing %s from the broker: %w", key, err)
 			}
 		}
@@ -127,7 +140,7 @@ func (r *reconciler) publish(ctx context.Context, key types.NamespacedName, own 
 		if err != nil {
 			return 0, err
 		}
-		if _, err := apply.ServiceImport(ctx, r.broker, existing, want); err != nil {
+		if _, err := apply.ServiceImport(ctx, c, existing, want); err != nil {
 			return 0, fmt.Errorf("publishing %s to the broker: %w", key, err)
 		}
 		for i := range ownSlices {
@@ -140,7 +153,7 @@ func (r *reconciler) publish(ctx context.Context, key types.NamespacedName, own 
 			desired, retry = kept, heldDeletionRetry
 		}
 	}
-	if err := apply.Slices(ctx, r.broker, sliceList.Items, desired); err != nil {
+	if err := apply.Slices(ctx, c, sliceList.Items, desired); err != nil {
 		return 0, fmt.Errorf("publishing the endpoints of %s to the broker: %w", key, err)
 	}
 	return retry, nil

@@ -38,8 +38,11 @@ type reconciler struct {
 	id       string
 	siAPI    string        // the local ServiceImport apiVersion, for owner references
 	local    client.Client // cached reads
-	broker   client.Client // cached reads of the controller's broker objects
-	denied   []string      // namespaces never exported from
+	broker   client.Client // cached reads of the broker (brokerView); writes of this member's records
+	// mirror writes this member's export in the previous release's layout, for that release's members, and reads
+	// it back from its cache; nil in tests without a broker.
+	mirror client.Client
+	denied []string // namespaces never exported from
 	// deniedImport are the namespaces no other cluster's export is imported into, besides
 	// admit.AlwaysDeniedNamespaces (Options.DeniedImportNamespaces).
 	deniedImport []string
@@ -56,6 +59,8 @@ type reconciler struct {
 	brokerDirect client.Reader
 	// duplicate says whether another cluster claims this member's id: nothing is deleted from the broker then.
 	duplicate *duplicateID
+	// published learns which exports are on the broker since the process started (nil in tests).
+	published *startPublish
 	// dns, when set, is this member's DNS server, which must answer an import before it is Ready; readyWaits holds
 	// back a Pending status while the slices and the server catch up.
 	dns        *dnsProbe
@@ -206,6 +211,9 @@ func (r *reconciler) reconcile(ctx context.Context, key types.NamespacedName) (t
 	}
 	publishRetry, err := r.publish(ctx, key, own, ownSlices)
 	publishErr := r.atBroker(err)
+	if err == nil && r.published != nil {
+		r.published.published(key)
+	}
 
 	// Import: every cluster's export, with this cluster's taken from the local truth rather than the broker.
 	exports, sources, err := r.gather(ctx, key, own, ownSlices)

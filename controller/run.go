@@ -35,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	brokerv1alpha1 "vksfleet.dev/fleet/api/broker/v1alpha1"
 	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/controller/reach"
 	"vksfleet.dev/fleet/mcs/clusterid"
@@ -92,6 +93,9 @@ func Run(ctx context.Context, opts Options) (err error) {
 				}
 				scopes = newScopeReader(direct, id, log)
 			}
+			if err := scopes.checkRecords(ctx); err != nil {
+				return unavailable(err)
+			}
 			scope, err = scopes.read(ctx)
 			return unavailable(err)
 		})
@@ -126,14 +130,19 @@ func Run(ctx context.Context, opts Options) (err error) {
 // does not answer must not stall the retries.
 const brokerStepTimeout = 10 * time.Second
 
-// apis are the mcs-api versions the member and the broker serve, and the schemes that encode them.
+// apis are the mcs-api versions the member and the broker serve, and the schemes that encode them: on the broker,
+// records, the layout of this release, and broker, the previous release's, which it still reads of that
+// release's members and writes of its own.
 type apis struct {
 	localGV, brokerGV schema.GroupVersion
 	local, broker     *runtime.Scheme
+	records           *runtime.Scheme
 }
 
-// detectBroker asks the broker which mcs-api version it serves, into a, and returns an uncached client of it. A
-// failed request is marked errBrokerUnavailable; a configuration no client can be made of is not.
+// detectBroker asks the broker which mcs-api version it serves, into a, checks that it serves the records, and
+// returns an uncached client of it for the records' layout. A failed request is marked errBrokerUnavailable, and
+// so is a broker without the records, which this release's broker init gives it; a configuration no client can
+// be made of is not.
 func detectBroker(cfg *rest.Config, a *apis) (client.Client, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.Timeout = brokerStepTimeout
@@ -145,11 +154,20 @@ func detectBroker(cfg *rest.Config, a *apis) (client.Client, error) {
 	if err != nil {
 		return nil, unavailable(err)
 	}
-	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if ok, err := mcsversion.Serves(dc, brokerv1alpha1.SchemeGroupVersion.WithResource(brokerv1alpha1.ExportRecords)); err != nil {
+		return nil, unavailable(err)
+	} else if !ok {
+		return nil, unavailable(errNoRecords(errors.New("no exportrecords served")))
+	}
+	records, err := brokerv1alpha1.NewScheme()
 	if err != nil {
 		return nil, err
 	}
-	a.brokerGV, a.broker = gv, scheme
+	direct, err := client.New(cfg, client.Options{Scheme: records})
+	if err != nil {
+		return nil, err
+	}
+	a.brokerGV, a.broker, a.records = gv, scheme, records
 	return direct, nil
 }
 
@@ -213,6 +231,8 @@ type decisions struct {
 	// dnsPath is the verdict on this member's own DNS path of Ready imports, nil without --dns-address: a run's
 	// start is no change of it.
 	dnsPath *dnsPath
+	// published is whether the process has published the exports it started with, which the renewer writes.
+	published *startPublish
 }
 
 func newDecisions(id string, opts Options) *decisions {
@@ -222,8 +242,9 @@ func newDecisions(id string, opts Options) *decisions {
 		liveness:  broker.NewLiveness(id, opts.LeaseGrace),
 		duplicate: &duplicateID{id: id, grace: opts.LeaseGrace},
 		renewer:   &broker.Renewer{ClusterID: id, Holder: holderIdentity(id)},
+		published: &startPublish{},
 	}
-	d.renewer.Decisions, d.renewer.Resume = d.remember, d.resume
+	d.renewer.Decisions, d.renewer.Resume, d.renewer.Published = d.remember, d.resume, d.published.done
 	if opts.DataPlaneProbe {
 		d.reach = reach.New(probeDown, probeUp)
 		d.addresses = &probeAddresses{}
@@ -257,7 +278,7 @@ func (d *decisions) newRun() { d.liveness.Reobserve() }
 func runManager(ctx context.Context, opts Options, id string, a apis, scope brokerScope, scopes *scopeReader, kept *decisions,
 	log logr.Logger) error {
 	kept.newRun()
-	mgr, brokerCluster, brokerDirect, err := newClusters(ctx, opts, a, scope, log)
+	mgr, b, err := newClusters(ctx, opts, a, id, scope, log)
 	if err != nil {
 		return err
 	}
@@ -265,15 +286,17 @@ func runManager(ctx context.Context, opts Options, id string, a apis, scope brok
 		id:           id,
 		siAPI:        a.localGV.String(),
 		local:        mgr.GetClient(),
-		broker:       brokerCluster.GetClient(),
+		broker:       b.client,
+		mirror:       b.legacy.GetClient(),
 		denied:       opts.DeniedExportNamespaces,
 		deniedImport: opts.DeniedImportNamespaces,
 		clusterLocal: opts.ClusterLocalServices,
 		localHost:    opts.Local.Host,
 		brokerHost:   opts.Broker.Host,
 		trust:        broker.NewTrust(opts.LeaseGrace),
-		brokerDirect: brokerDirect,
+		brokerDirect: b.direct,
 		duplicate:    kept.duplicate,
+		published:    kept.published,
 		withdrawals:  newHold(withdrawalHold),
 		readyWaits:   newHold(readyHold),
 		races:        workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay),
@@ -295,11 +318,11 @@ func runManager(ctx context.Context, opts Options, id string, a apis, scope brok
 		}
 	}
 	enqueue := newTriggers(r.local, r.broker)
-	if err := mgr.Add(&scopeWatch{reader: scopes, scope: scope, regions: r.regions, enqueue: enqueue, elected: mgr.Elected()}); err != nil {
+	if err := mgr.Add(&scopeWatch{reader: scopes, scope: scope, view: b.view, regions: r.regions, enqueue: enqueue, elected: mgr.Elected()}); err != nil {
 		return err
 	}
 	if r.reach != nil {
-		probe := newDataPlaneProbe(id, brokerCluster.GetCache(), r.reach, r.liveness, r.staleAfter, enqueue, log)
+		probe := newDataPlaneProbe(id, b.view, r.reach, r.liveness, r.staleAfter, enqueue, log)
 		probe.replicas = replicaOf(mgr.GetClient(), opts.LeaderElectionNamespace, opts.HealthProbeBindAddress, os.Getenv)
 		if probe.replicas != nil {
 			probe.replicas.dns, probe.replicas.dnsPort, _ = dnsService(opts.DNSAddress)
@@ -316,7 +339,7 @@ func runManager(ctx context.Context, opts Options, id string, a apis, scope brok
 			return err
 		}
 	}
-	if err := r.setup(mgr, brokerCluster, enqueue, opts.Workers); err != nil {
+	if err := r.setup(mgr, b, enqueue, opts.Workers); err != nil {
 		return err
 	}
 	if opts.BrokerCredentials != nil {
@@ -328,9 +351,9 @@ func runManager(ctx context.Context, opts Options, id string, a apis, scope brok
 			return err
 		}
 	}
-	hb := &heartbeat{id: id, grace: opts.LeaseGrace, client: brokerDirect, cache: brokerCluster.GetCache(),
+	hb := &heartbeat{id: id, grace: opts.LeaseGrace, client: b.direct, cache: b.view, mirror: b.legacyDirect, mirrorRenewer: kept.renewer.Mirror(),
 		liveness: r.liveness, trust: r.trust, local: r.local, enqueue: enqueue, events: &memberEvents{rec: r.events, liveness: r.liveness}, log: log,
-		renewer: kept.renewer, duplicate: r.duplicate}
+		renewer: kept.renewer, duplicate: r.duplicate, published: kept.published}
 	if err := mgr.Add(manager.RunnableFunc(hb.run)); err != nil {
 		return err
 	}
@@ -349,29 +372,55 @@ func runManager(ctx context.Context, opts Options, id string, a apis, scope brok
 	return mgr.Start(ctx)
 }
 
-// newClusters builds the clients of one run of the manager, none started: the member's manager, the broker's
-// cluster, whose cache the manager starts and which sees only the objects of broker.Selector, and an uncached
-// broker client. Both caches carry the indexes that the reconciler looks objects up by. The broker's come first:
-// a run whose start fails for want of the broker is retried, and the manager binds the health probe address as
-// it is made, which the wait for the broker serves meanwhile.
-func newClusters(ctx context.Context, opts Options, a apis, scope brokerScope, log logr.Logger) (manager.Manager, cluster.Cluster, client.Client, error) {
-	brokerCluster, err := cluster.New(opts.Broker, func(o *cluster.Options) {
-		o.Scheme = a.broker
-		o.Logger = log.WithName("broker")
-		o.Cache = scope.cacheOptions()
-	})
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("controller: broker: %w", err)
-	}
-	brokerDirect, err := client.New(opts.Broker, client.Options{Scheme: a.broker})
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("controller: broker: %w", err)
-	}
-	for _, obj := range []client.Object{&mcsv1beta1.ServiceImport{}, &discoveryv1.EndpointSlice{}} {
-		// Indexing looks the kind up on the broker, which may be away, or back from a reset without the CRDs.
-		if err := brokerCluster.GetFieldIndexer().IndexField(ctx, obj, serviceIndex, indexByService); err != nil {
-			return nil, nil, nil, fmt.Errorf("controller: indexing broker objects: %w", unavailable(err))
+// brokerClients are the broker's clients and caches of one run: the records cluster, whose cache reads the records
+// of every namespace, and the legacy one, whose cache reads the previous layout in this member's namespace and
+// the previous release's members'; the view that reads each namespace in its layout; client, which reads through
+// the view and writes records; and uncached clients of either layout.
+type brokerClients struct {
+	records, legacy      cluster.Cluster
+	view                 *brokerView
+	client               client.Client
+	direct, legacyDirect client.Client
+}
+
+// newClusters builds the clients of one run of the manager, none started: the member's manager, and the broker's
+// clusters, whose caches the manager starts and which see only the objects of broker.Selector. The caches carry
+// the indexes that the reconciler looks objects up by. The broker's come first: a run whose start fails for want
+// of the broker is retried, and the manager binds the health probe address as it is made, which the wait for the
+// broker serves meanwhile.
+func newClusters(ctx context.Context, opts Options, a apis, id string, scope brokerScope, log logr.Logger) (manager.Manager, *brokerClients, error) {
+	own := names.BrokerNamespace(id)
+	b := &brokerClients{}
+	var err error
+	for _, c := range []struct {
+		cluster *cluster.Cluster
+		direct  *client.Client
+		scheme  *runtime.Scheme
+		cache   cache.Options
+		name    string
+	}{
+		{&b.records, &b.direct, a.records, recordCacheOptions(), "broker"},
+		{&b.legacy, &b.legacyDirect, a.broker, scope.legacyCacheOptions(own), "broker-previous-layout"},
+	} {
+		*c.cluster, err = cluster.New(opts.Broker, func(o *cluster.Options) {
+			o.Scheme, o.Logger, o.Cache = c.scheme, log.WithName(c.name), c.cache
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("controller: broker: %w", err)
 		}
+		if *c.direct, err = client.New(opts.Broker, client.Options{Scheme: c.scheme}); err != nil {
+			return nil, nil, fmt.Errorf("controller: broker: %w", err)
+		}
+		for _, obj := range []client.Object{&mcsv1beta1.ServiceImport{}, &discoveryv1.EndpointSlice{}} {
+			// Indexing looks the kind up on the broker, which may be away, or back from a reset without the CRDs.
+			if err := (*c.cluster).GetFieldIndexer().IndexField(ctx, obj, serviceIndex, indexByService); err != nil {
+				return nil, nil, fmt.Errorf("controller: indexing broker objects: %w", unavailable(err))
+			}
+		}
+	}
+	b.view = newBrokerView(b.records.GetCache(), b.legacy.GetCache(), own, scope)
+	if b.client, err = client.New(opts.Broker, client.Options{Scheme: a.records, Cache: &client.CacheOptions{Reader: b.view}}); err != nil {
+		return nil, nil, fmt.Errorf("controller: broker: %w", err)
 	}
 	mgr, err := ctrl.NewManager(opts.Local, manager.Options{
 		Scheme:                  a.local,
@@ -387,15 +436,17 @@ func newClusters(ctx context.Context, opts Options, a apis, scope brokerScope, l
 		Cache:                         localCache(opts),
 	})
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("controller: local manager: %w", err)
+		return nil, nil, fmt.Errorf("controller: local manager: %w", err)
 	}
-	if err := mgr.Add(brokerCluster); err != nil {
-		return nil, nil, nil, err
+	for _, c := range []cluster.Cluster{b.records, b.legacy} {
+		if err := mgr.Add(c); err != nil {
+			return nil, nil, err
+		}
 	}
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &discoveryv1.EndpointSlice{}, localSliceIndex, indexLocalSlice); err != nil {
-		return nil, nil, nil, fmt.Errorf("controller: indexing local slices: %w", err)
+		return nil, nil, fmt.Errorf("controller: indexing local slices: %w", err)
 	}
-	return mgr, brokerCluster, brokerDirect, nil
+	return mgr, b, nil
 }
 
 // localCache limits the member's cache of Leases to the controller replicas' records (replicas), in the

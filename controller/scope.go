@@ -14,66 +14,82 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	brokerv1alpha1 "vksfleet.dev/fleet/api/broker/v1alpha1"
 	"vksfleet.dev/fleet/controller/admit"
 	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/mcs/names"
 )
 
-// brokerScope is what of the broker this member reads: every namespace, for an identity that may (the broker's
-// administrator, or a member bound to mcs-broker-reader cluster-wide, as members were before the directory), or
-// else its own broker namespace and those of the members the directory lists that it may read. It holds the
-// members' regions as the directory records them too, which are no part of the scope proper: a region that
-// changes changes no cache, and scopeWatch passes it on.
+// brokerScope is what of the broker this member reads, as the member directory lists the members: their broker
+// namespaces, their regions, and those of the previous release's members (their entries unmarked) that this
+// member may read in that release's layout (layout.go). Without a readable directory (members set up without
+// join, as the local test fleets without nodes, whose identity reads everything) every namespace's records count,
+// nothing is read in the previous layout, and an export record's own region counts. Only the previous layout's
+// namespaces are what a run's caches are built for: a join or a leave of a member of this release changes no cache.
 type brokerScope struct {
-	all        bool
-	namespaces []string // sorted; empty when all
-	// regions are the listed members' regions, those with one; nil when all: an identity that reads every
-	// namespace needs no directory (members set up without join, as the local test fleets without nodes), and
-	// an export record's own region counts.
+	members map[string]bool // the listed members' broker namespaces; nil without a directory
+	legacy  []string        // sorted: the previous release's members' namespaces read in that layout
+	// regions are the listed members' regions, those with one; nil without a directory.
 	regions map[string]string
 }
 
-func (s brokerScope) equal(o brokerScope) bool {
-	return s.all == o.all && slices.Equal(s.namespaces, o.namespaces)
-}
+// equal says whether two scopes need the same caches.
+func (s brokerScope) equal(o brokerScope) bool { return slices.Equal(s.legacy, o.legacy) }
 
 func (s brokerScope) String() string {
-	if s.all {
-		return "every namespace"
+	members := "every namespace's records"
+	if s.members != nil {
+		members = fmt.Sprintf("the records of %d members", len(s.members))
 	}
-	return strings.Join(s.namespaces, ",")
+	if len(s.legacy) == 0 {
+		return members
+	}
+	return members + "; the previous release's layout in " + strings.Join(s.legacy, ",")
 }
 
-// cacheOptions confine the broker cache to the scope, and to the objects members write there, without their
-// managedFields: the controller never reads them, and they are a good part of every object it holds. EndpointSlices,
-// most of what it holds and what a hostile member would write most of, keep only what the import reads
-// (admit.TrimSlice).
-func (s brokerScope) cacheOptions() cache.Options {
-	o := cache.Options{DefaultLabelSelector: broker.Selector, DefaultTransform: cache.TransformStripManagedFields(),
+// recordCacheOptions confine the records cache to the objects members write there, without their managedFields:
+// the controller never reads them, and they are a good part of every object it holds. EndpointSlices, most of
+// what it holds and what a hostile member would write most of, keep only what the import reads
+// (admit.TrimSlice). It reads every namespace: the records are all there is of their kinds.
+func recordCacheOptions() cache.Options {
+	return cache.Options{DefaultLabelSelector: broker.Selector, DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{&discoveryv1.EndpointSlice{}: {Transform: trimSlice}}}
-	if !s.all {
-		o.DefaultNamespaces = map[string]cache.Config{}
-		for _, ns := range s.namespaces {
-			o.DefaultNamespaces[ns] = cache.Config{}
-		}
+}
+
+// legacyCacheOptions confine the cache of the previous layout as the records cache is, and to this member's own
+// namespace, which it writes in that layout too, and the previous release's members'.
+func (s brokerScope) legacyCacheOptions(own string) cache.Options {
+	o := recordCacheOptions()
+	o.DefaultNamespaces = map[string]cache.Config{own: {}}
+	for _, ns := range s.legacy {
+		o.DefaultNamespaces[ns] = cache.Config{}
 	}
 	return o
 }
 
-// scopeReads are what the broker cache lists and watches in each namespace of the scope: mcs-broker-reader's
-// rules.
-var scopeReads = []authorizationv1.ResourceAttributes{
+// recordReads are what the records cache lists and watches, cluster-wide: mcs-broker-records-reader's rules.
+var recordReads = []authorizationv1.ResourceAttributes{
+	{Group: brokerv1alpha1.GroupName, Resource: brokerv1alpha1.ExportRecords},
+	{Group: brokerv1alpha1.GroupName, Resource: brokerv1alpha1.EndpointRecords},
+	{Group: brokerv1alpha1.GroupName, Resource: brokerv1alpha1.MemberLeases},
+}
+
+// legacyReads are what the legacy cache lists and watches in a namespace of the previous layout:
+// mcs-broker-reader's rules.
+var legacyReads = []authorizationv1.ResourceAttributes{
 	{Group: "multicluster.x-k8s.io", Resource: "serviceimports"},
 	{Group: "discovery.k8s.io", Resource: "endpointslices"},
 	{Group: "coordination.k8s.io", Resource: "leases"},
 }
 
-// scopeReader works out the broker scope from the directory and access reviews of the broker's own. A namespace
-// once found readable is not reviewed again: the poll costs one directory list and the reviews of the
-// cluster-wide reads.
+// scopeReader works out the broker scope from the directory, and from access reviews of the broker's own for the
+// previous release's members alone: a member of this release costs its poll nothing but its directory entry. A
+// namespace once found readable is not reviewed again.
 type scopeReader struct {
 	client client.Client // uncached
 	own    string
@@ -87,52 +103,58 @@ func newScopeReader(c client.Client, clusterID string, log logr.Logger) *scopeRe
 	return &scopeReader{client: c, own: names.BrokerNamespace(clusterID), log: log, readable: map[string]bool{}, logged: map[string]bool{}}
 }
 
-// read returns the scope this member's broker identity has now.
+// checkRecords fails, saying what to run, unless this member's identity may read the records cluster-wide, which
+// the records cache needs to start: asked once per run, not at every poll.
+func (r *scopeReader) checkRecords(ctx context.Context) error {
+	ok, err := r.allowed(ctx, "", recordReads)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("this member may not read the broker's records cluster-wide: run this release's `kubectl mcs join` " +
+			"for it, which adds it to the ClusterRoleBinding mcs-broker-records-readers")
+	}
+	return nil
+}
+
+// read returns the scope the member directory gives this member now.
 func (r *scopeReader) read(ctx context.Context) (brokerScope, error) {
-	all, err := r.allowed(ctx, "")
+	entries := &corev1.ConfigMapList{}
+	err := r.client.List(ctx, entries, client.InNamespace(broker.DirectoryNamespace), client.MatchingLabelsSelector{Selector: broker.DirectorySelector})
+	if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
+		r.once("no directory", "this member may not read the member directory: it imports the records of every broker namespace, "+
+			"and ranks other members' endpoints by the regions their own records claim; `kubectl mcs join` again grants it",
+			"namespace", broker.DirectoryNamespace, "error", err.Error())
+		return brokerScope{}, nil
+	}
 	if err != nil {
 		return brokerScope{}, err
-	}
-	if all {
-		r.once("regions from records", "this member reads every broker namespace, without the member directory: other members' "+
-			"endpoints are ranked by the regions their own records claim")
-		return brokerScope{all: true}, nil
-	}
-	scope := brokerScope{namespaces: []string{r.own}, regions: map[string]string{}}
-	entries := &corev1.ConfigMapList{}
-	err = r.client.List(ctx, entries, client.InNamespace(broker.DirectoryNamespace), client.MatchingLabelsSelector{Selector: broker.DirectorySelector})
-	if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
-		r.once("no directory", "this member may not read the member directory: it reads its own broker namespace only; `kubectl mcs join` again grants it",
-			"namespace", broker.DirectoryNamespace, "error", err.Error())
-		return scope, nil
-	}
-	if err != nil {
-		return scope, err
 	}
 	members, refused := broker.ReadDirectory(entries.Items)
 	for _, why := range refused {
 		r.once(why, "leaving out of the member directory what is invalid", "reason", why)
 	}
-	scope.regions = regionsOf(members)
+	scope := brokerScope{members: map[string]bool{}, regions: regionsOf(members)}
 	for _, m := range members {
-		if m.Namespace == r.own {
+		scope.members[m.Namespace] = true
+		if m.Namespace == r.own || m.Records {
 			continue
 		}
 		if !r.readable[m.Namespace] {
-			ok, err := r.allowed(ctx, m.Namespace)
+			ok, err := r.allowed(ctx, m.Namespace, legacyReads)
 			if err != nil {
 				return scope, err
 			}
 			if !ok {
-				r.once("unreadable "+m.Namespace, "a member the directory lists is not readable by this member: its records are not imported here until `kubectl mcs join` runs again for either member",
+				r.once("unreadable "+m.Namespace, "a member of the previous release is not readable by this member: its records are not imported here until `kubectl mcs join` runs again for either member",
 					"member", m.ClusterID, "namespace", m.Namespace)
 				continue
 			}
 			r.readable[m.Namespace] = true
 		}
-		scope.namespaces = append(scope.namespaces, m.Namespace)
+		scope.legacy = append(scope.legacy, m.Namespace)
 	}
-	slices.Sort(scope.namespaces)
+	slices.Sort(scope.legacy)
 	return scope, nil
 }
 
@@ -147,10 +169,10 @@ func regionsOf(members []broker.Listed) map[string]string {
 	return regions
 }
 
-// allowed says whether this identity may watch every kind of scopeReads in namespace ns ("": every namespace).
+// allowed says whether this identity may watch every resource of reads in namespace ns ("": every namespace).
 // Watch stands for the reads a cache makes: every role that grants it grants list too.
-func (r *scopeReader) allowed(ctx context.Context, ns string) (bool, error) {
-	for _, res := range scopeReads {
+func (r *scopeReader) allowed(ctx context.Context, ns string, reads []authorizationv1.ResourceAttributes) (bool, error) {
+	for _, res := range reads {
 		attrs := res
 		attrs.Namespace, attrs.Verb = ns, "watch"
 		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &attrs}}
@@ -171,9 +193,10 @@ func (r *scopeReader) once(key, msg string, kv ...any) {
 	}
 }
 
-// errScopeChanged ends a run of the manager when members joined or left: the broker cache is confined to the
-// namespaces of one scope, so the next run starts one for the new scope.
-var errScopeChanged = errors.New("the members this member may read changed")
+// errScopeChanged ends a run of the manager when the previous release's members this member reads in that layout
+// changed (one was joined again with this release, or rolled back): the legacy cache is confined to their
+// namespaces, so the next run starts one for the new scope. Members of this release joining or leaving end no run.
+var errScopeChanged = errors.New("the previous release's members this member reads changed")
 
 // scopePoll is how often the directory is read: a member that joined is imported from within about this long,
 // and a member's region that join recorded anew ranks its endpoints from within about this long.
@@ -223,12 +246,14 @@ func (m *memberRegions) set(regions map[string]string) []string {
 	return changed
 }
 
-// scopeWatch ends the run once the scope differs from the one its broker cache was built for. It runs on every
-// replica, leader or not, since each holds a broker cache. A region that changed is no new scope: it is passed
-// to regions, and the leader reconciles the services its member exports.
+// scopeWatch follows the member directory: it ends the run once the scope differs from the one its legacy cache
+// was built for, and passes the members and their regions on to the run's view and to regions. It runs on every
+// replica, leader or not, since each holds the caches; the leader reconciles the services of each member that
+// joined, left or changed region.
 type scopeWatch struct {
 	reader  *scopeReader
 	scope   brokerScope
+	view    *brokerView
 	regions *memberRegions
 	enqueue *triggers
 	elected <-chan struct{}
@@ -252,11 +277,25 @@ func (w *scopeWatch) Start(ctx context.Context) error {
 			w.reader.log.Info("broker scope changed: restarting with a cache for the new one", "was", w.scope.String(), "now", now.String())
 			return errScopeChanged
 		}
+		joined, left := changedMembers(w.scope.members, now.members)
+		// A member that left is looked up before the view drops it, so that its imports go.
+		leaving := w.exportsOf(ctx, left)
+		w.view.setMembers(now.members)
+		w.scope.members = now.members
 		changed := w.regions.set(now.regions)
 		select {
 		case <-w.elected:
 		default:
 			continue // a replica that does not lead reconciles nothing; once elected, its controller reconciles every service
+		}
+		for _, ns := range joined {
+			w.reader.log.Info("a member joined", "namespace", ns)
+		}
+		for _, ns := range left {
+			w.reader.log.Info("a member left the member directory: its exports are no longer imported", "namespace", ns)
+		}
+		if err := w.enqueue.send(ctx, append(leaving, w.exportsOf(ctx, joined)...)...); err != nil {
+			continue
 		}
 		for _, c := range changed {
 			w.reader.log.Info("a member's region in the member directory changed", "member", c, "region", now.regions[c])
@@ -265,6 +304,43 @@ func (w *scopeWatch) Start(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// exportsOf lists the services the members of the broker namespaces nss export.
+func (w *scopeWatch) exportsOf(ctx context.Context, nss []string) []types.NamespacedName {
+	var keys []types.NamespacedName
+	for _, ns := range nss {
+		records := &mcsv1beta1.ServiceImportList{}
+		if err := w.view.List(ctx, records, client.InNamespace(ns)); err != nil {
+			if ctx.Err() == nil {
+				w.reader.log.Error(err, "listing a member's exports after it joined or left", "namespace", ns)
+			}
+			continue
+		}
+		keys = append(keys, services(records.Items)...)
+	}
+	return keys
+}
+
+// changedMembers returns the namespaces listed in now and not in was, and in was and not in now, sorted; nil
+// stands for every namespace, so a directory that appears or goes changes no member.
+func changedMembers(was, now map[string]bool) (joined, left []string) {
+	if was == nil || now == nil {
+		return nil, nil
+	}
+	for ns := range now {
+		if !was[ns] {
+			joined = append(joined, ns)
+		}
+	}
+	for ns := range was {
+		if !now[ns] {
+			left = append(left, ns)
+		}
+	}
+	slices.Sort(joined)
+	slices.Sort(left)
+	return joined, left
 }
 
 // NeedLeaderElection is false: every replica's broker cache follows the scope.

@@ -12,9 +12,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -27,7 +27,7 @@ import (
 // setup registers the controller and its watches: local ServiceExports, Services, EndpointSlices, ServiceImports
 // and Namespaces, and the broker's export records and slices, each mapped to the service it belongs to; and the
 // DNS probe, if any, which brings back through the triggers the imports whose DNS answer changed.
-func (r *reconciler) setup(mgr ctrl.Manager, brokerCluster cluster.Cluster, triggers *triggers, workers int) error {
+func (r *reconciler) setup(mgr ctrl.Manager, b *brokerClients, triggers *triggers, workers int) error {
 	if r.dns != nil {
 		r.dns.enqueue = triggers.send
 		if err := mgr.Add(r.dns); err != nil {
@@ -56,10 +56,18 @@ func (r *reconciler) setup(mgr ctrl.Manager, brokerCluster cluster.Cluster, trig
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.mapNamespace)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.mapTopology), builder.WithPredicates(zoneChanged), builder.OnlyMetadata).
 		Watches(&aboutv1alpha1.ClusterProperty{}, handler.EnqueueRequestsFromMapFunc(r.mapTopology), builder.WithPredicates(regionChanged)).
-		WatchesRawSource(source.Kind(brokerCluster.GetCache(), client.Object(&mcsv1beta1.ServiceImport{}), byBroker)).
-		WatchesRawSource(source.Kind(brokerCluster.GetCache(), client.Object(&discoveryv1.EndpointSlice{}), byBroker)).
+		WatchesRawSource(source.Kind(b.records.GetCache(), client.Object(&mcsv1beta1.ServiceImport{}), byBroker)).
+		WatchesRawSource(source.Kind(b.records.GetCache(), client.Object(&discoveryv1.EndpointSlice{}), byBroker)).
+		WatchesRawSource(source.Kind(b.legacy.GetCache(), client.Object(&mcsv1beta1.ServiceImport{}), byBroker, othersOnly(b.view.own))).
+		WatchesRawSource(source.Kind(b.legacy.GetCache(), client.Object(&discoveryv1.EndpointSlice{}), byBroker, othersOnly(b.view.own))).
 		WatchesRawSource(triggers.source()).
 		Complete(r)
+}
+
+// othersOnly drops the events of the broker namespace own in the previous layout: this member's mirror writes
+// (publish.go), which its records already told of.
+func othersOnly(own string) predicate.Predicate {
+	return predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetNamespace() != own })
 }
 
 // mapLocal maps a local Service or EndpointSlice to its service key: the controller's own derived Services and

@@ -29,6 +29,13 @@ const (
 	directoryKey = "clusterID"
 	// regionKey is the key of the member's region in an entry; absent when join found none.
 	regionKey = "region"
+	// layoutKey marks a member whose controller writes the records of api/broker/v1alpha1 (layoutRecords): the
+	// other members read those. An entry without it is a previous release's member, read in that release's
+	// layout (ServiceImports, EndpointSlices and a Lease in its namespace). This release's join marks a member
+	// once its controller has written its records (MarkedEntry); the previous release's join, which applies the
+	// entry as the same field manager without it, takes the mark away when it rolls a member back.
+	layoutKey     = "layout"
+	layoutRecords = "records"
 )
 
 // DirectorySelector selects the directory's entries.
@@ -45,6 +52,16 @@ func DirectoryEntry(clusterID string) *corev1.ConfigMap {
 		Data: map[string]string{directoryKey: clusterID},
 	}
 }
+
+// MarkedEntry is the entry for the member clusterID marked as writing records (layoutKey).
+func MarkedEntry(clusterID string) *corev1.ConfigMap {
+	e := DirectoryEntry(clusterID)
+	e.Data[layoutKey] = layoutRecords
+	return e
+}
+
+// Marked says whether a directory entry marks its member as writing records.
+func Marked(e *corev1.ConfigMap) bool { return e.Data[layoutKey] == layoutRecords }
 
 // RegionEntry is the entry for the member clusterID with its region, none when region is "". Join applies it as
 // a field manager of its own, so that what applies DirectoryEntry alone (granting reads again) leaves the region
@@ -74,6 +91,8 @@ type Listed struct {
 	Namespace string
 	// Region is its region as join recorded it, "" for none.
 	Region string
+	// Records says whether it writes records (MarkedEntry); false for a member of the previous release.
+	Records bool
 }
 
 // ReadDirectory reads the directory's entries: the members they list, sorted by namespace, and why each entry that is
@@ -97,7 +116,7 @@ func ReadDirectory(entries []corev1.ConfigMap) (members []Listed, refused []stri
 			refused = append(refused, fmt.Sprintf("directory entry %s: %v: the member is listed in no region", e.Name, err))
 			region = ""
 		}
-		members = append(members, Listed{ClusterID: id, Namespace: e.Name, Region: region})
+		members = append(members, Listed{ClusterID: id, Namespace: e.Name, Region: region, Records: Marked(&e)})
 	}
 	slices.SortFunc(members, func(a, b Listed) int { return strings.Compare(a.Namespace, b.Namespace) })
 	return members, refused

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -83,5 +84,23 @@ func TestReadDirectoryRegions(t *testing.T) {
 				t.Errorf("refused %q, want %d", refused, tt.refused)
 			}
 		})
+	}
+}
+
+func TestReadDirectoryLayout(t *testing.T) {
+	other := *DirectoryEntry("gamma")
+	other.Data[layoutKey] = "something-else"
+	members, refused := ReadDirectory([]corev1.ConfigMap{*MarkedEntry("alpha"), *DirectoryEntry("beta"), other})
+	if len(refused) != 0 {
+		t.Fatalf("refused %q", refused)
+	}
+	got := map[string]bool{}
+	for _, m := range members {
+		got[m.ClusterID] = m.Records
+	}
+	// Only the mark this release writes counts: an unknown layout is read as the previous release's, which every
+	// member of this release still writes too.
+	if want := map[string]bool{"alpha": true, "beta": false, "gamma": false}; !maps.Equal(got, want) {
+		t.Errorf("records %v, want %v", got, want)
 	}
 }

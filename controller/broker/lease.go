@@ -60,8 +60,18 @@ type Renewer struct {
 	// restarted process, or the replica that takes the lead over, resumes from what the last leader decided.
 	Decisions func(now time.Time) string
 	Resume    func(decisions string, now time.Time)
+	// Published, when set, says whether the process has published every export it had at its start, written as
+	// the names.AnnotationRecordsPublished annotation at each renewal.
+	Published func() bool
 
 	written string // the resourceVersion of this process's last write; "" before its first
+}
+
+// Mirror returns a Renewer of the same process for the member's Lease in the previous release's layout, which
+// that release's members read: the same holder and annotations but for the decisions, which the next process to
+// lead reads back from the records' Lease. Its renewals tell nothing of other holders: that is the records'.
+func (r *Renewer) Mirror() *Renewer {
+	return &Renewer{ClusterID: r.ClusterID, Holder: r.Holder, Credential: r.Credential, Unreachable: r.Unreachable, ProbeAddresses: r.ProbeAddresses}
 }
 
 // Renew creates or renews the Lease at now, and says whether it had to create it (at a first start, or because
@@ -135,6 +145,13 @@ func (r *Renewer) annotate(lease *coordinationv1.Lease, now time.Time) {
 			lease.Annotations[names.AnnotationProbeAddresses] = strings.Join(addrs, ",")
 		} else {
 			delete(lease.Annotations, names.AnnotationProbeAddresses)
+		}
+	}
+	if r.Published != nil {
+		if r.Published() {
+			lease.Annotations[names.AnnotationRecordsPublished] = "true"
+		} else {
+			delete(lease.Annotations, names.AnnotationRecordsPublished)
 		}
 	}
 	if r.Decisions != nil {

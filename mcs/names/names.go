@@ -60,6 +60,11 @@ const (
 	// the other members that their Leases cannot tell again (the data-plane verdicts, renewals seen off the
 	// renewer's clock), so that the next process to lead it resumes from them. Absent when there is none.
 	AnnotationDecisions = "mcs.vksfleet.dev/decisions"
+	// AnnotationRecordsPublished, "true" on a member's MemberLease, says that its controller has published every
+	// export it had at its start as records: `kubectl mcs join`, upgrading a member of the previous release, marks
+	// it in the member directory only then, since the other members then read its records instead of its objects
+	// of the previous layout.
+	AnnotationRecordsPublished = "mcs.vksfleet.dev/records-published"
 	// AnnotationExportCreated is the ServiceExport creationTimestamp (RFC 3339) on a broker export record.
 	AnnotationExportCreated = "mcs.vksfleet.dev/export-created"
 	// AnnotationExportedLabels is the JSON of the ServiceExport's spec.exportedLabels on a broker record.
