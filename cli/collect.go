@@ -28,6 +28,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
+	brokerv1alpha1 "vksfleet.dev/fleet/api/broker/v1alpha1"
 	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/mcs/clusterid"
 	"vksfleet.dev/fleet/mcs/mcsversion"
@@ -337,6 +338,9 @@ func readBroker(ctx context.Context, context string, cfg *rest.Config, now func(
 	if err := errors.Join(c.List(ctx, slices, sel), c.List(ctx, leases, sel), c.List(ctx, namespaces, sel)); err != nil {
 		return b, err
 	}
+	if err := readRecords(ctx, cfg, records, slices, leases); err != nil {
+		return b, err
+	}
 	b.Records, b.Slices, b.Leases = records.Items, slices.Items, leases.Items
 	var objects []metav1.Object
 	for i := range b.Leases {
@@ -350,6 +354,54 @@ func readBroker(ctx context.Context, context string, cfg *rest.Config, now func(
 	}
 	b.Members = memberIDs(namespaces.Items, objects)
 	return b, nil
+}
+
+// readRecords reads the broker's records (api/broker/v1alpha1) into the lists of the previous layout's objects
+// read before: a namespace with a MemberLease is a member of this release, read in records, whose objects of the
+// previous layout (written too, for the previous release's members) are left out; the others keep those. A broker
+// that does not serve the records yet is read in the previous layout alone.
+func readRecords(ctx context.Context, cfg *rest.Config, records *mcsv1beta1.ServiceImportList, slices *discoveryv1.EndpointSliceList, leases *coordinationv1.LeaseList) error {
+	scheme, err := brokerv1alpha1.NewScheme()
+	if err != nil {
+		return err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	sel := client.MatchingLabelsSelector{Selector: broker.Selector}
+	newLeases := &coordinationv1.LeaseList{}
+	if err := c.List(ctx, newLeases, sel); meta.IsNoMatchError(err) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	current := map[string]bool{}
+	for _, l := range newLeases.Items {
+		current[l.Namespace] = true
+	}
+	newRecords, newSlices := &mcsv1beta1.ServiceImportList{}, &discoveryv1.EndpointSliceList{}
+	if err := errors.Join(c.List(ctx, newRecords, sel), c.List(ctx, newSlices, sel)); err != nil {
+		return err
+	}
+	records.Items = append(outside(records.Items, current), newRecords.Items...)
+	slices.Items = append(outside(slices.Items, current), newSlices.Items...)
+	leases.Items = append(outside(leases.Items, current), newLeases.Items...)
+	return nil
+}
+
+// outside returns the objects of items outside the namespaces of current.
+func outside[T any, PT interface {
+	*T
+	metav1.Object
+}](items []T, current map[string]bool) []T {
+	var out []T
+	for i := range items {
+		if !current[PT(&items[i]).GetNamespace()] {
+			out = append(out, items[i])
+		}
+	}
+	return out
 }
 
 // readClusterID reads a context's cluster id and clusterset within timeout: contexts are read to find the

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	brokerv1alpha1 "vksfleet.dev/fleet/api/broker/v1alpha1"
 	"vksfleet.dev/fleet/mcs/clusterid"
 	"vksfleet.dev/fleet/mcs/names"
 )
@@ -54,8 +55,10 @@ func evictNamespace(ctx context.Context, s steps, b client.Client, ns, id string
 	// Its records, slices and Lease go at once: every other member withdraws its endpoints as soon as it sees them
 	// go, where the namespace's deletion below would leave them to the broker's namespace controller, seconds later.
 	err = s.do("records, EndpointSlices and Lease", func() (string, error) {
-		for _, gvk := range []schema.GroupVersionKind{mcsv1beta1.SchemeGroupVersion.WithKind("ServiceImport"),
-			discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), coordinationv1.SchemeGroupVersion.WithKind("Lease")} {
+		for _, gvk := range []schema.GroupVersionKind{brokerv1alpha1.SchemeGroupVersion.WithKind(brokerv1alpha1.ExportRecord),
+			brokerv1alpha1.SchemeGroupVersion.WithKind(brokerv1alpha1.EndpointRecord), brokerv1alpha1.SchemeGroupVersion.WithKind(brokerv1alpha1.MemberLease),
+			mcsv1beta1.SchemeGroupVersion.WithKind("ServiceImport"), discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"),
+			coordinationv1.SchemeGroupVersion.WithKind("Lease")} {
 			// By metadata alone: the broker's mcs-api types need not be in this client's scheme.
 			obj := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind}}
 			if err := deleteAll(ctx, b, obj, ns, wait); err != nil {

@@ -10,7 +10,6 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -159,7 +158,7 @@ func Join(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts Joi
 		if err != nil || p != nil {
 			return p.applied(), err
 		}
-		return fmt.Sprintf("namespace %s, which it writes; reads and is read by %d other members; listed in the member directory",
+		return fmt.Sprintf("namespace %s, which it writes; reads the records of the %d other members, and they its; listed in the member directory",
 			names.BrokerNamespace(id), others), nil
 	})
 	if err != nil {
@@ -245,18 +244,23 @@ func Join(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts Joi
 		return "", err
 	}
 	err = s.do("Lease on the broker", func() (string, error) {
-		key := client.ObjectKey{Namespace: names.BrokerNamespace(id), Name: names.LeaseName}
 		return "renewed by the controller", waitFor(ctx, opts.Wait, func() error {
-			var l coordinationv1.Lease
-			if err := b.Get(ctx, key, &l); err != nil {
+			l, err := memberLease(ctx, b, id)
+			if err != nil {
 				return err
 			}
-			if l.Spec.RenewTime == nil || l.Spec.RenewTime.Time.Before(start.Add(-time.Second)) {
-				return fmt.Errorf("lease %s not renewed since join started: see `kubectl -n %s logs deploy/%s`", key, controllerNamespace, controllerDeployment)
+			renewed, _, _ := unstructured.NestedString(l.Object, "spec", "renewTime")
+			if at, err := time.Parse(time.RFC3339Nano, renewed); err != nil || at.Before(start.Add(-time.Second)) {
+				return fmt.Errorf("MemberLease %s/%s not renewed since join started: see `kubectl -n %s logs deploy/%s`",
+					l.GetNamespace(), l.GetName(), controllerNamespace, controllerDeployment)
 			}
 			return nil
 		})
 	})
+	if err != nil {
+		return id, err
+	}
+	err = s.do("member directory", func() (string, error) { return MarkPublished(ctx, b, id, opts.Wait) })
 	return id, err
 }
 

@@ -51,7 +51,7 @@ func TestMemberRegion(t *testing.T) {
 // granting reads again (a later join's, or another member's) keeps it, and a join that finds none removes it.
 func TestRecordRegion(t *testing.T) {
 	ctx := context.Background()
-	b := fake.NewClientBuilder().WithScheme(scheme).Build()
+	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(recordReadersBinding()).Build()
 	region := func() string {
 		t.Helper()
 		var entries corev1.ConfigMapList

@@ -6,9 +6,7 @@ import (
 	"io"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"vksfleet.dev/fleet/mcs/brokercred"
 	"vksfleet.dev/fleet/mcs/names"
@@ -94,14 +92,13 @@ func Rotate(ctx context.Context, memberCfg *rest.Config, info BrokerInfo, opts R
 		return err
 	}
 	err = s.do("controller switched", func() (string, error) {
-		key := client.ObjectKey{Namespace: names.BrokerNamespace(id), Name: names.LeaseName}
-		return "its broker Lease names " + anchor, waitFor(ctx, opts.Wait, func() error {
-			var l coordinationv1.Lease
-			if err := b.Get(ctx, key, &l); err != nil {
+		return "its MemberLease names " + anchor, waitFor(ctx, opts.Wait, func() error {
+			l, err := memberLease(ctx, b, id)
+			if err != nil {
 				return err
 			}
-			if got := l.Annotations[names.AnnotationCredential]; got != anchor {
-				return fmt.Errorf("the member's broker Lease names credential %q, not %q yet: see `kubectl -n %s logs deploy/%s`", got, anchor, controllerNamespace, controllerDeployment)
+			if got := l.GetAnnotations()[names.AnnotationCredential]; got != anchor {
+				return fmt.Errorf("the member's MemberLease names credential %q, not %q yet: see `kubectl -n %s logs deploy/%s`", got, anchor, controllerNamespace, controllerDeployment)
 			}
 			return nil
 		})

@@ -39,11 +39,11 @@ func TestUninstallOrder(t *testing.T) {
 		for _, o := range order {
 			kinds[o.GetKind()]++
 		}
-		if got, want := len(order), len(objs)-3; !crds && (got != want || kinds[crdKind] != 0) {
+		if got, want := len(order), len(objs)-6; !crds && (got != want || kinds[crdKind] != 0) {
 			t.Errorf("without CRDs: %d objects, %d CRDs; want %d, none", got, kinds[crdKind], want)
 		}
-		if crds && (len(order) != len(objs) || kinds[crdKind] != 3) {
-			t.Errorf("with CRDs: %d objects, %d CRDs; want %d, 3", len(order), kinds[crdKind], len(objs))
+		if crds && (len(order) != len(objs) || kinds[crdKind] != 6) {
+			t.Errorf("with CRDs: %d objects, %d CRDs; want %d, 6", len(order), kinds[crdKind], len(objs))
 		}
 		if o := order[0]; o.GetKind() != "ServiceAccount" || o.GetNamespace() != joinerNamespace || o.GetName() != joinerName {
 			t.Errorf("first deleted: %s %s, want the joiner's ServiceAccount", o.GetKind(), objectName(o))
@@ -153,7 +153,7 @@ func TestBrokerUninstall(t *testing.T) {
 			t.Errorf("%s %s after uninstall: exists %v, want %v", o.GetKind(), objectName(o), got, want)
 		}
 	}
-	for _, want := range []string{"deleted 15:\n      ServiceAccount mcs-broker/joiner\n      ValidatingAdmissionPolicyBinding", "Namespace mcs-broker", "left  the CRDs"} {
+	for _, want := range []string{"deleted 17:\n      ServiceAccount mcs-broker/joiner\n      ValidatingAdmissionPolicyBinding", "Namespace mcs-broker", "left  the CRDs"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("--force does not say %q:\n%s", want, out)
 		}
@@ -172,7 +172,7 @@ func TestBrokerUninstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err = run(UninstallOptions{DeleteCRDs: true})
-	if err != nil || !strings.Contains(out, "deleted 3:\n      CustomResourceDefinition") {
+	if err != nil || !strings.Contains(out, "deleted 6:\n      CustomResourceDefinition") {
 		t.Errorf("--delete-crds: %v\n%s", err, out)
 	}
 	for _, o := range objs {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -238,7 +239,7 @@ func TestForwardDryRun(t *testing.T) {
 // two managers do not conflict.
 func TestBrokerDryRun(t *testing.T) {
 	ctx := context.Background()
-	c := newFake()
+	c := newFake(recordReadersBinding())
 	p := &plan{}
 	dry := &writer{Client: c, cluster: "broker", plan: p}
 	if _, err := GrantReads(ctx, dry, "a"); err != nil {
@@ -259,8 +260,8 @@ func TestBrokerDryRun(t *testing.T) {
 		}
 		found = true
 		data, _ := ch.after["data"].(map[string]any)
-		if ch.what() != actionCreated || len(data) != 2 || !strings.Contains(strings.Join(valuesOf(data), " "), "eu-west") {
-			t.Errorf("the directory entry would be %s with data %v; want created, with the member and its region", ch.what(), data)
+		if ch.what() != actionCreated || len(data) != 3 || !strings.Contains(strings.Join(valuesOf(data), " "), "eu-west") {
+			t.Errorf("the directory entry would be %s with data %v; want created, with the member, its layout and its region", ch.what(), data)
 		}
 	}
 	if !found {
@@ -278,6 +279,12 @@ func TestBrokerDryRun(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// recordReadersBinding is recordReaders as build/deploy/broker makes it, without subjects.
+func recordReadersBinding() *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: recordReaders},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: recordsReaderRole}}
 }
 
 func valuesOf(m map[string]any) []string {
