@@ -97,6 +97,9 @@ type scopeReader struct {
 
 	readable map[string]bool
 	logged   map[string]bool // what was said about refused or unreadable entries, said once each
+	// everything: this identity reads every namespace of the previous layout too, as an administrator (members set
+	// up without join, as the local test fleets without nodes): it uses no directory, as before the directory was.
+	everything bool
 }
 
 func newScopeReader(c client.Client, clusterID string, log logr.Logger) *scopeReader {
@@ -104,7 +107,7 @@ func newScopeReader(c client.Client, clusterID string, log logr.Logger) *scopeRe
 }
 
 // checkRecords fails, saying what to run, unless this member's identity may read the records cluster-wide, which
-// the records cache needs to start: asked once per run, not at every poll.
+// the records cache needs to start, and learns whether it reads everything: asked once per run, not at every poll.
 func (r *scopeReader) checkRecords(ctx context.Context) error {
 	ok, err := r.allowed(ctx, "", recordReads)
 	if err != nil {
@@ -114,11 +117,17 @@ func (r *scopeReader) checkRecords(ctx context.Context) error {
 		return errors.New("this member may not read the broker's records cluster-wide: run this release's `kubectl mcs join` " +
 			"for it, which adds it to the ClusterRoleBinding mcs-broker-records-readers")
 	}
-	return nil
+	r.everything, err = r.allowed(ctx, "", legacyReads)
+	return err
 }
 
 // read returns the scope the member directory gives this member now.
 func (r *scopeReader) read(ctx context.Context) (brokerScope, error) {
+	if r.everything {
+		r.once("regions from records", "this member reads every broker namespace, without the member directory: other members' "+
+			"endpoints are ranked by the regions their own records claim")
+		return brokerScope{}, nil
+	}
 	entries := &corev1.ConfigMapList{}
 	err := r.client.List(ctx, entries, client.InNamespace(broker.DirectoryNamespace), client.MatchingLabelsSelector{Selector: broker.DirectorySelector})
 	if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {

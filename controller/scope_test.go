@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	brokerv1alpha1 "vksfleet.dev/fleet/api/broker/v1alpha1"
 	"vksfleet.dev/fleet/controller/broker"
 	"vksfleet.dev/fleet/mcs/names"
 )
@@ -160,6 +161,45 @@ func TestScopeReaderRegions(t *testing.T) {
 			}
 			if (scope.regions == nil) != (tt.want == nil) || !maps.Equal(scope.regions, tt.want) {
 				t.Errorf("regions %#v, want %#v", scope.regions, tt.want)
+			}
+		})
+	}
+}
+
+// TestScopeReaderEverything: an identity that may read the records but no namespace of the previous layout is told
+// so; one that reads every namespace of both, as an administrator, uses no directory, whatever it lists.
+func TestScopeReaderEverything(t *testing.T) {
+	for _, tt := range []struct {
+		name         string
+		records, all bool
+		wantErr      bool
+	}{
+		{"a member of the previous release, not joined again", false, false, true},
+		{"a member", true, false, false},
+		{"an administrator", true, true, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := fake.NewClientBuilder().WithObjects(broker.MarkedEntry("a"), broker.MarkedEntry("b")).WithInterceptorFuncs(interceptor.Funcs{
+				Create: func(_ context.Context, _ client.WithWatch, obj client.Object, _ ...client.CreateOption) error {
+					attrs := obj.(*authorizationv1.SelfSubjectAccessReview).Spec.ResourceAttributes
+					obj.(*authorizationv1.SelfSubjectAccessReview).Status.Allowed = attrs.Namespace == "" &&
+						(attrs.Group == brokerv1alpha1.GroupName && tt.records || attrs.Group != brokerv1alpha1.GroupName && tt.all)
+					return nil
+				},
+			}).Build()
+			r := newScopeReader(c, "a", logr.Discard())
+			if err := r.checkRecords(context.Background()); (err != nil) != tt.wantErr {
+				t.Fatalf("checkRecords: %v, want an error: %v", err, tt.wantErr)
+			}
+			if tt.wantErr {
+				return
+			}
+			scope, err := r.read(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := scope.members != nil; got == tt.all {
+				t.Errorf("members %v: want the directory's unless an administrator", scope.members)
 			}
 		})
 	}

@@ -228,7 +228,13 @@ func (f *Fleet) brokerInit(ctx context.Context) error {
 		return err
 	}
 	f.BrokerInfoPath = filepath.Join(f.dir, "broker-info.yaml")
-	_, err = f.kubectlMCSWith(ctx, f.opts.KubectlMCS, "--context", clusterset.BrokerName, "broker", "init", "--clusterset", f.Members[0].SetName, "--broker-info", f.BrokerInfoPath)
+	return f.BrokerInit(ctx, f.opts.KubectlMCS)
+}
+
+// BrokerInit runs `kubectl mcs broker init` on the broker again with the kubectl-mcs binary bin ("": this tree's,
+// in process), as an operator does before upgrading members to bin's release: it rewrites BrokerInfoPath.
+func (f *Fleet) BrokerInit(ctx context.Context, bin string) error {
+	_, err := f.kubectlMCSWith(ctx, bin, "--context", clusterset.BrokerName, "broker", "init", "--clusterset", f.Members[0].SetName, "--broker-info", f.BrokerInfoPath)
 	return err
 }
 

@@ -1,6 +1,7 @@
 // Package crds embeds the CustomResourceDefinitions a member cluster needs: the mcs-api ServiceExport and
 // ServiceImport (copies of sigs.k8s.io/mcs-api/config/crd, kept identical by a test) and the project's
-// ClusterProperty (KEP-2149). The same files are the kustomize base build/deploy/crds.
+// ClusterProperty (KEP-2149). The same files are the kustomize base build/deploy/crds. It embeds the broker's
+// records too (records/, api/broker/v1alpha1), which build/deploy/broker installs.
 package crds
 
 import (
@@ -19,6 +20,12 @@ var (
 	ServiceImport []byte
 	//go:embed about.k8s.io_clusterproperties.yaml
 	ClusterProperty []byte
+	//go:embed records/broker.mcs.vksfleet.dev_exportrecords.yaml
+	ExportRecord []byte
+	//go:embed records/broker.mcs.vksfleet.dev_endpointrecords.yaml
+	EndpointRecord []byte
+	//go:embed records/broker.mcs.vksfleet.dev_memberleases.yaml
+	MemberLease []byte
 )
 
 // Parse decodes CRD YAML documents, rejecting unknown fields.

@@ -495,7 +495,7 @@ func waitForAnnotation(t *testing.T, f *framework.Fleet, m *framework.Member, id
 	key := client.ObjectKey{Namespace: names.BrokerNamespace(m.ID), Name: names.LeaseName}
 	poll.T(t, wait, m.Name+"'s Lease names the credential "+id, func() error {
 		lease := &coordinationv1.Lease{}
-		if err := f.Broker.Client.Get(context.Background(), key, lease); err != nil {
+		if err := f.Broker.Records.Get(context.Background(), key, lease); err != nil {
 			return err
 		}
 		if got := lease.Annotations[names.AnnotationCredential]; got != id {
@@ -577,7 +577,7 @@ func watchFleet(t *testing.T, f *framework.Fleet, svc string) *watcher {
 		leaseKey := client.ObjectKey{Namespace: names.BrokerNamespace(m.ID), Name: names.LeaseName}
 		every(100*time.Millisecond, func() {
 			lease := &coordinationv1.Lease{}
-			if err := f.Broker.Client.Get(ctx, leaseKey, lease); err != nil || lease.Spec.RenewTime == nil {
+			if err := f.Broker.Records.Get(ctx, leaseKey, lease); err != nil || lease.Spec.RenewTime == nil {
 				return // the administrator's reads are not under test
 			}
 			w.renewed(m.Name, lease.Spec.RenewTime.Time)

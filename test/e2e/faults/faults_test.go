@@ -296,7 +296,7 @@ func (e *env) leaseRenewed(t *testing.T) time.Time {
 	t.Helper()
 	var l coordinationv1.Lease
 	key := client.ObjectKey{Namespace: names.BrokerNamespace(e.b.ID), Name: names.LeaseName}
-	if err := e.f.Broker.Client.Get(context.Background(), key, &l); err != nil {
+	if err := e.f.Broker.Records.Get(context.Background(), key, &l); err != nil {
 		t.Fatalf("cluster-b's Lease: %v", err)
 	}
 	if l.Spec.RenewTime == nil {

@@ -65,7 +65,7 @@ func (e *env) flood(t *testing.T) {
 	}
 	rec.Namespace = names.BrokerNamespace(mallory)
 	// mallory writes as fast as the broker lets it: no client-side rate limit.
-	c, err := memberClient(e.f, mallory, func(cfg *rest.Config) { cfg.QPS = -1 })
+	c, err := memberClient(e.f, mallory, nil, func(cfg *rest.Config) { cfg.QPS = -1 })
 	if err != nil {
 		t.Fatal(err)
 	}

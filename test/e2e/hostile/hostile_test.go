@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -63,7 +64,7 @@ func TestHostileMemberAndUser(t *testing.T) {
 	f, _ := framework.StartTest(t, 3, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	e := &env{f: f, a: f.Member("cluster-a"), b: f.Member("cluster-b"), c: f.Member("cluster-c"), admin: f.Broker.Client,
+	e := &env{f: f, a: f.Member("cluster-a"), b: f.Member("cluster-b"), c: f.Member("cluster-c"), admin: f.Broker.Records,
 		dbAddrs: []string{"10.1.1.1", "10.1.1.2"}}
 	for _, m := range f.Members {
 		if err := mcstest.CreateNamespace(ctx, m.Client, ns); err != nil {
@@ -115,16 +116,16 @@ func joinedIdentity(ctx context.Context, t *testing.T, f *framework.Fleet, id st
 	if err := install.BrokerIdentity(ctx, info, id); err != nil {
 		t.Fatal(err)
 	}
-	c, err := memberClient(f, id, nil)
+	c, err := memberClient(f, id, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c, info
 }
 
-// memberClient is a client of the broker with member id's identity, as join gives it; edit, if given, changes
-// its configuration first.
-func memberClient(f *framework.Fleet, id string, edit func(*rest.Config)) (client.Client, error) {
+// memberClient is a client of the broker with member id's identity, as join gives it, with scheme (nil: the
+// records'); edit, if given, changes its configuration first.
+func memberClient(f *framework.Fleet, id string, scheme *runtime.Scheme, edit func(*rest.Config)) (client.Client, error) {
 	cfg := rest.CopyConfig(f.Broker.Config)
 	ns := names.BrokerNamespace(id)
 	cfg.Impersonate = rest.ImpersonationConfig{
@@ -134,7 +135,10 @@ func memberClient(f *framework.Fleet, id string, edit func(*rest.Config)) (clien
 	if edit != nil {
 		edit(cfg)
 	}
-	return client.New(cfg, client.Options{Scheme: f.Broker.Client.Scheme()})
+	if scheme == nil {
+		scheme = f.Broker.Records.Scheme()
+	}
+	return client.New(cfg, client.Options{Scheme: scheme})
 }
 
 // export creates, in m, a selector-less Service with its own EndpointSlice of endpoints, and exports it.
@@ -536,12 +540,17 @@ func (e *env) outsideItsNamespace(t *testing.T) {
 		Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, Ports: []mcsv1beta1.ServicePort{mcstest.Port("http", corev1.ProtocolTCP, 80)}}}
 	entry := broker.DirectoryEntry(e.a.ID)
 	entry.Name = "mcs-member-mallory-twin"
+	// The broker's own objects, of the built-in and mcs-api kinds: where the broker is a member too, its workloads'.
+	own, err := memberClient(e.f, mallory, e.f.Broker.Client.Scheme(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for what, do := range map[string]func() error{
-		"list EndpointSlices in every namespace": func() error { return e.brokerC.List(ctx, &discoveryv1.EndpointSliceList{}) },
+		"list EndpointSlices in every namespace": func() error { return own.List(ctx, &discoveryv1.EndpointSliceList{}) },
 		"list the broker's own Leases": func() error {
-			return e.brokerC.List(ctx, &coordinationv1.LeaseList{}, client.InNamespace(metav1.NamespaceSystem))
+			return own.List(ctx, &coordinationv1.LeaseList{}, client.InNamespace(metav1.NamespaceSystem))
 		},
-		"list ServiceImports in every namespace": func() error { return e.brokerC.List(ctx, &mcsv1beta1.ServiceImportList{}) },
+		"list ServiceImports in every namespace": func() error { return own.List(ctx, &mcsv1beta1.ServiceImportList{}) },
 		"overwrite cluster-a's record of web":    func() error { return e.brokerC.Create(ctx, rec) },
 		"delete cluster-a's Lease": func() error {
 			return e.brokerC.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: nsA, Name: names.LeaseName}})
@@ -553,10 +562,9 @@ func (e *env) outsideItsNamespace(t *testing.T) {
 			t.Errorf("mallory may %s: want Forbidden, got %v", what, err)
 		}
 	}
-	// What it may: read its own namespace. (The honest members run with the administrator's identity here and
-	// never joined, so no member grants mallory reads of its namespace: test/e2e/join covers those grants.)
-	if err := e.brokerC.List(ctx, &mcsv1beta1.ServiceImportList{}, client.InNamespace(names.BrokerNamespace(mallory))); err != nil {
-		t.Errorf("mallory may not read its own records: %v", err)
+	// What it may: read every member's records, which are the clusterset's and nothing else of the broker.
+	if err := e.brokerC.List(ctx, &mcsv1beta1.ServiceImportList{}); err != nil {
+		t.Errorf("mallory may not read the members' records: %v", err)
 	}
 	e.healthy(t, "mallory's tries outside its namespace")
 	e.waitEndpoints(t, "web", map[string]int{"cluster-a": 2, "cluster-c": 1})

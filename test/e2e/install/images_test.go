@@ -210,7 +210,7 @@ func TestImages(t *testing.T) {
 	}
 	record := types.NamespacedName{Namespace: names.BrokerNamespace(a.ID), Name: names.RecordName(ns, "backend")}
 	poll.T(t, timeout, "cluster-a's export record "+record.String()+" on the broker", func() error {
-		return cs.Broker.Client.Get(ctx, record, &mcsv1beta1.ServiceImport{})
+		return cs.Broker.Records.Get(ctx, record, &mcsv1beta1.ServiceImport{})
 	})
 	var vip string
 	poll.T(t, timeout, "cluster-b's ServiceImport of backend with a ClusterSetIP", func() error {

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -106,15 +107,32 @@ func TestJoinAndUnjoin(t *testing.T) {
 		t.Errorf("cluster-b's join does not say %q:\n%s", want, outs[b])
 	}
 	t.Logf("%d members joined in %v", len(f.Members), time.Since(start).Round(time.Millisecond))
-	// The three joined at once: each pair still reads each other's broker namespace.
+	// The three joined at once: each reads the records, none lost to another's join, and, all of this release,
+	// none reads another's namespace in the previous layout; each is listed as this release's.
+	readers := &rbacv1.ClusterRoleBinding{}
+	if err := f.Broker.Client.Get(ctx, client.ObjectKey{Name: "mcs-broker-records-readers"}, readers); err != nil {
+		t.Fatal(err)
+	}
+	entries := &corev1.ConfigMapList{}
+	if err := f.Broker.Client.List(ctx, entries, client.InNamespace(broker.DirectoryNamespace), client.MatchingLabelsSelector{Selector: broker.DirectorySelector}); err != nil {
+		t.Fatal(err)
+	}
+	listed, _ := broker.ReadDirectory(entries.Items)
 	for _, reader := range f.Members {
+		group := "system:serviceaccounts:" + names.BrokerNamespace(reader.ID)
+		if !slices.ContainsFunc(readers.Subjects, func(s rbacv1.Subject) bool { return s.Kind == rbacv1.GroupKind && s.Name == group }) {
+			t.Errorf("%s is not among the records' readers %v", reader.Name, readers.Subjects)
+		}
+		if !slices.ContainsFunc(listed, func(l broker.Listed) bool { return l.ClusterID == reader.ID && l.Records }) {
+			t.Errorf("%s is not listed as this release's member: %+v", reader.Name, listed)
+		}
 		for _, owner := range f.Members {
 			if reader == owner {
 				continue
 			}
 			key := client.ObjectKey{Namespace: names.BrokerNamespace(owner.ID), Name: "mcs-reader-" + reader.ID}
-			if err := f.Broker.Client.Get(ctx, key, &rbacv1.RoleBinding{}); err != nil {
-				t.Errorf("%s may not read %s's broker namespace: %v", reader.Name, owner.Name, err)
+			if err := f.Broker.Client.Get(ctx, key, &rbacv1.RoleBinding{}); !apierrors.IsNotFound(err) {
+				t.Errorf("%s reads %s's broker namespace in the previous layout (%v): both are this release's", reader.Name, owner.Name, err)
 			}
 		}
 	}
@@ -454,8 +472,16 @@ func unjoin(t *testing.T, f *framework.Fleet, a, b *framework.Member) {
 		"cluster-b's entry in the member directory": func() error {
 			return gone(f.Broker.Client, broker.DirectoryEntry(b.ID))
 		},
-		"cluster-b's read binding in cluster-a's broker namespace": func() error {
-			return gone(f.Broker.Client, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: names.BrokerNamespace(a.ID), Name: "mcs-reader-" + b.ID}})
+		"cluster-b among the records' readers": func() error {
+			readers := &rbacv1.ClusterRoleBinding{}
+			if err := f.Broker.Client.Get(ctx, client.ObjectKey{Name: "mcs-broker-records-readers"}, readers); err != nil {
+				return err
+			}
+			group := "system:serviceaccounts:" + names.BrokerNamespace(b.ID)
+			if slices.ContainsFunc(readers.Subjects, func(s rbacv1.Subject) bool { return s.Name == group }) {
+				return fmt.Errorf("%s is still a subject of mcs-broker-records-readers", group)
+			}
+			return nil
 		},
 		"mcs-system in cluster-b": func() error {
 			return gone(b.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "mcs-system"}})
@@ -577,7 +603,7 @@ func rotate(t *testing.T, f *framework.Fleet, a, b *framework.Member) {
 	rotated := time.Now()
 	lease := &coordinationv1.Lease{}
 	poll.T(t, timeout, "cluster-a's Lease renewed after the rotation", func() error {
-		if err := f.Broker.Client.Get(ctx, client.ObjectKey{Namespace: names.BrokerNamespace(a.ID), Name: names.LeaseName}, lease); err != nil {
+		if err := f.Broker.Records.Get(ctx, client.ObjectKey{Namespace: names.BrokerNamespace(a.ID), Name: names.LeaseName}, lease); err != nil {
 			return err
 		}
 		if lease.Spec.RenewTime == nil || !lease.Spec.RenewTime.After(rotated) {

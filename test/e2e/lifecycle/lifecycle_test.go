@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	brokerv1alpha1 "vksfleet.dev/fleet/api/broker/v1alpha1"
 	"vksfleet.dev/fleet/controller"
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/env/clusterset"
@@ -144,7 +145,7 @@ func TestStoppedMemberLosesItsEndpoints(t *testing.T) {
 	c.stop()
 	lease := &coordinationv1.Lease{}
 	key := types.NamespacedName{Namespace: names.BrokerNamespace(c.ID), Name: names.LeaseName}
-	if err := cs.Broker.Client.Get(context.Background(), key, lease); err != nil {
+	if err := cs.Broker.Records.Get(context.Background(), key, lease); err != nil {
 		t.Fatal(err)
 	}
 	renewed := lease.Spec.RenewTime.Time
@@ -386,7 +387,7 @@ func waitGone(t *testing.T, ns, name string) {
 }
 
 // Never trust an empty view: the broker losing its data, by a wipe of its etcd or by the deletion of the
-// ServiceImport CRD, must make no member delete anything, and the clusterset converges once the broker is back.
+// ExportRecord CRD, must make no member delete anything, and the clusterset converges once the broker is back.
 func TestBrokerRestartsEmpty(t *testing.T) {
 	emptyBroker(t, func() {
 		// cluster-a's first attempt to recreate its Lease fails, as on a broker that is barely up: it tries again.
@@ -395,11 +396,10 @@ func TestBrokerRestartsEmpty(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The broker is back without CRDs, as before an operator reinstalls them: every controller recreates its
-		// namespace and Lease there meanwhile, while the records API answers 404.
-		poll.T(t, wait, "every member's Lease back on the empty broker", func() error {
+		// namespace there meanwhile, while the records API, its MemberLease's with it, answers 404.
+		poll.T(t, wait, "every member's broker namespace back on the empty broker", func() error {
 			return everywhere(func(m *member) error {
-				key := types.NamespacedName{Namespace: names.BrokerNamespace(m.ID), Name: names.LeaseName}
-				return cs.Broker.Client.Get(context.Background(), key, &coordinationv1.Lease{})
+				return cs.Broker.Client.Get(context.Background(), types.NamespacedName{Name: names.BrokerNamespace(m.ID)}, &corev1.Namespace{})
 			})
 		})
 	})
@@ -408,11 +408,11 @@ func TestBrokerRestartsEmpty(t *testing.T) {
 func TestBrokerCRDRecreated(t *testing.T) {
 	emptyBroker(t, func() {
 		ctx := context.Background()
-		crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "serviceimports.multicluster.x-k8s.io"}}
+		crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: brokerv1alpha1.ExportRecords + "." + brokerv1alpha1.GroupName}}
 		if err := cs.Broker.Client.Delete(ctx, crd); err != nil {
 			t.Fatal(err)
 		}
-		poll.T(t, wait, "the ServiceImport CRD and every record gone from the broker", func() error {
+		poll.T(t, wait, "the ExportRecord CRD and every record gone from the broker", func() error {
 			err := cs.Broker.Client.Get(ctx, client.ObjectKeyFromObject(crd), crd)
 			if !apierrors.IsNotFound(err) {
 				return fmt.Errorf("CRD still there (%v)", err)
@@ -521,7 +521,7 @@ func TestDuplicateClusterID(t *testing.T) {
 	second := ctrlharness.InProcess(controller.Options{Local: c.Config, Broker: cs.Broker.Config, ClusterID: a.ID, LeaseGrace: leaseGrace,
 		HealthProbeBindAddress: "0", MetricsBindAddress: "0"})
 	recordKept := func() error {
-		if err := cs.Broker.Client.Get(context.Background(), mine, &mcsv1beta1.ServiceImport{}); err != nil {
+		if err := cs.Broker.Records.Get(context.Background(), mine, &mcsv1beta1.ServiceImport{}); err != nil {
 			t.Errorf("cluster-a's record of mine: %v", err)
 		}
 		return nil

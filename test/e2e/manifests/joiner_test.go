@@ -187,6 +187,19 @@ func TestJoiner(t *testing.T) {
 				Subjects:   []rbacv1.Subject{group("system:serviceaccounts:" + nsA)},
 			}, dry)
 		}, true},
+		// The one ClusterRoleBinding the joiner may change: the members' read of the records, with members alone.
+		{"the joiner adds every ServiceAccount to the records' readers", func() error {
+			return updateReaders(ctx, joiner, group("system:serviceaccounts"), dry)
+		}, true},
+		{"the joiner adds a kube-system ServiceAccount to the records' readers", func() error {
+			return updateReaders(ctx, joiner, serviceAccount(metav1.NamespaceSystem, probe), dry)
+		}, true},
+		{"the joiner adds a member's ServiceAccounts to the records' readers", func() error {
+			return updateReaders(ctx, joiner, group("system:serviceaccounts:"+nsA), dry)
+		}, false},
+		{"the joiner deletes the records' readers", func() error {
+			return joiner.Delete(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "mcs-broker-records-readers"}}, dry)
+		}, true},
 		{"the joiner grants a's writer role to every ServiceAccount", func() error {
 			return joiner.Create(ctx, binding(nsA, "mcs-broker-writer", group("system:serviceaccounts")), dry)
 		}, true},
@@ -349,4 +362,14 @@ func wantUnauthorized(ctx context.Context, admin *rest.Config, token string) err
 		return fmt.Errorf("the broker answers %s", resp.Status)
 	}
 	return nil
+}
+
+// updateReaders updates the ClusterRoleBinding mcs-broker-records-readers with subject added, as c.
+func updateReaders(ctx context.Context, c client.Client, subject rbacv1.Subject, opts ...client.UpdateOption) error {
+	crb := &rbacv1.ClusterRoleBinding{}
+	if err := c.Get(ctx, client.ObjectKey{Name: "mcs-broker-records-readers"}, crb); err != nil {
+		return err
+	}
+	crb.Subjects = append(crb.Subjects, subject)
+	return c.Update(ctx, crb, opts...)
 }

@@ -143,7 +143,7 @@ func TestDeployManifests(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	// What join adds to the rendered identities: each pair of members reads each other's namespace, and the
+	// What join adds to the rendered identities: each member reads the records (mcs-broker-records-readers), and the
 	// directory lists them.
 	for _, m := range cs.Members {
 		if _, err := install.GrantReads(ctx, cs.Broker.Client, m.ID); err != nil {
@@ -174,7 +174,7 @@ func TestDeployManifests(t *testing.T) {
 	for _, m := range cs.Members {
 		leaseKey := client.ObjectKey{Namespace: names.BrokerNamespace(m.ID), Name: names.LeaseName}
 		h.eventually(t, m.Name+"'s controller holds its broker Lease", func() error {
-			return cs.Broker.Client.Get(ctx, leaseKey, &coordinationv1.Lease{})
+			return cs.Broker.Records.Get(ctx, leaseKey, &coordinationv1.Lease{})
 		})
 		h.eventually(t, m.Name+"'s controller is elected leader in "+local.leaderElectionNamespace, func() error {
 			leases := &coordinationv1.LeaseList{}
@@ -255,12 +255,12 @@ func TestDeployManifests(t *testing.T) {
 	for _, m := range cs.Members {
 		key := client.ObjectKey{Namespace: names.BrokerNamespace(m.ID), Name: names.LeaseName}
 		first := &coordinationv1.Lease{}
-		if err := cs.Broker.Client.Get(ctx, key, first); err != nil {
+		if err := cs.Broker.Records.Get(ctx, key, first); err != nil {
 			t.Fatal(err)
 		}
 		h.eventually(t, m.Name+"'s controller renews its broker Lease", func() error {
 			lease := &coordinationv1.Lease{}
-			if err := cs.Broker.Client.Get(ctx, key, lease); err != nil {
+			if err := cs.Broker.Records.Get(ctx, key, lease); err != nil {
 				return err
 			}
 			if lease.ResourceVersion == first.ResourceVersion {
@@ -290,18 +290,23 @@ func TestDeployManifests(t *testing.T) {
 				return fmt.Errorf("%s still has %d imported slices", m.Name, len(imported.Items))
 			}
 		}
-		// The service's records and slices, not the member's sentinel record, which stays while it runs.
+		// The service's records and slices, in both layouts, not the member's sentinel record, which stays while it
+		// runs.
 		brokerNS := names.BrokerNamespace(a.ID)
 		ofWeb := client.MatchingLabels{names.LabelServiceNamespace: demoNamespace, mcsv1beta1.LabelServiceName: "web"}
-		records := &mcsv1beta1.ServiceImportList{}
-		if err := cs.Broker.Client.List(ctx, records, client.InNamespace(brokerNS), ofWeb); err != nil {
-			return err
+		n := 0
+		for _, c := range []client.Client{cs.Broker.Records, cs.Broker.Client} {
+			records := &mcsv1beta1.ServiceImportList{}
+			if err := c.List(ctx, records, client.InNamespace(brokerNS), ofWeb); err != nil {
+				return err
+			}
+			brokerSlices := &discoveryv1.EndpointSliceList{}
+			if err := c.List(ctx, brokerSlices, client.InNamespace(brokerNS), ofWeb); err != nil {
+				return err
+			}
+			n += len(records.Items) + len(brokerSlices.Items)
 		}
-		brokerSlices := &discoveryv1.EndpointSliceList{}
-		if err := cs.Broker.Client.List(ctx, brokerSlices, client.InNamespace(brokerNS), ofWeb); err != nil {
-			return err
-		}
-		if n := len(records.Items) + len(brokerSlices.Items); n > 0 {
+		if n > 0 {
 			return fmt.Errorf("the broker namespace %s still holds %d records and slices", brokerNS, n)
 		}
 		return nil
@@ -582,7 +587,7 @@ func waitEstablished(ctx context.Context, t *testing.T, cluster string, c client
 }
 
 // waitForBindings waits until one permission of each rendered binding is granted: the controller's ClusterRole and
-// Role in each member, the broker reader ClusterRole and the writer role in each member's broker namespace.
+// Role in each member, the records reader ClusterRole and the writer role in each member's broker namespace.
 func waitForBindings(ctx context.Context, t *testing.T, cs *clusterset.ClusterSet, local identity, brokerIDs map[string]identity) {
 	t.Helper()
 	allowed := func(err error) error {
@@ -596,7 +601,7 @@ func waitForBindings(ctx context.Context, t *testing.T, cs *clusterset.ClusterSe
 		if err != nil {
 			t.Fatal(err)
 		}
-		brokerC, err := client.New(brokerIDs[m.Name].impersonate(cs.Broker.Config), client.Options{Scheme: clusterset.Scheme})
+		brokerC, err := client.New(brokerIDs[m.Name].impersonate(cs.Broker.Config), client.Options{Scheme: cs.Broker.Records.Scheme()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -606,7 +611,7 @@ func waitForBindings(ctx context.Context, t *testing.T, cs *clusterset.ClusterSe
 				allowed(localC.List(ctx, &mcsv1beta1.ServiceExportList{}, client.Limit(1))),
 				allowed(localC.Get(ctx, client.ObjectKey{Namespace: local.leaderElectionNamespace, Name: "probe"}, &coordinationv1.Lease{})),
 				allowed(brokerC.List(ctx, &corev1.ConfigMapList{}, client.InNamespace(broker.DirectoryNamespace))),
-				allowed(brokerC.List(ctx, &coordinationv1.LeaseList{}, client.InNamespace(names.BrokerNamespace(cs.Members[0].ID)))),
+				allowed(brokerC.List(ctx, &coordinationv1.LeaseList{}, client.Limit(1))),
 				allowed(brokerC.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "probe"}}, client.DryRunAll)),
 			)
 		})
@@ -653,15 +658,18 @@ func exportService(ctx context.Context, t *testing.T, a, b *clusterset.Cluster) 
 func checkLeastPrivilege(ctx context.Context, t *testing.T, cs *clusterset.ClusterSet, local identity, brokerIDs map[string]identity) {
 	t.Helper()
 	a, b := cs.Member("cluster-a"), cs.Member("cluster-b")
-	newClient := func(cfg *rest.Config) client.Client {
-		c, err := client.New(cfg, client.Options{Scheme: clusterset.Scheme})
+	newClient := func(cfg *rest.Config, scheme *runtime.Scheme) client.Client {
+		c, err := client.New(cfg, client.Options{Scheme: scheme})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c
 	}
-	brokerA := newClient(brokerIDs[a.Name].impersonate(cs.Broker.Config))
-	localA := newClient(local.impersonate(a.Config))
+	// brokerA reads and writes the broker's built-in and mcs-api kinds (the previous release's layout, and the
+	// broker's own objects); recordsA its records.
+	brokerA := newClient(brokerIDs[a.Name].impersonate(cs.Broker.Config), clusterset.Scheme)
+	recordsA := newClient(brokerIDs[a.Name].impersonate(cs.Broker.Config), cs.Broker.Records.Scheme())
+	localA := newClient(local.impersonate(a.Config), clusterset.Scheme)
 	newKube := func(cfg *rest.Config) kubernetes.Interface {
 		k, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
@@ -690,11 +698,21 @@ func checkLeastPrivilege(ctx context.Context, t *testing.T, cs *clusterset.Clust
 		forbidden bool
 	}{
 		{"cluster-a's broker identity writes a record in its own broker namespace", func() error {
+			return recordsA.Create(ctx, record(nsA), dry)
+		}, false},
+		{"cluster-a's broker identity writes a record of the previous layout in its own broker namespace", func() error {
 			return brokerA.Create(ctx, record(nsA), dry)
 		}, false},
-		{"cluster-a's broker identity reads cluster-b's Lease", func() error {
-			return brokerA.Get(ctx, client.ObjectKey{Namespace: nsB, Name: names.LeaseName}, &coordinationv1.Lease{})
+		{"cluster-a's broker identity reads cluster-b's MemberLease", func() error {
+			return recordsA.Get(ctx, client.ObjectKey{Namespace: nsB, Name: names.LeaseName}, &coordinationv1.Lease{})
 		}, false},
+		{"cluster-a's broker identity lists the records of every namespace", func() error {
+			return recordsA.List(ctx, &discoveryv1.EndpointSliceList{})
+		}, false},
+		// Both members are of this release: neither reads the other in the previous layout.
+		{"cluster-a's broker identity reads cluster-b's Lease of the previous layout", func() error {
+			return brokerA.Get(ctx, client.ObjectKey{Namespace: nsB, Name: names.LeaseName}, &coordinationv1.Lease{})
+		}, true},
 		{"cluster-a's broker identity reads the member directory", func() error {
 			return brokerA.List(ctx, &corev1.ConfigMapList{}, client.InNamespace(broker.DirectoryNamespace))
 		}, false},
@@ -714,7 +732,16 @@ func checkLeastPrivilege(ctx context.Context, t *testing.T, cs *clusterset.Clust
 			return brokerA.List(ctx, &coordinationv1.LeaseList{}, client.InNamespace(metav1.NamespaceSystem))
 		}, true},
 		{"cluster-a's broker identity writes a record in cluster-b's broker namespace", func() error {
+			return recordsA.Create(ctx, record(nsB), dry)
+		}, true},
+		{"cluster-a's broker identity writes a record of the previous layout in cluster-b's broker namespace", func() error {
 			return brokerA.Create(ctx, record(nsB), dry)
+		}, true},
+		{"cluster-a's broker identity writes an EndpointRecord in cluster-b's broker namespace", func() error {
+			return recordsA.Create(ctx, &discoveryv1.EndpointSlice{
+				ObjectMeta:  metav1.ObjectMeta{Namespace: nsB, Name: "least-privilege-probe"},
+				AddressType: discoveryv1.AddressTypeIPv4,
+			}, dry)
 		}, true},
 		{"cluster-a's broker identity writes an EndpointSlice in cluster-b's broker namespace", func() error {
 			return brokerA.Create(ctx, &discoveryv1.EndpointSlice{
@@ -724,6 +751,9 @@ func checkLeastPrivilege(ctx context.Context, t *testing.T, cs *clusterset.Clust
 		}, true},
 		{"cluster-a's broker identity deletes cluster-b's Lease", func() error {
 			return brokerA.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: nsB, Name: names.LeaseName}}, dry)
+		}, true},
+		{"cluster-a's broker identity deletes cluster-b's MemberLease", func() error {
+			return recordsA.Delete(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: nsB, Name: names.LeaseName}}, dry)
 		}, true},
 		{"cluster-a's broker identity creates a namespace on the broker", func() error {
 			return brokerA.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "least-privilege-probe"}}, dry)
@@ -776,9 +806,9 @@ func checkLeastPrivilege(ctx context.Context, t *testing.T, cs *clusterset.Clust
 	}
 }
 
-// checkQuota fills cluster-a's broker namespace up to its Lease quota as an administrator, and checks that
-// cluster-a's identity may then create no more: the quota is enforced there, with its usage computed by the
-// broker's quota controller.
+// checkQuota fills cluster-a's broker namespace up to its MemberLease quota as an administrator, and checks that
+// cluster-a's identity may then create no more: the quota is enforced there, on the records' kinds too, with its
+// usage computed by the broker's quota controller.
 func checkQuota(ctx context.Context, t *testing.T, cs *clusterset.ClusterSet, id identity) {
 	t.Helper()
 	a := cs.Member("cluster-a")
@@ -793,44 +823,47 @@ func checkQuota(ctx context.Context, t *testing.T, cs *clusterset.ClusterSet, id
 			return fmt.Errorf("%d ResourceQuotas in %s, want 1", len(quotas.Items), ns)
 		}
 		quota = quotas.Items[0]
-		if _, ok := quota.Status.Used["count/leases.coordination.k8s.io"]; !ok {
-			return fmt.Errorf("quota %s/%s has no Lease usage yet: %+v", ns, quota.Name, quota.Status)
+		if _, ok := quota.Status.Used[memberLeaseQuota]; !ok {
+			return fmt.Errorf("quota %s/%s has no MemberLease usage yet: %+v", ns, quota.Name, quota.Status)
 		}
 		return nil
 	})
-	limit := quota.Spec.Hard["count/leases.coordination.k8s.io"]
+	limit := quota.Spec.Hard[memberLeaseQuota]
 	var filler []client.Object
 	t.Cleanup(func() {
 		for _, o := range filler {
-			if err := cs.Broker.Client.Delete(ctx, o); err != nil {
+			if err := cs.Broker.Records.Delete(ctx, o); err != nil {
 				t.Errorf("deleting %s: %v", o.GetName(), err)
 			}
 		}
 	})
-	poll.T(t, 30*time.Second, "an administrator fills cluster-a's Lease quota", func() error {
+	poll.T(t, 30*time.Second, "an administrator fills cluster-a's MemberLease quota", func() error {
 		leases := &coordinationv1.LeaseList{}
-		if err := cs.Broker.Client.List(ctx, leases, client.InNamespace(ns)); err != nil {
+		if err := cs.Broker.Records.List(ctx, leases, client.InNamespace(ns)); err != nil {
 			return err
 		}
 		if int64(len(leases.Items)) >= limit.Value() {
 			return nil
 		}
 		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("quota-filler-%d", len(filler))}}
-		if err := cs.Broker.Client.Create(ctx, l); err != nil {
+		if err := cs.Broker.Records.Create(ctx, l); err != nil {
 			return err
 		}
 		filler = append(filler, l)
 		return fmt.Errorf("%d Leases of %d", len(leases.Items)+1, limit.Value())
 	})
-	brokerA, err := client.New(id.impersonate(cs.Broker.Config), client.Options{Scheme: clusterset.Scheme})
+	brokerA, err := client.New(id.impersonate(cs.Broker.Config), client.Options{Scheme: cs.Broker.Records.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = brokerA.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "over-quota"}}, client.DryRunAll)
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "exceeded quota") {
-		t.Errorf("cluster-a's identity creates a Lease over its quota of %s: want Forbidden (exceeded quota), got %v", limit.String(), err)
+		t.Errorf("cluster-a's identity creates a MemberLease over its quota of %s: want Forbidden (exceeded quota), got %v", limit.String(), err)
 	}
 }
+
+// memberLeaseQuota is the quota of MemberLeases in a member's broker namespace (build/deploy/member).
+const memberLeaseQuota = "count/memberleases.broker.mcs.vksfleet.dev"
 
 // harness runs the controllers and watches their logs.
 type harness struct {

@@ -235,10 +235,10 @@ func testExportImport(t *testing.T, cs *clusterset.ClusterSet, m *clusterset.Clu
 
 	brokerNS := names.BrokerNamespace(m.ID)
 	poll.T(t, timeout, "the export's record and slices on the broker", func() error {
-		if err := cs.Broker.Client.Get(ctx, client.ObjectKey{Namespace: brokerNS, Name: names.RecordName(ns, app)}, &mcsv1beta1.ServiceImport{}); err != nil {
+		if err := cs.Broker.Records.Get(ctx, client.ObjectKey{Namespace: brokerNS, Name: names.RecordName(ns, app)}, &mcsv1beta1.ServiceImport{}); err != nil {
 			return err
 		}
-		got, err := sliceAddresses(ctx, cs.Broker.Client, client.InNamespace(brokerNS))
+		got, err := sliceAddresses(ctx, cs.Broker.Records, client.InNamespace(brokerNS))
 		if err == nil && !slices.Equal(got, podIPs) {
 			err = fmt.Errorf("the broker's slices hold %v, want %v", got, podIPs)
 		}
@@ -302,7 +302,7 @@ func testSharedNamespace(t *testing.T, cs *clusterset.ClusterSet, m *clusterset.
 		t.Errorf("Valid=False does not name the flag that refuses it: %q", c.Message)
 	}
 	// The condition is written once the export was judged: by then a record would be on the broker.
-	err := cs.Broker.Client.Get(ctx, client.ObjectKey{Namespace: names.BrokerNamespace(m.ID), Name: names.RecordName(shared, name)}, &mcsv1beta1.ServiceImport{})
+	err := cs.Broker.Records.Get(ctx, client.ObjectKey{Namespace: names.BrokerNamespace(m.ID), Name: names.RecordName(shared, name)}, &mcsv1beta1.ServiceImport{})
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("the broker record of %s/%s: %v, want none", shared, name, err)
 	}

@@ -35,7 +35,7 @@ func (e *env) testForgedRecord(t *testing.T) {
 	// C's record must be younger than B's by more than a forger may claim to predate its record by, or the forgery
 	// would win fairly.
 	bRecord := &mcsv1beta1.ServiceImport{}
-	if err := e.f.Broker.Client.Get(ctx, types.NamespacedName{Namespace: names.BrokerNamespace(e.b.ID),
+	if err := e.f.Broker.Records.Get(ctx, types.NamespacedName{Namespace: names.BrokerNamespace(e.b.ID),
 		Name: names.RecordName(ns, "forged")}, bRecord); err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func (e *env) memberIdentity(t *testing.T, m *framework.Member) client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.New(cfg, client.Options{Scheme: e.f.Broker.Client.Scheme()})
+	c, err := client.New(cfg, client.Options{Scheme: e.f.Broker.Records.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}

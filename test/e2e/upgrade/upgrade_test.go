@@ -1,8 +1,10 @@
 // Package upgrade runs a rolling upgrade with mixed versions, as a user makes it: the clusterset starts on the
 // previous release (previousRelease, built from its own tree by framework.BuildRelease and installed by its own
-// kubectl-mcs: broker init, then join, which applies its manifests), then each member in turn is joined again with
-// this tree's kubectl mcs, which applies the current manifests (controller and CoreDNS Deployments, 2 replicas
-// each, rolled out), and finally the last member is joined again with the previous release's, a downgrade.
+// kubectl-mcs: broker init, then join, which applies its manifests), then this tree's broker init runs (the
+// records' CRDs and roles), each member in turn is joined again with this tree's kubectl mcs, which applies the
+// current manifests (controller and CoreDNS Deployments, 2 replicas each, rolled out) and, once the member's
+// controller has published its records, marks it in the member directory (the others then read its records), and
+// finally the last member is joined again with the previous release's, a downgrade, which takes its mark away.
 //
 // Every member exports web (a Deployment of serve, ClusterSetIP); the last one also exports db (a StatefulSet,
 // headless). Throughout, each member runs a request loop from a pod to web.upgrade.svc.clusterset.local through
@@ -180,6 +182,13 @@ func TestRollingUpgrade(t *testing.T) {
 	controllerImage, dnsImage := f.Images.Controller, f.Images.DNS
 	_, tag, _ := strings.Cut(controllerImage, ":")
 	current := "current (" + tag + ")"
+	// As the upgrade notes say: this release's broker init first (the records' CRDs and readers' binding), which
+	// changes nothing the previous release's members use.
+	e.step(t, "broker init of "+current, version, soak, func() {
+		if err := f.BrokerInit(ctx, ""); err != nil {
+			t.Fatal(err)
+		}
+	})
 	for i, m := range f.Members {
 		e.step(t, "upgrade "+m.Name, version, soak, func() {
 			if _, err := m.Join(ctx, f.DNSMode()); err != nil {

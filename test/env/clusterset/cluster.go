@@ -29,6 +29,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	aboutv1alpha1 "vksfleet.dev/fleet/api/about/v1alpha1"
+	brokerv1alpha1 "vksfleet.dev/fleet/api/broker/v1alpha1"
 	"vksfleet.dev/fleet/build/deploy/crds"
 	"vksfleet.dev/fleet/build/deploy/policy"
 	"vksfleet.dev/fleet/test/env/dataplane"
@@ -61,6 +62,10 @@ type Cluster struct {
 	Config *rest.Config
 	// Client is a controller-runtime client using Scheme.
 	Client client.Client
+	// Records is a controller-runtime client of the broker's records (api/broker/v1alpha1): ServiceImports,
+	// EndpointSlices and Leases read and written with it are ExportRecords, EndpointRecords and MemberLeases, as
+	// members write them. Client reads the previous release's records, and a member's own objects.
+	Records client.Client
 	// Kube is a client-go clientset.
 	Kube kubernetes.Interface
 	// KubeconfigPath is a kubeconfig file for this cluster alone, with administrator credentials.
@@ -149,6 +154,13 @@ func startCluster(ctx context.Context, spec clusterSpec, assets string) (c *Clus
 		return c, err
 	}
 	if c.Client, err = client.New(cfg, client.Options{Scheme: Scheme}); err != nil {
+		return c, err
+	}
+	records, err := brokerv1alpha1.NewScheme()
+	if err != nil {
+		return c, err
+	}
+	if c.Records, err = client.New(cfg, client.Options{Scheme: records}); err != nil {
 		return c, err
 	}
 	if c.KubeconfigPath, err = c.writeKubeconfig(); err != nil {
@@ -387,13 +399,13 @@ func (c *Cluster) writeKubeconfig() (string, error) {
 	return path, os.WriteFile(path, b, 0o600)
 }
 
-// crdsFor returns the CRDs a cluster gets: members get the mcs-api and ClusterProperty CRDs; the broker gets
-// the mcs-api CRDs, since any API server, including a member's, may serve as broker.
+// crdsFor returns the CRDs a cluster gets: members get the mcs-api and ClusterProperty CRDs; the broker gets the
+// records and the mcs-api CRDs (the previous release's records), as `kubectl mcs broker init` gives it.
 func crdsFor(member bool) ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	if member {
 		return crds.Parse(crds.ServiceExport, crds.ServiceImport, crds.ClusterProperty)
 	}
-	return crds.Parse(crds.ServiceExport, crds.ServiceImport)
+	return crds.Parse(crds.ServiceExport, crds.ServiceImport, crds.ExportRecord, crds.EndpointRecord, crds.MemberLease)
 }
 
 func (c *Cluster) createClusterProperties(ctx context.Context, id, setName string) error {
