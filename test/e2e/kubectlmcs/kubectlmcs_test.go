@@ -375,10 +375,11 @@ func TestKubectlMCS(t *testing.T) {
 		b.StopController()
 		// cluster-b leaves: its broker records, slices and Lease go, while cluster-a's controller is down.
 		brokerNS := client.InNamespace(names.BrokerNamespace(b.ID))
-		bc := fl.Broker.Client
-		for _, obj := range []client.Object{&mcsv1beta1.ServiceImport{}, &discoveryv1.EndpointSlice{}, &coordinationv1.Lease{}} {
-			if err := bc.DeleteAllOf(ctx, obj, brokerNS); err != nil {
-				t.Fatal(err)
+		for _, bc := range []client.Client{fl.Broker.Records, fl.Broker.Client} {
+			for _, obj := range []client.Object{&mcsv1beta1.ServiceImport{}, &discoveryv1.EndpointSlice{}, &coordinationv1.Lease{}} {
+				if err := bc.DeleteAllOf(ctx, obj, brokerNS); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 		check := waitCheck(t, cli.CheckStaleSlices, "cluster-a", "", cli.Fail)

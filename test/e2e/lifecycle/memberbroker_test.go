@@ -40,7 +40,7 @@ func TestMemberAsBroker(t *testing.T) {
 	// service's record, and the member's sentinel record.
 	for _, m := range []*member{hub, other} {
 		records := &mcsv1beta1.ServiceImportList{}
-		if err := hub.Client.List(context.Background(), records, client.InNamespace(names.BrokerNamespace(m.ID))); err != nil {
+		if err := hub.Records.List(context.Background(), records, client.InNamespace(names.BrokerNamespace(m.ID))); err != nil {
 			t.Fatal(err)
 		}
 		var got []string

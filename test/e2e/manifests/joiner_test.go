@@ -73,8 +73,7 @@ func TestJoiner(t *testing.T) {
 		}
 		creds[id] = newCredential(t, kubeconfig, name)
 	}
-	// GrantReads ran for a before b was listed: join of b granted the pair. Run it again for a, as a second join
-	// of a does, which must change nothing but be allowed.
+	// Run GrantReads again for a, as a second join of a does, which must change nothing but be allowed.
 	if _, err := install.GrantReads(ctx, newClient(t, info.Config()), ids[0]); err != nil {
 		t.Fatalf("granting reads again, as the joiner: %v", err)
 	}
@@ -97,6 +96,10 @@ func TestJoiner(t *testing.T) {
 
 	joiner, joinerKube := newClient(t, info.Config()), newKube(t, info.Config())
 	memberA, memberKubeA := newClient(t, a.config), newKube(t, a.config)
+	recordsA, err := client.New(a.config, client.Options{Scheme: cs.Broker.Records.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	dry := client.DryRunAll
 	token := func(kube kubernetes.Interface, ns, sa, boundTo string, life time.Duration) func() error {
 		return func() error {
@@ -123,9 +126,9 @@ func TestJoiner(t *testing.T) {
 	}
 	week := 7 * 24 * time.Hour
 
-	// A credential's permissions come through RoleBindings, which the RBAC authorizer sees through an informer.
-	poll.T(t, 30*time.Second, "a's credential reads b's namespace", func() error {
-		return memberA.List(ctx, &coordinationv1.LeaseList{}, client.InNamespace(nsB))
+	// A credential's permissions come through bindings, which the RBAC authorizer sees through an informer.
+	poll.T(t, 30*time.Second, "a's credential reads b's records", func() error {
+		return recordsA.List(ctx, &coordinationv1.LeaseList{}, client.InNamespace(nsB))
 	})
 	checks := []struct {
 		what      string
@@ -230,9 +233,16 @@ func TestJoiner(t *testing.T) {
 			return joiner.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: nsA, Name: probe}}, dry)
 		}, true},
 		// A member's credential.
-		{"a's credential writes a Lease in its namespace", func() error {
+		{"a's credential writes a MemberLease in its namespace", func() error {
+			return recordsA.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: nsA, Name: probe}}, dry)
+		}, false},
+		{"a's credential writes a Lease of the previous layout in its namespace", func() error {
 			return memberA.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: nsA, Name: probe}}, dry)
 		}, false},
+		// Both of this release: neither reads the other in the previous layout.
+		{"a's credential reads b's namespace in the previous layout", func() error {
+			return memberA.List(ctx, &coordinationv1.LeaseList{}, client.InNamespace(nsB))
+		}, true},
 		{"a's credential reads the member directory", func() error {
 			return memberA.List(ctx, &corev1.ConfigMapList{}, client.InNamespace(broker.DirectoryNamespace))
 		}, false},
@@ -247,6 +257,9 @@ func TestJoiner(t *testing.T) {
 		}, true},
 		{"a's credential writes a Lease in b's namespace", func() error {
 			return memberA.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: nsB, Name: probe}}, dry)
+		}, true},
+		{"a's credential writes a MemberLease in b's namespace", func() error {
+			return recordsA.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: nsB, Name: probe}}, dry)
 		}, true},
 	}
 	for _, c := range checks {

@@ -145,7 +145,7 @@ func (c *Controller) WaitForBrokerLease(ctx context.Context) error {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		err := c.Broker.Client.Get(ctx, key, &coordinationv1.Lease{})
+		err := c.Broker.Records.Get(ctx, key, &coordinationv1.Lease{})
 		if err == nil {
 			return nil
 		}
