@@ -57,6 +57,9 @@ func setup(s *framework.Setup) error {
 		all[name] = newMember(cs.Member(name), cs.Broker)
 		members[name] = all[name]
 	}
+	if err := cs.Member(pairMembers[0]).ServeRecords(); err != nil {
+		return err
+	}
 	for _, name := range pairMembers {
 		all[name] = newMember(cs.Member(name), cs.Member(pairMembers[0]))
 	}

@@ -389,6 +389,17 @@ func (c *Cluster) InstallCRDs() error {
 	return err
 }
 
+// ServeRecords gives a member the broker's records CRDs, as `kubectl mcs broker init` does to a member that serves
+// as the clusterset's broker too.
+func (c *Cluster) ServeRecords() error {
+	records, err := crds.Parse(crds.ExportRecord, crds.EndpointRecord, crds.MemberLease)
+	if err != nil {
+		return err
+	}
+	_, err = envtest.InstallCRDs(c.Config, envtest.CRDInstallOptions{CRDs: records})
+	return err
+}
+
 func (c *Cluster) writeKubeconfig() (string, error) {
 	cs := &ClusterSet{Members: []*Cluster{c}}
 	b, err := cs.Kubeconfig()

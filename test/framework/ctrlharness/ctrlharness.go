@@ -218,7 +218,7 @@ func (c *Controller) Timings() (Timings, error) {
 func (c *Controller) WritesByResource() (map[string]float64, error) {
 	writes := map[string]float64{}
 	err := c.gather(func(family string, labels map[string]string, m *dto.Metric) {
-		if family == "mcs_controller_api_writes_total" && labels["cluster_id"] == c.ID && labels["resource"] != "leases" {
+		if family == "mcs_controller_api_writes_total" && labels["cluster_id"] == c.ID && labels["resource"] != "leases" && labels["resource"] != "memberleases" {
 			writes[labels["verb"]+" "+labels["resource"]] += m.GetCounter().GetValue()
 		}
 	})
@@ -260,11 +260,13 @@ func (c *Controller) wrap(cfg *rest.Config, toBroker bool) *rest.Config {
 			if cut() {
 				return nil, errPartitioned
 			}
-			if toBroker && req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/leases") && c.takeLeaseFailure() {
+			if toBroker && req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/memberleases") && c.takeLeaseFailure() {
 				return nil, errLeaseCreate
 			}
-			// Access reviews (the broker scope's poll) are POSTs that store nothing.
-			if req.Method != http.MethodGet && !strings.Contains(req.URL.Path, "/leases") && !strings.HasSuffix(req.URL.Path, "reviews") {
+			// Access reviews (the broker scope's poll) are POSTs that store nothing. Leases of either layout are
+			// renewals.
+			if req.Method != http.MethodGet && !strings.Contains(req.URL.Path, "/leases") && !strings.Contains(req.URL.Path, "/memberleases") &&
+				!strings.HasSuffix(req.URL.Path, "reviews") {
 				c.Writes.add(req.Method + " " + req.URL.Path)
 			}
 			resp, err := rt.RoundTrip(req)
