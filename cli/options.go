@@ -223,7 +223,7 @@ func (o *options) candidates(raw clientcmdapi.Config, brokerCtx string) ([]strin
 func brokerError(context string, err error) error {
 	switch {
 	case apierrors.IsForbidden(err):
-		return fmt.Errorf("reading the broker (context %s): %w: the user (the context's, or --as/--token) needs read access to the members' namespaces, Leases, ServiceImports and EndpointSlices there", context, err)
+		return fmt.Errorf("reading the broker (context %s): %w: the user (the context's, or --as/--token) needs read access to the members' namespaces and records there (ExportRecords, EndpointRecords, MemberLeases, and the previous release's ServiceImports, EndpointSlices and Leases)", context, err)
 	case apierrors.IsUnauthorized(err):
 		return fmt.Errorf("reading the broker (context %s): %w: the context's credentials (or --token) are not accepted", context, err)
 	default:

@@ -100,10 +100,11 @@ func (e *env) flood(t *testing.T) {
 		out.Namespace = rec.Namespace
 		return out
 	}
-	// The broker takes no slice larger than the controllers write (its policy mcs-broker-member-slices), and takes
-	// an empty one, as a Service scaled to zero publishes it.
-	if err := c.Create(ctx, slice(n, export.MaxEndpointsPerSlice+1)); !apierrors.IsForbidden(err) {
-		t.Errorf("a slice of %d endpoints: %v, want Forbidden", export.MaxEndpointsPerSlice+1, err)
+	// The broker takes no slice larger than the controllers write (the EndpointRecord CRD's schema, as the policy
+	// mcs-broker-member-slices for the previous layout's EndpointSlices), and takes an empty one, as a Service
+	// scaled to zero publishes it.
+	if err := c.Create(ctx, slice(n, export.MaxEndpointsPerSlice+1)); !apierrors.IsInvalid(err) {
+		t.Errorf("a slice of %d endpoints: %v, want Invalid", export.MaxEndpointsPerSlice+1, err)
 	}
 	empty := slice(n+1, 0)
 	if err := c.Create(ctx, empty); err != nil {
