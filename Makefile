@@ -16,7 +16,7 @@ VERSION        := $(VERSION)
 REVISION       := $(shell bash build/images/version.sh revision)
 LDFLAGS        := -X vksfleet.dev/fleet/mcs/buildinfo.version=$(VERSION) -X vksfleet.dev/fleet/mcs/buildinfo.revision=$(REVISION)
 
-.PHONY: help tools build test lint fuzz generate helm-chart up down fault demo bench-memberloss bench-takeover bench-upgrade chaos bench-dns bench-sync bench-fleet bench-first-run manifests images conformance conformance-k8s-dns
+.PHONY: help tools build test lint fuzz generate helm-chart up down fault demo bench-memberloss bench-takeover bench-upgrade chaos bench-dns bench-sync bench-fleet bench-first-run bench-scale manifests images conformance conformance-k8s-dns
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -114,6 +114,14 @@ else
 	$(GO) run ./test/bench/syncbench -out test/bench/results/sync.md
 	$(GO) run ./test/bench/syncbench -members 10 -out test/bench/results/sync-10.md
 endif
+
+# The broker layout's cost per member, by simulation (test/bench/scalebench): SCALE_SIM_MEMBERS points, each on a
+# broker of its own, with SCALE_SIM_SERVICES services in the clusterset.
+SCALE_SIM_MEMBERS ?= 10,50,100,250
+SCALE_SIM_SERVICES ?= 1000
+
+bench-scale: tools-core ## one real broker and N simulated members (10, 50, 100, 250): watches, CPU and memory per member, join, export and loss times: scale-members.md
+	$(GO) run ./test/bench/scalebench -members $(SCALE_SIM_MEMBERS) -services $(SCALE_SIM_SERVICES) -out test/bench/results/scale-members.md
 
 bench-fleet: tools-core build images ## the local clusterset's cost: start, stop and demo times, memory per node and pod (3 runs): fleet.md
 	$(GO) run ./test/bench/fleetcost -out test/bench/results/fleet.md

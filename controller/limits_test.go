@@ -156,7 +156,7 @@ func TestExportLimits(t *testing.T) {
 func TestBrokerCacheStripsManagedFields(t *testing.T) {
 	s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "x",
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "mcs-controller", Operation: metav1.ManagedFieldsOperationUpdate}}}}
-	transform := recordCacheOptions().DefaultTransform
+	transform := RecordCacheOptions().DefaultTransform
 	if transform == nil {
 		t.Fatal("the broker cache has no transform")
 	}
@@ -167,7 +167,7 @@ func TestBrokerCacheStripsManagedFields(t *testing.T) {
 
 // TestBrokerCacheTrimsSlices: the broker cache keeps of an EndpointSlice only what the import reads.
 func TestBrokerCacheTrimsSlices(t *testing.T) {
-	opts := recordCacheOptions()
+	opts := RecordCacheOptions()
 	var transform func(any) (any, error)
 	for obj, by := range opts.ByObject {
 		if _, ok := obj.(*discoveryv1.EndpointSlice); ok {

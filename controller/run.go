@@ -399,7 +399,7 @@ func newClusters(ctx context.Context, opts Options, a apis, id string, scope bro
 		cache   cache.Options
 		name    string
 	}{
-		{&b.records, &b.direct, a.records, recordCacheOptions(), "broker"},
+		{&b.records, &b.direct, a.records, RecordCacheOptions(), "broker"},
 		{&b.legacy, &b.legacyDirect, a.broker, scope.legacyCacheOptions(own), "broker-previous-layout"},
 	} {
 		*c.cluster, err = cluster.New(opts.Broker, func(o *cluster.Options) {

@@ -52,11 +52,12 @@ func (s brokerScope) String() string {
 	return members + "; the previous release's layout in " + strings.Join(s.legacy, ",")
 }
 
-// recordCacheOptions confine the records cache to the objects members write there, without their managedFields:
-// the controller never reads them, and they are a good part of every object it holds. EndpointSlices, most of
-// what it holds and what a hostile member would write most of, keep only what the import reads
-// (admit.TrimSlice). It reads every namespace: the records are all there is of their kinds.
-func recordCacheOptions() cache.Options {
+// RecordCacheOptions are those of the records cache a controller reads the broker through (and test/bench/scale's
+// simulated members): the objects members write there, without their managedFields, which the controller never
+// reads and which are a good part of every object it holds. EndpointSlices, most of what it holds and what a
+// hostile member would write most of, keep only what the import reads (admit.TrimSlice). It reads every
+// namespace: the records are all there is of their kinds.
+func RecordCacheOptions() cache.Options {
 	return cache.Options{DefaultLabelSelector: broker.Selector, DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{&discoveryv1.EndpointSlice{}: {Transform: trimSlice}}}
 }
@@ -64,7 +65,7 @@ func recordCacheOptions() cache.Options {
 // legacyCacheOptions confine the cache of the previous layout as the records cache is, and to this member's own
 // namespace, which it writes in that layout too, and the previous release's members'.
 func (s brokerScope) legacyCacheOptions(own string) cache.Options {
-	o := recordCacheOptions()
+	o := RecordCacheOptions()
 	o.DefaultNamespaces = map[string]cache.Config{own: {}}
 	for _, ns := range s.legacy {
 		o.DefaultNamespaces[ns] = cache.Config{}

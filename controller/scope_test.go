@@ -21,7 +21,7 @@ import (
 )
 
 func TestBrokerScopeCache(t *testing.T) {
-	records := recordCacheOptions()
+	records := RecordCacheOptions()
 	if records.DefaultNamespaces != nil || records.DefaultLabelSelector == nil {
 		t.Errorf("records: namespaces %v, selector %v; want every namespace, ours only", records.DefaultNamespaces, records.DefaultLabelSelector)
 	}
