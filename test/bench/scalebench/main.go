@@ -25,6 +25,7 @@ import (
 	"vksfleet.dev/fleet/cli/install"
 	"vksfleet.dev/fleet/mcs/mcsversion"
 	"vksfleet.dev/fleet/mcs/names"
+	"vksfleet.dev/fleet/test/bench/chart"
 	"vksfleet.dev/fleet/test/env/clusterset"
 )
 
@@ -53,6 +54,26 @@ func main() {
 	if err := os.WriteFile(*out, []byte(report(points)), 0o644); err != nil {
 		log.Fatal(err)
 	}
+	if err := chart.WriteFile(strings.TrimSuffix(*out, ".md")+".svg", perMember(points)); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// perMember charts what each member costs the broker, and what a join and an export take, against the members.
+func perMember(points []point) chart.Lines {
+	var x []float64
+	series := []chart.Series{{Name: "broker watches per member", Color: 0}, {Name: "broker idle CPU ms/s per member", Color: 1},
+		{Name: "join complete everywhere, s", Color: 2}, {Name: "export → last member p99, 100 ms", Color: 3}}
+	for _, p := range points {
+		x = append(x, float64(p.members))
+		for i, y := range []float64{2 * p.watchesPerMember, p.idleCPUPerMember, p.joinNext.Seconds(), p.p99.Seconds() * 10} {
+			series[i].Y = append(series[i].Y, y)
+		}
+	}
+	for i := range series {
+		series[i].X = x
+	}
+	return chart.Lines{Title: "The broker's cost per member, and propagation, by members (simulated)", X: "members", Y: "per member, or time", Series: series}
 }
 
 // config is one point of the run.
@@ -333,6 +354,7 @@ func report(points []point) string {
 		"the benchmark's process, on the same 2 cores as the broker, with one replica each: watches are doubled in the "+
 		"table for the Deployment's two. A member's own cluster is not simulated: none of it reaches the broker.\n\n",
 		time.Now().UTC().Format("2006-01-02"), points[0].grace)
+	b.WriteString("![the broker's cost per member, and propagation, by members](scale-members.svg)\n\n")
 	b.WriteString("| members | services | broker watches per member (2 replicas) | broker idle CPU ms/s per member | broker requests/s per member, idle | broker peak RSS MiB | etcd MiB | member N+1: joined and imported everywhere | broker requests for that join, beyond idle | export → last member p50 | p99 | a member's loss decided everywhere | N joins in turn |\n")
 	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range points {
