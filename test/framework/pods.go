@@ -20,6 +20,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -484,4 +485,31 @@ func (m *Member) writePodLogs(ctx context.Context, w io.Writer) {
 			_, _ = pw.Write(b)
 		}
 	}
+}
+
+// AdminBrokerInfo writes, beside BrokerInfoPath, a broker-info file whose token is a broker administrator's (a
+// ServiceAccount bound to cluster-admin, for an hour), and returns its path: what a previous release's join needs
+// to roll a member back on a broker of this release, whose joiner may not do all that release's join does.
+func (f *Fleet) AdminBrokerInfo(ctx context.Context) (string, error) {
+	info, err := install.ReadBrokerInfo(f.BrokerInfoPath)
+	if err != nil {
+		return "", err
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "rollback-admin"}}
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "rollback-admin"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: sa.Namespace, Name: sa.Name}}}
+	for _, o := range []client.Object{sa, crb} {
+		if err := f.Broker.Client.Create(ctx, o); client.IgnoreAlreadyExists(err) != nil {
+			return "", err
+		}
+	}
+	tok, err := f.Broker.Kube.CoreV1().ServiceAccounts(sa.Namespace).CreateToken(ctx, sa.Name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	info.Token = tok.Status.Token
+	path := filepath.Join(f.dir, "broker-info-admin.yaml")
+	return path, info.Write(path)
 }

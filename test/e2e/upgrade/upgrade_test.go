@@ -203,8 +203,15 @@ func TestRollingUpgrade(t *testing.T) {
 			t.Log(e.zeroNote)
 		}
 	}
+	// The rollback as operations.md has it: the previous release's join, with an administrator's broker-info, since
+	// this release's joiner may not do all that release's join does; the broker keeps this release's roles, which
+	// hold every right the previous release's members use.
+	admin, err := f.AdminBrokerInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.step(t, "downgrade "+last.Name, version, soak, func() {
-		if _, err := last.JoinWith(ctx, rel.KubectlMCS, f.DNSMode(), rel.JoinArgs()...); err != nil {
+		if _, err := last.JoinWith(ctx, rel.KubectlMCS, f.DNSMode(), append(rel.JoinArgs(), "--broker-info", admin)...); err != nil {
 			t.Fatal(err)
 		}
 		e.checkVersion(t, last, rel.ControllerImage, rel.DNSImage)
