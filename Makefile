@@ -115,13 +115,12 @@ else
 	$(GO) run ./test/bench/syncbench -members 10 -out test/bench/results/sync-10.md
 endif
 
-# The broker layout's cost per member, by simulation (test/bench/scalebench): SCALE_SIM_MEMBERS points, each on a
-# broker of its own, with SCALE_SIM_SERVICES services in the clusterset.
-SCALE_SIM_MEMBERS ?= 10,50,100,250
-SCALE_SIM_SERVICES ?= 1000
+# The broker layout's cost per member, by simulation (test/bench/scalebench): SCALE_SIM_POINTS, members x services
+# in the clusterset, each on a broker of its own.
+SCALE_SIM_POINTS ?= 10x1000,50x1000,100x1000,250x1000,10x10000,50x10000
 
-bench-scale: tools-core ## one real broker and N simulated members (10, 50, 100, 250): watches, CPU and memory per member, join, export and loss times: scale-members.md
-	$(GO) run ./test/bench/scalebench -members $(SCALE_SIM_MEMBERS) -services $(SCALE_SIM_SERVICES) -out test/bench/results/scale-members.md
+bench-scale: tools-core ## one real broker and N simulated members (10 to 250, 1,000 and 10,000 services): watches, CPU and memory per member, join, export and loss times: scale-members.md
+	$(GO) run ./test/bench/scalebench -points $(SCALE_SIM_POINTS) -out test/bench/results/scale-members.md
 
 bench-fleet: tools-core build images ## the local clusterset's cost: start, stop and demo times, memory per node and pod (3 runs): fleet.md
 	$(GO) run ./test/bench/fleetcost -out test/bench/results/fleet.md

@@ -31,17 +31,20 @@ import (
 
 func main() {
 	out := flag.String("out", "test/bench/results/scale-members.md", "where to write the results")
-	members := flag.String("members", "10,50,100,250", "members of each point, comma-separated")
-	services := flag.Int("services", 1000, "services the clusterset exports, spread over its members")
+	grid := flag.String("points", "10x1000,50x1000,100x1000,250x1000,10x10000,50x10000",
+		"the points, members x services the clusterset exports (spread over its members), comma-separated")
 	idle := flag.Duration("idle", 30*time.Second, "how long the broker's idle cost is measured")
 	flag.Parse()
 	ctrl.SetLogger(logr.Discard())
 	var points []point
-	for _, n := range strings.Split(*members, ",") {
-		cfg := config{services: *services, idle: *idle, exports: 20, grace: 6 * time.Second}
-		var err error
-		if cfg.members, err = strconv.Atoi(n); err != nil || cfg.members < 2 {
-			log.Fatalf("-members %q: want numbers, 2 or more", *members)
+	for _, pt := range strings.Split(*grid, ",") {
+		cfg := config{idle: *idle, exports: 20, grace: 6 * time.Second}
+		m, sv, _ := strings.Cut(pt, "x")
+		var err1, err2 error
+		cfg.members, err1 = strconv.Atoi(m)
+		cfg.services, err2 = strconv.Atoi(sv)
+		if err1 != nil || err2 != nil || cfg.members < 2 || cfg.services < 1 {
+			log.Fatalf("-points %q: want MEMBERSxSERVICES, 2 members or more", pt)
 		}
 		log.Printf("%d members, %d services", cfg.members, cfg.services)
 		p, err := run(context.Background(), cfg, os.Stderr)
