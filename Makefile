@@ -117,7 +117,7 @@ endif
 
 # The broker layout's cost per member, by simulation (test/bench/scalebench): SCALE_SIM_POINTS, members x services
 # in the clusterset, each on a broker of its own.
-SCALE_SIM_POINTS ?= 10x1000,50x1000,100x1000,250x1000,10x10000,50x10000
+SCALE_SIM_POINTS ?= 10x1000,50x1000,100x1000,250x1000,10x10000
 
 bench-scale: tools-core ## one real broker and N simulated members (10 to 250, 1,000 and 10,000 services): watches, CPU and memory per member, join, export and loss times: scale-members.md
 	$(GO) run ./test/bench/scalebench -points $(SCALE_SIM_POINTS) -out test/bench/results/scale-members.md

@@ -42,7 +42,8 @@ import (
 // of controller.RecordCacheOptions, cluster-wide, and the cache of its own namespace in the previous layout, which
 // the controller keeps for its mirror writes; the member directory read every 5 s; its MemberLease and the
 // previous layout's Lease renewed by broker.Renewer every grace/3; its exports published as records and mirrored
-// (broker.Record, broker.Slice, apply), and every other member's Leases judged by broker.Liveness. What it leaves
+// (broker.Record, broker.Slice, apply), and every other member's Leases judged by broker.Liveness, at the
+// controller's default lease grace (memberlease.DefaultGrace). What it leaves
 // out is the member's own cluster (its API server, the import's writes there, CoreDNS): none of it reaches the
 // broker, whose cost per member the simulation measures. Every member runs in this process, on the cores the
 // broker uses too, with one replica each where a Deployment runs two: the broker's watch counts are doubled in
@@ -176,11 +177,12 @@ func (m *member) seenAt(id, name string) (time.Time, bool) {
 }
 
 // run renews the member's Leases every grace/3, reads the member directory every 5 s as the controller's scope
-// poll does, and judges the other members' Leases every 200 ms, until ctx ends.
+// poll does, and judges the other members' Leases as often as the controller's heartbeat (grace/10, within 100 ms
+// and 1 s), until ctx ends.
 func (m *member) run(ctx context.Context, grace time.Duration) {
 	renewals := time.NewTicker(grace / 3)
 	directory := time.NewTicker(5 * time.Second)
-	judge := time.NewTicker(200 * time.Millisecond)
+	judge := time.NewTicker(min(time.Second, max(100*time.Millisecond, grace/10)))
 	defer renewals.Stop()
 	defer directory.Stop()
 	defer judge.Stop()

@@ -39,6 +39,9 @@ type Options struct {
 	ClusterSetName string
 	// NoBroker leaves out the broker API server.
 	NoBroker bool
+	// BrokerOnly starts the broker alone, without DefaultMembers when Members is empty: for benchmarks of the broker
+	// whose members are simulated (test/bench/scalebench).
+	BrokerOnly bool
 	// HABroker runs the broker highly available, as kubeadm's guide lays out a control plane with an external etcd
 	// and a load balancer (habroker.go): a 3-member etcd cluster and 2 kube-apiservers behind HAProxy (Debian's,
 	// which `make tools` installs), which every client of the broker reaches. Cluster.HA reaches each process.
@@ -127,7 +130,7 @@ func Start(ctx context.Context, opts Options) (*ClusterSet, error) {
 // plan validates the options and turns them into one spec per cluster.
 func plan(opts Options) ([]clusterSpec, string, error) {
 	members := opts.Members
-	if len(members) == 0 {
+	if len(members) == 0 && !opts.BrokerOnly {
 		members = DefaultMembers
 	}
 	if len(members) > maxMembers {
