@@ -2,7 +2,7 @@ package controller
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"reflect"
 	"sync/atomic"
 
@@ -110,6 +110,4 @@ func (v *brokerView) WaitForCacheSync(ctx context.Context) bool {
 }
 
 // errNoRecords explains a broker that does not serve the records: its roles and CRDs are a previous release's.
-func errNoRecords(err error) error {
-	return fmt.Errorf("the broker does not serve this release's records (broker.mcs.vksfleet.dev): run this release's `kubectl mcs broker init` on it: %w", err)
-}
+var errNoRecords = errors.New("the broker does not serve this release's records (broker.mcs.vksfleet.dev exportrecords): run this release's `kubectl mcs broker init` on it")

@@ -157,7 +157,7 @@ func detectBroker(cfg *rest.Config, a *apis) (client.Client, error) {
 	if ok, err := mcsversion.Serves(dc, brokerv1alpha1.SchemeGroupVersion.WithResource(brokerv1alpha1.ExportRecords)); err != nil {
 		return nil, unavailable(err)
 	} else if !ok {
-		return nil, unavailable(errNoRecords(errors.New("no exportrecords served")))
+		return nil, unavailable(errNoRecords)
 	}
 	records, err := brokerv1alpha1.NewScheme()
 	if err != nil {

@@ -14,10 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	brokerv1alpha1 "vksfleet.dev/fleet/api/broker/v1alpha1"
 	"vksfleet.dev/fleet/controller/admit"
@@ -288,8 +286,6 @@ func (w *scopeWatch) Start(ctx context.Context) error {
 			return errScopeChanged
 		}
 		joined, left := changedMembers(w.scope.members, now.members)
-		// A member that left is looked up before the view drops it, so that its imports go.
-		leaving := w.exportsOf(ctx, left)
 		w.view.setMembers(now.members)
 		w.scope.members = now.members
 		changed := w.regions.set(now.regions)
@@ -304,8 +300,10 @@ func (w *scopeWatch) Start(ctx context.Context) error {
 		for _, ns := range left {
 			w.reader.log.Info("a member left the member directory: its exports are no longer imported", "namespace", ns)
 		}
-		if err := w.enqueue.send(ctx, append(leaving, w.exportsOf(ctx, joined)...)...); err != nil {
-			continue
+		for _, ns := range append(joined, left...) {
+			if err := w.enqueue.namespace(ctx, ns); err != nil && ctx.Err() == nil {
+				w.reader.log.Error(err, "listing a member's exports after it joined or left", "namespace", ns)
+			}
 		}
 		for _, c := range changed {
 			w.reader.log.Info("a member's region in the member directory changed", "member", c, "region", now.regions[c])
@@ -314,22 +312,6 @@ func (w *scopeWatch) Start(ctx context.Context) error {
 			}
 		}
 	}
-}
-
-// exportsOf lists the services the members of the broker namespaces nss export.
-func (w *scopeWatch) exportsOf(ctx context.Context, nss []string) []types.NamespacedName {
-	var keys []types.NamespacedName
-	for _, ns := range nss {
-		records := &mcsv1beta1.ServiceImportList{}
-		if err := w.view.List(ctx, records, client.InNamespace(ns)); err != nil {
-			if ctx.Err() == nil {
-				w.reader.log.Error(err, "listing a member's exports after it joined or left", "namespace", ns)
-			}
-			continue
-		}
-		keys = append(keys, services(records.Items)...)
-	}
-	return keys
 }
 
 // changedMembers returns the namespaces listed in now and not in was, and in was and not in now, sorted; nil

@@ -38,8 +38,14 @@ func (t *triggers) source() source.Source {
 
 // cluster enqueues every service the given member exports, after its liveness changed.
 func (t *triggers) cluster(ctx context.Context, clusterID string) error {
+	return t.namespace(ctx, names.BrokerNamespace(clusterID))
+}
+
+// namespace enqueues every service the member of broker namespace ns exports, listed or not in the directory
+// (one namespace is read whatever the directory says: brokerView.List), after it joined or left.
+func (t *triggers) namespace(ctx context.Context, ns string) error {
 	records := &mcsv1beta1.ServiceImportList{}
-	if err := t.broker.List(ctx, records, client.InNamespace(names.BrokerNamespace(clusterID))); err != nil {
+	if err := t.broker.List(ctx, records, client.InNamespace(ns)); err != nil {
 		return err
 	}
 	return t.send(ctx, services(records.Items)...)

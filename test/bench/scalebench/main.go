@@ -28,6 +28,7 @@ import (
 	"vksfleet.dev/fleet/mcs/names"
 	"vksfleet.dev/fleet/test/bench/chart"
 	"vksfleet.dev/fleet/test/env/clusterset"
+	"vksfleet.dev/fleet/test/env/poll"
 )
 
 func main() {
@@ -142,8 +143,8 @@ func run(ctx context.Context, cfg config, logw io.Writer) (point, error) {
 	if err := s.publishAll(ctx, cfg.services); err != nil {
 		return p, err
 	}
-	if err := waitAll(ctx, 5*time.Minute, "every member has every record", func() bool { return s.complete(cfg.services) }); err != nil {
-		return p, err
+	if err := poll.Until(ctx, look, 5*time.Minute, func() error { return s.complete(cfg.services) }); err != nil {
+		return p, fmt.Errorf("every member has every record: %w", err)
 	}
 	before, err := s.usage(ctx)
 	if err != nil {
@@ -211,8 +212,8 @@ func (s *sim) publishAll(ctx context.Context, services int) error {
 	}
 }
 
-// complete says whether every member's cache has every other member's records of the first services services.
-func (s *sim) complete(services int) bool {
+// complete fails unless every member's cache has every other member's records of the first services services.
+func (s *sim) complete(services int) error {
 	for _, m := range s.members {
 		m.mu.Lock()
 		n := len(m.seen)
@@ -220,10 +221,10 @@ func (s *sim) complete(services int) bool {
 		// Every other member's records and sentinels.
 		want := services - ownServices(services, len(s.members), s.index(m)) + len(s.members) - 1
 		if n < want {
-			return false
+			return fmt.Errorf("%s has %d of the others' %d records", m.id, n, want)
 		}
 	}
-	return true
+	return nil
 }
 
 // ownServices is how many of services services member i of n exports.
@@ -250,19 +251,19 @@ func (s *sim) exportLatency(ctx context.Context, n int) (time.Duration, time.Dur
 		}
 		record := names.RecordName("scale", name)
 		var last time.Time
-		err := waitAll(ctx, time.Minute, "export "+name+" everywhere", func() bool {
+		err := poll.Until(ctx, look, time.Minute, func() error {
 			last = time.Time{}
 			for _, m := range s.members[1:] {
 				at, ok := m.seenAt(a.id, record)
 				if !ok {
-					return false
+					return fmt.Errorf("not in %s's cache", m.id)
 				}
 				last = maxTime(last, at)
 			}
-			return true
+			return nil
 		})
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, fmt.Errorf("export %s everywhere: %w", name, err)
 		}
 		took = append(took, last.Sub(start))
 	}
@@ -285,21 +286,24 @@ func (s *sim) joinNext(ctx context.Context, id string, services int, idleRate fl
 		return 0, 0, err
 	}
 	record := names.RecordName("scale", "joined")
-	err = waitAll(ctx, time.Minute, id+" joined everywhere", func() bool {
+	err = poll.Until(ctx, look, time.Minute, func() error {
 		for _, o := range s.members {
 			if o == m {
 				continue
 			}
 			if _, ok := o.seenAt(id, record); !ok {
-				return false
+				return fmt.Errorf("its record not in %s's cache", o.id)
 			}
 		}
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		return len(m.seen) >= services
+		if len(m.seen) < services {
+			return fmt.Errorf("it has %d of %d records", len(m.seen), services)
+		}
+		return nil
 	})
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, fmt.Errorf("%s joined everywhere: %w", id, err)
 	}
 	after, err := s.usage(ctx)
 	if err != nil {
@@ -312,18 +316,25 @@ func (s *sim) joinNext(ctx context.Context, id string, services int, idleRate fl
 // lose stops m's renewals and returns the time from its last renewal until every other member judges it lost.
 func (s *sim) lose(ctx context.Context, m *member) (time.Duration, error) {
 	m.renew <- false
-	err := waitAll(ctx, 3*s.grace, m.id+" judged lost everywhere", func() bool {
+	err := poll.Until(ctx, look, 3*s.grace, func() error {
 		for _, o := range s.members {
 			if o != m && o.alive(m.id) {
-				return false
+				return fmt.Errorf("%s judges it alive", o.id)
 			}
 		}
-		return true
+		return nil
 	})
+	if err != nil {
+		err = fmt.Errorf("%s judged lost everywhere: %w", m.id, err)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return time.Since(m.renewed), err
 }
+
+// look is how often the run looks for what it waits for; what it measures is stamped as the members' caches see
+// it, not when the run looks.
+const look = 20 * time.Millisecond
 
 func serviceName(i int) string { return fmt.Sprintf("svc-%05d", i) }
 

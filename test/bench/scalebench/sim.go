@@ -342,19 +342,3 @@ func apiServerPid(host string) (int, error) {
 	}
 	return 0, fmt.Errorf("no kube-apiserver with --secure-port=%s", port)
 }
-
-// waitAll polls until ok holds or the deadline passes.
-func waitAll(ctx context.Context, within time.Duration, what string, ok func() bool) error {
-	ctx, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !ok() {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: not within %s", what, within)
-		case <-tick.C:
-		}
-	}
-	return nil
-}
