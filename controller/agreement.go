@@ -260,8 +260,8 @@ func (a *probeAddresses) set(addrs []string) {
 	a.addrs = addrs
 }
 
-// agree publishes this replica's verdicts and, on the elected replica, settles every member's State with the
-// other replicas' (reach.Tracker.Agree), bringing back the services of those whose State changed. A member found
+// agree publishes this replica's verdicts, settles every member's State with the other replicas'
+// (reach.Tracker.Agree) and, on the elected replica, brings back the services of those whose State changed. A member found
 // unreachable here while no other node agrees is logged and counted once, when that starts.
 func (p *dataPlaneProbe) agree(ctx context.Context, now time.Time) {
 	var peers []reach.Verdict
@@ -281,10 +281,14 @@ func (p *dataPlaneProbe) agree(ctx context.Context, now time.Time) {
 			p.addresses.set(addrs)
 		}
 	}
+	// Every replica settles the States, the elected one and the others alike: a replica that takes the lead
+	// reconciles at once, and with States never settled it would find every member Unknown and import a member
+	// both nodes found cut off, until its first round as leader.
+	changed := p.tracker.Agree(node, peers, now)
 	if !p.leading() {
 		return
 	}
-	for _, id := range p.tracker.Agree(node, peers, now) {
+	for _, id := range changed {
 		p.changed(ctx, id)
 	}
 	alone := p.tracker.Uncorroborated()

@@ -205,7 +205,8 @@ func TestProbeAgree(t *testing.T) {
 	}
 	now := t0.Add(time.Second)
 
-	// Not elected: it publishes its verdicts, and decides nothing.
+	// Not elected: it publishes its verdicts and settles the States, ready to lead, but enqueues nothing: another
+	// replica's workers do not run.
 	p.agree(ctx, now)
 	own := &coordinationv1.Lease{}
 	if err := local.Get(ctx, client.ObjectKey{Namespace: "mcs-system", Name: replicaRecordPrefix + "p1"}, own); err != nil {
@@ -214,8 +215,8 @@ func TestProbeAgree(t *testing.T) {
 	if own.Annotations[names.AnnotationUnreachable] != "cluster-b" {
 		t.Errorf("the replica's record says %q unreachable, want cluster-b", own.Annotations[names.AnnotationUnreachable])
 	}
-	if got := tracker.State("cluster-b"); got != reach.Unknown || enqueued() != 0 {
-		t.Errorf("a replica not elected decided cluster-b %v", got)
+	if got := tracker.State("cluster-b"); got == reach.Unreachable || enqueued() != 0 {
+		t.Errorf("a replica not elected decided cluster-b %v alone, or enqueued", got)
 	}
 	if got := p.addresses.get(); !slices.Equal(got, []string{"10.1.0.1:8081", "10.1.0.2:8081"}) {
 		t.Errorf("probe addresses %v, want both replicas'", got)
@@ -263,6 +264,30 @@ func TestProbeAgree(t *testing.T) {
 	p.agree(ctx, later)
 	if got := tracker.State("cluster-b"); got == reach.Unreachable || enqueued() != 1 {
 		t.Errorf("with a contradicting verdict: %v", got)
+	}
+}
+
+// TestProbeTakesTheLead: a replica that was not elected has settled the States with the others all along, so the
+// moment it leads, before its first round as leader, a member both nodes found cut off is unreachable: the
+// reconciles a new leader starts at once do not import it again.
+func TestProbeTakesTheLead(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Unix(1000, 0)
+	local := newFakeCluster(t, judgedRecord(replicaRecord("p2", "n2", t0, "10.1.0.2:8081", "cluster-b"), ""))
+	tracker := reach.New(probeDown, probeUp)
+	tracker.RequireAgreement()
+	elected := make(chan struct{})
+	p := &dataPlaneProbe{self: "cluster-a", tracker: tracker, log: logr.Discard(), elected: elected,
+		enqueue:   newTriggers(newFakeCluster(t), newFakeCluster(t)),
+		replicas:  &replicas{client: local, namespace: "mcs-system", name: replicaRecordPrefix + "p1", pod: "p1", node: "n1"},
+		addresses: &probeAddresses{}}
+	for round := range probeDown {
+		tracker.Observe("cluster-b", false, t0.Add(time.Duration(round)*probeInterval))
+	}
+	p.agree(ctx, t0.Add(time.Second))
+	close(elected)
+	if got := tracker.State("cluster-b"); got != reach.Unreachable {
+		t.Errorf("on taking the lead, cluster-b is %v; want unreachable, as both nodes found it", got)
 	}
 }
 
