@@ -207,7 +207,7 @@ func restoreDNS(ctx context.Context, c client.Client, kube kubernetes.Interface,
 	var did []string
 	var before map[string]replica
 	if d != nil {
-		if before, err = dnsReplicas(ctx, kube, c); err != nil {
+		if before, err = replicasBefore(ctx, kube, c); err != nil {
 			return "", err
 		}
 	}

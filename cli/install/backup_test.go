@@ -6,6 +6,7 @@ import (
 	"crypto/sha512"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -188,6 +189,17 @@ type metrics string
 func (m metrics) DoRaw(context.Context) ([]byte, error) { return []byte(m), nil }
 func (m metrics) Stream(context.Context) (io.ReadCloser, error) {
 	return io.NopCloser(strings.NewReader(string(m))), nil
+}
+
+// noMetrics is the pod proxy's answer for a pod that serves no metrics (yet).
+type noMetrics struct{}
+
+func (noMetrics) DoRaw(context.Context) ([]byte, error) {
+	return nil, errors.New("error trying to reach service: dial tcp: connect: connection refused")
+}
+func (n noMetrics) Stream(ctx context.Context) (io.ReadCloser, error) {
+	_, err := n.DoRaw(ctx)
+	return nil, err
 }
 
 // kubeadmDeployment is kubeadm's Deployment coredns, with image.
@@ -446,6 +458,47 @@ func TestServeWaitsForImage(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "all 3 replicas run the new Corefile") {
 		t.Errorf("serve did not wait for the replicas to reload:\n%s", out.String())
+	}
+}
+
+// TestReplicasBefore: a replica whose metrics do not answer yet while the others' do (it started a moment ago) is
+// read again before the Corefile changes, so that its reload can be confirmed; where none answer, nothing waits.
+func TestReplicasBefore(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeDNS(t, customCorefile, ourImage)
+	var pods corev1.PodList
+	if err := f.c.List(ctx, &pods); err != nil || len(pods.Items) < 2 {
+		t.Fatalf("pods %d, %v", len(pods.Items), err)
+	}
+	late := pods.Items[0].Name
+	var refusals atomic.Int32
+	var all atomic.Bool
+	f.kube.PrependProxyReactor("pods", func(a clienttesting.Action) (bool, restclient.ResponseWrapper, error) {
+		if name := a.(clienttesting.ProxyGetAction).GetName(); all.Load() || name == late && refusals.Add(1) <= 2 {
+			return true, noMetrics{}, nil
+		}
+		return false, nil, nil
+	})
+	got, err := replicasBefore(ctx, f.kube, f.client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for pod, r := range got {
+		if !r.readable || r.reload == "" {
+			t.Errorf("replica %s read as %+v", pod, r)
+		}
+	}
+	if n := refusals.Load(); n < 3 {
+		t.Errorf("%s's metrics read %d times, want again until they answered", late, n)
+	}
+
+	all.Store(true)
+	start := time.Now()
+	if got, err = replicasBefore(ctx, f.kube, f.client); err != nil || len(got) != len(pods.Items) {
+		t.Fatalf("no replica readable: %v, %v", got, err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("waited %s where no replica serves metrics", d)
 	}
 }
 

@@ -351,13 +351,45 @@ func dnsReplicas(ctx context.Context, kube kubernetes.Interface, c client.Client
 	return out, nil
 }
 
+// unreadableWait bounds how long replicasBefore and waitReloaded wait for the metrics of a replica that does not
+// serve them (yet, or just then).
+const unreadableWait = 15 * time.Second
+
+// replicasBefore reads the replicas as dnsReplicas does, before the Corefile changes, reading again for up to
+// unreadableWait while some replicas' metrics answer and others' do not yet: a replica that started a moment ago
+// (our image's rollout, in the replace mode) may not serve them yet, and one left unread now could not be
+// confirmed after the change. Where no replica's answer, the cluster does not expose them and waiting is no use.
+func replicasBefore(ctx context.Context, kube kubernetes.Interface, c client.Client) (map[string]replica, error) {
+	var out map[string]replica
+	err := waitFor(ctx, unreadableWait, func() (err error) {
+		if out, err = dnsReplicas(ctx, kube, c); err != nil {
+			return err
+		}
+		var unread []string
+		for pod, r := range out {
+			if !r.readable {
+				unread = append(unread, pod)
+			}
+		}
+		if len(unread) == 0 || len(unread) == len(out) {
+			return nil
+		}
+		return fmt.Errorf("no metrics yet on port 9153 of %s", strings.Join(unread, ", "))
+	})
+	if out == nil {
+		return nil, err
+	}
+	return out, nil // the unread ones stay unconfirmed, and waitReloaded says so
+}
+
 // waitReloaded waits until every replica of the cluster's CoreDNS that ran before the Corefile changed runs
 // another configuration: each rereads it on its own time (the kubelet updates the mounted ConfigMap, then the
 // reload plugin checks it every 30 s). A replica whose metrics cannot be read is left unconfirmed, and said so:
-// clusters expose metrics differently.
+// clusters expose metrics differently; one read before the change is read again for up to unreadableWait first.
 func waitReloaded(ctx context.Context, kube kubernetes.Interface, c client.Client, before map[string]replica, wait time.Duration) (string, error) {
 	var unconfirmed []string
 	n := 0
+	start := time.Now()
 	err := waitFor(ctx, wait, func() error {
 		now, err := dnsReplicas(ctx, kube, c)
 		if err != nil {
@@ -369,6 +401,9 @@ func waitReloaded(ctx context.Context, kube kubernetes.Interface, c client.Clien
 			switch {
 			case !ran:
 				// Not running when the Corefile changed: it reads the new one as it starts.
+			case !r.readable && old.readable && time.Since(start) < unreadableWait:
+				// It answered before the change: a moment's failure to read it is not a cluster without metrics.
+				return fmt.Errorf("CoreDNS pod %s: no metrics on port 9153 just now", pod)
 			case !r.readable || !old.readable:
 				unconfirmed = append(unconfirmed, pod)
 			case r.reload == "" || r.reload == old.reload:

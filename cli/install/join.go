@@ -434,7 +434,7 @@ func forward(ctx context.Context, s steps, cfg *rest.Config, m *writer, wait tim
 		if kube, err = kubernetes.NewForConfig(cfg); err != nil {
 			return err
 		}
-		if before, err = dnsReplicas(ctx, kube, m); err != nil {
+		if before, err = replicasBefore(ctx, kube, m); err != nil {
 			return err
 		}
 	}

@@ -162,7 +162,7 @@ func serve(ctx context.Context, s steps, kube kubernetes.Interface, c client.Cli
 	if err != nil {
 		return err
 	}
-	before, err := dnsReplicas(ctx, kube, c)
+	before, err := replicasBefore(ctx, kube, c)
 	if err != nil {
 		return err
 	}
