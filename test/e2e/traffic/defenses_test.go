@@ -338,12 +338,13 @@ func (e *env) checkNoFailure(t *testing.T, loop *workload.Loop, from, faultAt in
 	}
 }
 
-// failedSince describes the failed requests of reqs: "#seq reason +Nms -> address", N from at (Unix ms).
+// failedSince describes the failed requests of reqs: "#seq reason +Nms (took M ms) -> address", N from at (Unix
+// ms).
 func failedSince(reqs []workload.Request, at int64) []string {
 	var out []string
 	for _, r := range reqs {
 		if !r.OK {
-			out = append(out, fmt.Sprintf("#%d %s %+dms -> %s", r.Seq, r.Reason, r.StartMs-at, cmp.Or(r.Addr, "?")))
+			out = append(out, fmt.Sprintf("#%d %s %+dms (took %.0f ms) -> %s", r.Seq, r.Reason, r.StartMs-at, r.LatencyMs, cmp.Or(r.Addr, "?")))
 		}
 	}
 	return out
