@@ -123,9 +123,24 @@ func TestPlane(t *testing.T) {
 
 	// A cut between the members' pods drops their packets both ways, while the host still reaches both; Heal
 	// takes it away. A loss is a chain of its own, healed with the rest.
+	// A count of SYNs sees those a cut drops, from its source to its destination on its port only, and Heal
+	// leaves it alone.
+	podA := []netip.Prefix{netip.MustParsePrefix("10.1.1.5/32")}
+	must(t, CountSYNs("a-to-b", podA, podsB, 9000))
+	must(t, CountSYNs("a-to-b-other-port", podA, podsB, 9001))
 	must(t, Drop("cut-b", podsB, podsA, 100))
 	if got, err := dialIn(PodNS("aaaa"), "10.2.0.7:9000"); err == nil {
 		t.Errorf("pod a to pod b across a cut: answered %q", got)
+	}
+	if n, err := SYNs("a-to-b"); err != nil || n == 0 {
+		t.Errorf("SYNs from pod a to pod b across a cut: %d, %v; want some", n, err)
+	}
+	if n, err := SYNs("a-to-b-other-port"); err != nil || n != 0 {
+		t.Errorf("SYNs from pod a to pod b on another port: %d, %v; want none", n, err)
+	}
+	must(t, StopCount("a-to-b-other-port"))
+	if _, err := SYNs("a-to-b-other-port"); err == nil {
+		t.Error("a stopped count still reads")
 	}
 	if _, err := dialIn(PodNS("bbbb"), net.JoinHostPort(HostV4.String(), "1")); err == nil || !strings.Contains(err.Error(), "refused") {
 		t.Errorf("pod b to the host across a cut between members: %v, want connection refused (the host answers)", err)
@@ -139,9 +154,19 @@ func TestPlane(t *testing.T) {
 	if names, err := Faults(); err != nil || len(names) > 0 {
 		t.Errorf("Faults() after Heal = %v, %v; want none", names, err)
 	}
+	before, err := SYNs("a-to-b")
+	must(t, err)
 	if _, err := dial("10.2.0.7:9000"); err != nil {
 		t.Errorf("pod a to pod b once healed: %v", err)
 	}
+	if n, err := SYNs("a-to-b"); err != nil || n <= before {
+		t.Errorf("SYNs from pod a to pod b after a connection once healed: %d, %v; want more than %d", n, err, before)
+	}
+	must(t, CountSYNs("a-to-b", podA, podsB, 9000))
+	if n, err := SYNs("a-to-b"); err != nil || n != 0 {
+		t.Errorf("SYNs of a count started again: %d, %v; want 0", n, err)
+	}
+	must(t, StopCount("a-to-b"))
 	// A cut from one server of the host drops that server's packets only, for that side only; Remove takes that
 	// fault away alone.
 	must(t, DropTo("broker-b", podsB, netip.AddrPortFrom(HostV4, 1)))
