@@ -358,7 +358,7 @@ const unreadableWait = 15 * time.Second
 // replicasBefore reads the replicas as dnsReplicas does, before the Corefile changes, reading again for up to
 // unreadableWait while some replicas' metrics answer and others' do not yet: a replica that started a moment ago
 // (our image's rollout, in the replace mode) may not serve them yet, and one left unread now could not be
-// confirmed after the change. Where no replica's answer, the cluster does not expose them and waiting is no use.
+// confirmed after the change. Where no replica's metrics answer, the cluster does not expose them: no wait.
 func replicasBefore(ctx context.Context, kube kubernetes.Interface, c client.Client) (map[string]replica, error) {
 	var out map[string]replica
 	err := waitFor(ctx, unreadableWait, func() (err error) {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os/exec"
-	"strings"
 )
 
 // A test that must prove no connection was attempted between two sets of addresses (a client and a member that
@@ -19,29 +18,18 @@ const countTable = Prefix + "-counts"
 // CountSYNs counts, from now on, the TCP SYNs (connection attempts, retransmissions included) sent from an address
 // in from to one in to, on port. CountSYNs again with the same name starts that count again from zero.
 func CountSYNs(name string, from, to []netip.Prefix, port uint16) error {
-	if !faultName.MatchString(name) {
-		return fmt.Errorf("dataplane: count name %q: want lower-case letters, digits and dashes", name)
-	}
-	chain := fmt.Sprintf("inet %s %s", countTable, name)
-	script := []string{
-		"table inet " + countTable + " {}",
-		"add chain " + chain + " { type filter hook forward priority filter - 10; policy accept; }",
-		"flush chain " + chain,
-	}
-	n := 0
+	var rules []string
 	for _, family := range families {
 		a, b := elements(from, family.is4), elements(to, family.is4)
-		if a == "" || b == "" {
-			continue
+		if a != "" && b != "" {
+			rules = append(rules, fmt.Sprintf("%s saddr { %s } %s daddr { %s } tcp dport %d tcp flags & (syn | ack) == syn counter",
+				family.match, a, family.match, b, port))
 		}
-		script = append(script, fmt.Sprintf("add rule %s %s saddr { %s } %s daddr { %s } tcp dport %d tcp flags & (syn | ack) == syn counter",
-			chain, family.match, a, family.match, b, port))
-		n++
 	}
-	if n == 0 {
+	if len(rules) == 0 {
 		return fmt.Errorf("dataplane: count %s: no family has addresses on both sides", name)
 	}
-	return nft(strings.Join(script, "\n") + "\n")
+	return setChain(countTable, "count", name, "filter - 10", rules)
 }
 
 // SYNs returns how many SYNs the count of that name has seen since CountSYNs started it.

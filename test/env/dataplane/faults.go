@@ -77,13 +77,19 @@ var families = []struct {
 
 // setFault puts the fault's rules in a chain of its own, replacing those of the fault of the same name.
 func setFault(name string, rules []string) error {
+	return setChain(faultTable, "fault", name, "filter", rules)
+}
+
+// setChain puts rules in chain name of table, a base chain on forwarding at priority, replacing those it held.
+// what says what the chain is for, in errors.
+func setChain(table, what, name, priority string, rules []string) error {
 	if !faultName.MatchString(name) {
-		return fmt.Errorf("dataplane: fault name %q: want lower-case letters, digits and dashes", name)
+		return fmt.Errorf("dataplane: %s name %q: want lower-case letters, digits and dashes", what, name)
 	}
-	chain := fmt.Sprintf("inet %s %s", faultTable, name)
+	chain := fmt.Sprintf("inet %s %s", table, name)
 	script := []string{
-		"table inet " + faultTable + " {}",
-		"add chain " + chain + " { type filter hook forward priority filter; policy accept; }",
+		"table inet " + table + " {}",
+		"add chain " + chain + " { type filter hook forward priority " + priority + "; policy accept; }",
 		"flush chain " + chain,
 	}
 	for _, r := range rules {
