@@ -236,7 +236,7 @@ func (e *env) testCutThroughRestart(t *testing.T) {
 	failures := failedSince(reqs, deletedAt)
 	by := answeredBy(reqs)
 	t.Logf("cluster-b cut, cluster-a's elected controller %s deleted and %s elected %d ms later: %d requests, %d failed, answered by %v; "+
-		"SYNs from the client since the deletion: %d to cluster-b, %d to cluster-c (which answered %d requests)",
+		"SYNs from the client since just before the deletion: %d to cluster-b, %d to cluster-c (which answered %d requests)",
 		leader.Name, next.Name, movedAt.UnixMilli()-deletedAt, len(reqs), len(failures), by, toB, toC, answeredBy(loop.Requests(countedAt, 0))["cluster-c"])
 	if toB > 0 || by["cluster-b"] > 0 {
 		t.Errorf("after cluster-b's withdrawal, through the restart and the move, the client sent %d SYNs to cluster-b; answered by %v", toB, by)
