@@ -261,8 +261,8 @@ func (a *probeAddresses) set(addrs []string) {
 }
 
 // agree publishes this replica's verdicts, settles every member's State with the other replicas'
-// (reach.Tracker.Agree) and, on the elected replica, brings back the services of those whose State changed. A member found
-// unreachable here while no other node agrees is logged and counted once, when that starts.
+// (reach.Tracker.Agree) and, on the elected replica, brings back the services of those whose State changed. A
+// member found unreachable here while no other node agrees is logged and counted once, when that starts.
 func (p *dataPlaneProbe) agree(ctx context.Context, now time.Time) {
 	var peers []reach.Verdict
 	node := ""

@@ -280,7 +280,7 @@ func (e *env) expect(t *testing.T, what string, reqs []workload.Request, ok bool
 		if r.OK {
 			answered = append(answered, strconv.Itoa(r.Seq))
 		} else {
-			failed = append(failed, fmt.Sprintf("%d:%s after %.0f ms", r.Seq, r.Reason, r.LatencyMs))
+			failed = append(failed, failure(r))
 		}
 	}
 	switch {
@@ -323,10 +323,15 @@ func (e *env) recovered(t *testing.T, what string, loop *workload.Loop, ms int64
 	var failed []string
 	for _, r := range reqs {
 		if !r.OK {
-			failed = append(failed, fmt.Sprintf("%d:%s after %.0f ms", r.Seq, r.Reason, r.LatencyMs))
+			failed = append(failed, failure(r))
 		}
 	}
 	t.Logf("%s: %d requests, the last %d answered; failed before: %v", what, len(reqs), n, failed)
+}
+
+// failure describes a failed request: "seq:reason after N ms".
+func failure(r workload.Request) string {
+	return fmt.Sprintf("%d:%s after %.0f ms", r.Seq, r.Reason, r.LatencyMs)
 }
 
 // leaseRenewed is when cluster-b last renewed its Lease on the broker.

@@ -76,8 +76,5 @@ func countedPackets(listing []byte) (uint64, error) {
 
 // StopCount removes the count of that name; it is an error if there is none.
 func StopCount(name string) error {
-	if !faultName.MatchString(name) {
-		return fmt.Errorf("dataplane: count name %q: want lower-case letters, digits and dashes", name)
-	}
-	return nft(fmt.Sprintf("delete chain inet %s %s\n", countTable, name))
+	return deleteChain(countTable, "count", name)
 }

@@ -100,10 +100,16 @@ func setChain(table, what, name, priority string, rules []string) error {
 
 // Remove undoes the fault of that name, leaving the others in place; it is an error if there is none.
 func Remove(name string) error {
+	return deleteChain(faultTable, "fault", name)
+}
+
+// deleteChain deletes chain name of table; it is an error if there is none. what says what the chain is for, in
+// errors.
+func deleteChain(table, what, name string) error {
 	if !faultName.MatchString(name) {
-		return fmt.Errorf("dataplane: fault name %q: want lower-case letters, digits and dashes", name)
+		return fmt.Errorf("dataplane: %s name %q: want lower-case letters, digits and dashes", what, name)
 	}
-	return nft(fmt.Sprintf("delete chain inet %s %s\n", faultTable, name))
+	return nft(fmt.Sprintf("delete chain inet %s %s\n", table, name))
 }
 
 // elements is an nftables set's elements: the prefixes of one family.
